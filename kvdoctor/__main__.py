@@ -1,0 +1,5 @@
+"""``python -m kvdoctor`` runs the CLI."""
+
+from kvdoctor.cli.app import main
+
+main()

@@ -1,0 +1,37 @@
+"""``kvdoctor inspect``: parse, analyse (pure core, no torch), render, exit code."""
+
+from __future__ import annotations
+
+import json
+
+import typer
+
+from kvdoctor.cli.errors import exit_on_error
+
+
+def inspect(
+    ctx: typer.Context,
+    model: str = typer.Argument(..., help="config.json path, model directory, bundled fixture or cached Hub id."),
+    json_output: bool = typer.Option(False, "--json", help="Print one JSON object instead of tables."),
+    strict: bool = typer.Option(False, "--strict", help="Exit 1 when any error-severity hazard is found."),
+    request_tokens: int = typer.Option(2048, "--request-tokens", min=1, help="Tokens per request (forecast)."),
+    concurrent: int = typer.Option(128, "--concurrent", min=1, help="Requests in flight for the retraction forecast."),
+) -> None:
+    """Which state a model carries, where it lives, and how SGLang backs it up at retraction.
+
+    Any SGLang server flag (e.g. --kv-cache-dtype mxfp8 --disaggregation-mode decode) may follow MODEL.
+    """
+    from kvdoctor.core.analysis import analyze
+    from kvdoctor.core.report import inspect_report
+
+    with exit_on_error():
+        analysis = analyze(model, ctx.args)
+        report = inspect_report(analysis, request_tokens, concurrent)
+    if json_output:
+        typer.echo(json.dumps(report, indent=2))
+    else:
+        from kvdoctor.cli.render_inspect import render
+
+        render(report)
+    if strict and analysis.worst_severity == "error":
+        raise typer.Exit(1)

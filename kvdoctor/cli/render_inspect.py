@@ -1,0 +1,117 @@
+"""Rich tables for ``kvdoctor inspect`` (reads only the report dict, so JSON and tables agree)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
+
+
+def _bytes(n: int | None) -> str:
+    if n is None:
+        return "-"
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:,} B" if unit == "B" else f"{n:,.1f} {unit}"
+        n /= 1024  # type: ignore[assignment]
+    return str(n)
+
+
+def _model_table(r: dict[str, Any]) -> Table:
+    m = r["model"]
+    t = Table(title="Model", show_header=False, title_justify="left")
+    layers = m["layers"]
+    rows = [
+        ("model_type", f"{m['model_type']} (text: {m['text_model_type']})"),
+        ("architecture", m["architecture"]),
+        ("family", f"{m['family']}  [{m['sglang_predicate'] or 'attention only'}; {m['rule_source']}]"),
+        ("layers", f"{layers['total']} total: {layers['full_attention']} full attention, "
+                   f"{layers['sliding_window']} sliding window, {layers['recurrent']} recurrent"),
+        ("kv cache dtype", r["kv_cache_dtype"]),
+        ("tp size", str(m["tp_size"])),
+        ("rules", r["rules_revision"]),
+    ]  # fmt: skip
+    for key, value in rows:
+        t.add_row(key, value)
+    return t
+
+
+def _components_table(r: dict[str, Any]) -> Table:
+    t = Table(title="State components (per TP rank)", title_justify="left")
+    t.add_column("component", no_wrap=True)
+    for col in ("pool", "index", "dtype", "layers", "shape / layer", "bytes"):
+        t.add_column(col)
+    for c in r["components"]:
+        size = c.get("bytes_per_token") or c.get("bytes_per_request")
+        unit = "/token" if "bytes_per_token" in c else "/request"
+        shapes = " + ".join("x".join(map(str, s)) for s in c["shape_per_layer"])
+        t.add_row(c["name"], c["pool"], c["index"], c["dtype"], str(c["layers"]), shapes,
+                  f"{_bytes(size)}{unit}")  # fmt: skip
+    return t
+
+
+def _backup_table(r: dict[str, Any]) -> Table:
+    b = r["retraction_backup"]
+    applies = "applies" if b["applies"] else "does not apply (not a PD decode server)"
+    how = "explicit flag" if b["explicit"] else "inferred"
+    title = f"Retraction backup: {b['backend']} ({how}; {applies}); hicache_ratio {b['hicache_ratio']}"
+    t = Table(title=title, title_justify="left")
+    for col in ("host_pool needs", "holds", "value"):
+        t.add_column(col)
+    for c in b["reasons"]:
+        mark = "[green]yes[/]" if c["passed"] else "[red]no[/]"
+        t.add_row(c["name"], mark, c["detail"])
+    return t
+
+
+def _sizing_table(r: dict[str, Any]) -> Table:
+    s = r["sizing"]
+    f = s["forecast"]
+    t = Table(title="Pool sizing", show_header=False, title_justify="left")
+    full = s["full_tokens"] if s["full_tokens"] is not None else "from GPU memory"
+    t.add_row("full pool", f"{full} tokens, {_bytes(s['full_bytes'])}")
+    if s["swa_tokens"] is not None:
+        ratio = f"{s['swa_full_tokens_ratio']} of full, {s['swa_ratio_source']}"
+        t.add_row("SWA pool", f"{s['swa_tokens']} tokens ({ratio}), {_bytes(s['swa_bytes'])}")
+    if r["uses_ssm_state"]:
+        slots = s["mamba_slots"] if s["mamba_slots"] is not None else "?"
+        ratio = f"ratio {s['mamba_full_memory_ratio']} ({s['mamba_ratio_source']})"
+        t.add_row("mamba pool", f"{slots} slots ({s['mamba_slots_source']}), "
+                  f"{s['mamba_slots_per_request']} per request, {ratio}")
+    fit = f["requests_fit"] if f["requests_fit"] is not None else "unknown (set --max-total-tokens)"
+    verdicts = {True: "[yellow]retraction expected[/]", False: "fits, no retraction", None: "unknown"}
+    verdict = verdicts[f["will_retract"]]
+    load = f"{f['concurrent']} in flight"
+    t.add_row("forecast", f"{fit} requests of {f['tokens_per_request']} tokens fit; {load}: {verdict}")
+    return t  # fmt: skip
+
+
+def _hazard_table(r: dict[str, Any]) -> Table:
+    t = Table(title="Hazards", title_justify="left")
+    for col in ("severity", "code", "what to do"):
+        t.add_column(col)
+    for h in r["hazards"]:
+        style = SEVERITY_STYLE.get(h["severity"], "")
+        t.add_row(f"[{style}]{h['severity']}[/]", h["code"], h["message"])
+    if not r["hazards"]:
+        t.add_row("-", "-", "none")
+    return t
+
+
+def render(report: dict[str, Any], console: Console | None = None) -> None:
+    console = console or Console()
+    pools = report["pools"]
+    console.print(_model_table(report))
+    console.print(_components_table(report))
+    console.print(
+        f"uses_ssm_state={report['uses_ssm_state']}  kv_pool={report['kv_pool']}  "
+        f"req_to_token_pool={pools['req_to_token_pool']}  cpu_copy_carries_mamba={report['cpu_copy_carries_mamba']}"
+        f"  => caller backs up recurrent state: {report['caller_backs_up_mamba']}"
+    )
+    console.print(f"PD state types: {', '.join(report['pd_state_types']) or 'none beyond the main KV'}")
+    console.print(_backup_table(report))
+    console.print(_sizing_table(report))
+    console.print(_hazard_table(report))

@@ -1,0 +1,117 @@
+"""Classify a model config the way SGLang does: recurrent family, hybrid SWA, MLA.
+
+SGLang decides recurrent state by the config *class* registered for a ``model_type`` and decides
+hybrid SWA and MLA by *architecture name*; kvdoctor reproduces both from ``config.json`` alone by
+evaluating the tables in ``rules.py``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from kvdoctor.core import rules
+from kvdoctor.core.config import ModelConfig
+from kvdoctor.core.sglang_architectures import SGLANG_ARCHITECTURES
+from kvdoctor.errors import UnknownModelError
+
+
+def _draft_pattern_has_mamba(cfg: ModelConfig) -> bool:
+    # Only a Nemotron-H *draft* model can lack mamba layers; kvdoctor inspects target models, but
+    # a config that declares an MTP-only pattern without "M" is treated as the draft SGLang skips.
+    pattern = cfg.get("mtp_hybrid_override_pattern")
+    return not (cfg.get("is_draft_model") and pattern is not None and "M" not in pattern)
+
+
+def _any_layer_is_mamba(cfg: ModelConfig) -> bool:
+    return any(kind == "mamba" for kind in cfg.get("layer_types") or [])
+
+
+def _bailing_uses_kda(cfg: ModelConfig) -> bool:
+    # BailingHybridConfig.use_kda is "short_conv_kernel_size is not None" (bailing_hybrid.py:158).
+    return cfg.get("short_conv_kernel_size") is not None
+
+
+def _has_lightning_layers(cfg: ModelConfig) -> bool:
+    aliases = {"lightning", "lightning_attn", "lightning-attn"}  # minicpm.py:6-15
+    return any(kind in aliases for kind in cfg.get("mixer_types") or [])
+
+
+CONDITIONS: dict[str, Callable[[ModelConfig], bool]] = {
+    "draft_pattern_has_mamba": _draft_pattern_has_mamba,
+    "any_layer_is_mamba": _any_layer_is_mamba,
+    "bailing_uses_kda": _bailing_uses_kda,
+    "bailing_not_kda": lambda cfg: not _bailing_uses_kda(cfg),
+    "has_lightning_layers": _has_lightning_layers,
+}
+
+
+@dataclass(frozen=True)
+class Classification:
+    """What kind of state a model carries, and which SGLang rule said so."""
+
+    family: str  # a FamilyRule.family, or "dense" / "mla" / "hybrid_swa" for attention-only models
+    uses_ssm_state: bool
+    is_hybrid_swa: bool
+    is_mla: bool
+    predicate: str | None  # the SGLang helper that matched, e.g. "mamba2_config"
+    source: str
+
+
+def _recurrent_rule(cfg: ModelConfig) -> rules.FamilyRule | None:
+    for rule in rules.FAMILY_RULES:
+        model_type = cfg.text_model_type if rule.on_text_config else cfg.model_type
+        if model_type not in rule.model_types and cfg.model_type not in rule.model_types:
+            continue
+        if rule.condition is None or CONDITIONS[rule.condition](cfg):
+            return rule
+    return None
+
+
+def is_hybrid_swa(cfg: ModelConfig, *, disable_hybrid_swa_memory: bool = False) -> bool:
+    """``is_hybrid_swa_model`` and not ``--disable-hybrid-swa-memory``."""
+    if disable_hybrid_swa_memory:
+        return False
+    archs = set(cfg.architectures)
+    if archs & rules.HYBRID_SWA_ARCHS:
+        if "BeamForCausalLM" in archs:
+            return "sliding_attention" in (cfg.get("layer_types") or [])
+        if "LagunaForCausalLM" in archs:
+            return bool(cfg.get("sliding_window"))
+        return True
+    return bool(cfg.get("is_hybrid_swa"))
+
+
+def is_mla(cfg: ModelConfig) -> bool:
+    archs = set(cfg.architectures)
+    if "PixtralForConditionalGeneration" in archs:
+        return cfg.get("kv_lora_rank") is not None
+    return bool(archs & rules.MLA_ARCHS)
+
+
+def is_known(cfg: ModelConfig) -> bool:
+    """SGLang serves it: a registered architecture or a model type in the family tables."""
+    known_types = {t for rule in rules.FAMILY_RULES for t in rule.model_types}
+    known_types |= rules.ATTENTION_ONLY_MODEL_TYPES
+    return (
+        cfg.architecture in SGLANG_ARCHITECTURES
+        or cfg.model_type in known_types
+        or cfg.text_model_type in known_types
+    )
+
+
+def classify(cfg: ModelConfig, *, disable_hybrid_swa_memory: bool = False) -> Classification:
+    """Classify CFG; an ``UnknownModelError`` (exit 2) when SGLang would not know it."""
+    if not is_known(cfg):
+        raise UnknownModelError(
+            f"{cfg.source}: model_type '{cfg.model_type}' (architecture "
+            f"'{cfg.architecture or '?'}') is not one SGLang knows at {rules.RULES_REVISION}"
+        )
+    swa = is_hybrid_swa(cfg, disable_hybrid_swa_memory=disable_hybrid_swa_memory)
+    mla = is_mla(cfg)
+    rule = _recurrent_rule(cfg)
+    if rule is not None:
+        return Classification(rule.family, True, swa, mla, rule.predicate, rule.source)
+    family = "mla" if mla else "hybrid_swa" if swa else "dense"
+    source = rules.MLA_SOURCE if mla else rules.HYBRID_SWA_SOURCE
+    return Classification(family, False, swa, mla, None, source)

@@ -1,0 +1,185 @@
+"""SGLang server flags, in SGLang's own spellings, parsed into one frozen ``ServerFlags``.
+
+A user pastes their launch line; kvdoctor models the flags that change where state lives or how
+retraction backs it up, and lists every other flag as "not modelled" rather than dropping it.
+Spellings and defaults follow ``sglang/srt/server_args.py`` of the revision in ``rules.py``.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from dataclasses import dataclass, fields
+
+from kvdoctor.errors import FlagError
+
+# arg_groups/fields/model.py:197-221, disagg.py:95-108, exec_.py:483-519.
+KV_CACHE_DTYPES = (
+    "auto", "fp8_e5m2", "fp8_e4m3", "mxfp8", "bf16", "bfloat16", "nvfp4", "fp4_mx_block16",
+)  # fmt: skip
+DISAGGREGATION_MODES = ("null", "prefill", "decode")
+RETRACTION_BACKUPS = ("cpu_tensor", "host_pool", "none")
+STATE_DTYPES = ("float32", "bfloat16", "float16")
+MAMBA_RADIX_STRATEGIES = ("auto", "no_buffer", "extra_buffer", "extra_buffer_lazy")
+
+
+@dataclass(frozen=True)
+class ServerFlags:
+    """The modelled server flags, named as SGLang's ``ServerArgs`` fields."""
+
+    kv_cache_dtype: str = "auto"
+    disaggregation_mode: str = "null"
+    disaggregation_decode_retraction_backup: str | None = None
+    enable_hierarchical_cache: bool = False
+    hicache_ratio: float | None = None
+    hicache_size: int = 0
+    disaggregation_decode_enable_radix_cache: bool = False
+    disaggregation_decode_enable_offload_kvcache: bool = False
+    disaggregation_decode_host_receive_threshold: float = 1.0
+    enable_priority_scheduling: bool = False
+    disable_priority_preemption: bool = False
+    max_total_tokens: int | None = None
+    context_length: int | None = None
+    # None means "unset": SGLang then applies a model override or its fallback (0.8 / 0.9).
+    swa_full_tokens_ratio: float | None = None
+    mamba_full_memory_ratio: float | None = None
+    max_mamba_cache_size: int | None = None
+    mamba_ssm_dtype: str | None = None
+    mamba_radix_cache_strategy: str = "auto"
+    page_size: int = 1
+    tp_size: int = 1
+    dcp_size: int = 1
+    enable_unified_memory: bool = False
+    disable_hybrid_swa_memory: bool = False
+    enable_scattered_sconv: bool = False
+    attention_backend: str | None = None
+    not_modelled: tuple[str, ...] = ()
+
+    @property
+    def dcp_enabled(self) -> bool:
+        return self.dcp_size > 1
+
+    @property
+    def is_decode(self) -> bool:
+        return self.disaggregation_mode == "decode"
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that raises ``FlagError`` instead of printing usage and exiting."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise FlagError(f"server flags: {message}")
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
+    return value
+
+
+def _non_negative_int(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must not be negative, got {text}")
+    return value
+
+
+def _ratio(text: str) -> float:
+    value = float(text)
+    if not 0.0 < value <= 1.0:
+        raise argparse.ArgumentTypeError(f"must be in (0, 1], got {text}")
+    return value
+
+
+def _unit_interval(text: str) -> float:
+    value = float(text)
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"must be in [0, 1], got {text}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if not value > 0.0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+    return value
+
+
+def _build_parser() -> _Parser:
+    p = _Parser(prog="sglang", add_help=False, allow_abbrev=False)
+    p.add_argument("--kv-cache-dtype", choices=KV_CACHE_DTYPES, default="auto")
+    p.add_argument("--disaggregation-mode", choices=DISAGGREGATION_MODES, default="null")
+    p.add_argument("--disaggregation-decode-retraction-backup", choices=RETRACTION_BACKUPS)
+    p.add_argument("--enable-hierarchical-cache", "--enable-hicache", action="store_true",
+                   dest="enable_hierarchical_cache")  # fmt: skip
+    p.add_argument("--hicache-ratio", type=_positive_float)
+    p.add_argument("--hicache-size", type=_non_negative_int, default=0)
+    p.add_argument("--disaggregation-decode-enable-radix-cache", action="store_true")
+    p.add_argument("--disaggregation-decode-enable-offload-kvcache", action="store_true")
+    p.add_argument("--disaggregation-decode-host-receive-threshold", type=_unit_interval, default=1.0)
+    p.add_argument("--enable-priority-scheduling", action="store_true")
+    p.add_argument("--disable-priority-preemption", action="store_true")
+    p.add_argument("--max-total-tokens", type=_positive_int)
+    p.add_argument("--context-length", type=_positive_int)
+    p.add_argument("--swa-full-tokens-ratio", type=_ratio)
+    p.add_argument("--mamba-full-memory-ratio", type=_ratio)
+    p.add_argument("--max-mamba-cache-size", type=_positive_int)
+    p.add_argument("--mamba-ssm-dtype", choices=STATE_DTYPES)
+    p.add_argument("--mamba-radix-cache-strategy", choices=MAMBA_RADIX_STRATEGIES, default="auto")
+    p.add_argument("--page-size", type=_positive_int, default=1)
+    # SGLang's parser accepts unique prefixes, so its own fixtures pass --tp for --tp-size.
+    p.add_argument("--tp-size", "--tp", "--tensor-parallel-size", dest="tp_size",
+                   type=_positive_int, action="append")  # fmt: skip
+    p.add_argument("--dcp-size", "--decode-context-parallel-size", dest="dcp_size",
+                   type=_positive_int, default=1)  # fmt: skip
+    p.add_argument("--enable-unified-memory", action="store_true")
+    p.add_argument("--disable-hybrid-swa-memory", action="store_true")
+    p.add_argument("--enable-scattered-sconv", action="store_true")
+    p.add_argument("--attention-backend")
+    return p
+
+
+def _group_unknown(tokens: Sequence[str]) -> tuple[str, ...]:
+    """Unknown tokens as whole flags: ``--quantization modelopt_fp4`` stays one entry."""
+    groups: list[str] = []
+    for token in tokens:
+        if token.startswith("-") or not groups:
+            groups.append(token)
+        else:
+            groups[-1] = f"{groups[-1]} {token}"
+    return tuple(groups)
+
+
+def _check_consistency(flags: ServerFlags) -> None:
+    """Flags that parse one by one but contradict each other."""
+    backup = flags.disaggregation_decode_retraction_backup
+    if backup is not None and not flags.is_decode:
+        raise FlagError(
+            f"server flags: --disaggregation-decode-retraction-backup {backup} applies only to a PD "
+            f"decode server, but --disaggregation-mode is {flags.disaggregation_mode}"
+        )
+    if flags.disaggregation_decode_enable_radix_cache and not flags.is_decode:
+        raise FlagError(
+            "server flags: --disaggregation-decode-enable-radix-cache needs "
+            "--disaggregation-mode decode"
+        )
+
+
+def parse_flags(argv: Sequence[str]) -> ServerFlags:
+    """Parse a pasted SGLang launch line (flags only) into ``ServerFlags``."""
+    try:
+        known, unknown = _build_parser().parse_known_args(list(argv))
+    except ValueError as exc:  # a type converter that raised plain ValueError
+        raise FlagError(f"server flags: {exc}") from None
+    tp_values = set(known.tp_size or [1])
+    if len(tp_values) > 1:
+        raise FlagError(f"server flags: --tp/--tp-size given twice with different values {sorted(tp_values)}")
+    values = vars(known)
+    values["tp_size"] = tp_values.pop()
+    names = {f.name for f in fields(ServerFlags)}
+    flags = ServerFlags(
+        **{k: v for k, v in values.items() if k in names}, not_modelled=_group_unknown(unknown)
+    )
+    _check_consistency(flags)
+    return flags

@@ -1,0 +1,348 @@
+"""Per-layer tensor geometry of each family's state, from ``config.json`` fields.
+
+These are the shapes SGLang allocates per TP rank: KV heads per rank for attention, and the
+conv/temporal state shapes each family's ``mamba2_cache_params`` builds (``srt/configs/<family>.py``
+and ``srt/configs/mamba_utils.py`` at ``rules.RULES_REVISION``). Everything is per rank, because
+the pools are.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from kvdoctor.core.config import ModelConfig
+from kvdoctor.errors import ConfigError
+
+Shape = tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class AttentionGeometry:
+    """One attention sub-pool: which layers, and the K/V row each token stores per layer."""
+
+    layer_ids: tuple[int, ...]
+    kv_heads: int  # per TP rank
+    head_dim: int
+    v_head_dim: int  # 0 for MLA, whose latent row is one buffer
+    mla: bool = False
+
+    @property
+    def layers(self) -> int:
+        return len(self.layer_ids)
+
+    @property
+    def shapes(self) -> tuple[Shape, ...]:
+        """Per-token, per-layer buffers: (K, V) for MHA, the latent row for MLA."""
+        if self.mla:
+            return ((1, self.head_dim),)
+        return ((self.kv_heads, self.head_dim), (self.kv_heads, self.v_head_dim))
+
+
+@dataclass(frozen=True)
+class RecurrentGeometry:
+    """The request-indexed recurrent state of one mamba slot: conv and temporal, per layer."""
+
+    layer_ids: tuple[int, ...]
+    conv_shapes: tuple[Shape, ...]
+    temporal_shape: Shape
+    conv_dtype: str
+    temporal_dtype: str
+
+    @property
+    def layers(self) -> int:
+        return len(self.layer_ids)
+
+
+@dataclass(frozen=True)
+class LayerSplit:
+    """Which layers hold attention KV and which hold recurrent state."""
+
+    full: tuple[int, ...]
+    swa: tuple[int, ...]
+    recurrent: RecurrentGeometry | None
+
+
+def _per_rank(count: int, tp: int, what: str, source: str) -> int:
+    if count % tp:
+        raise ConfigError(f"{source}: {what}={count} is not divisible by --tp-size {tp}")
+    return count // tp
+
+
+def kv_heads_per_rank(cfg: ModelConfig, tp: int, key: str = "num_key_value_heads") -> int:
+    """SGLang replicates KV heads when TP exceeds them: max(1, heads // tp)."""
+    heads = cfg.get(key) or cfg.positive_int("num_attention_heads")
+    return max(1, int(heads) // tp)
+
+
+def default_head_dim(cfg: ModelConfig) -> int:
+    head_dim = cfg.get("head_dim")
+    if head_dim:
+        return int(head_dim)
+    return cfg.positive_int("hidden_size") // cfg.positive_int("num_attention_heads")
+
+
+def mha(cfg: ModelConfig, layer_ids: tuple[int, ...], tp: int) -> AttentionGeometry:
+    head_dim = default_head_dim(cfg)
+    v_head_dim = int(cfg.get("v_head_dim") or head_dim)
+    return AttentionGeometry(layer_ids, kv_heads_per_rank(cfg, tp), head_dim, v_head_dim)
+
+
+def mla(cfg: ModelConfig, layer_ids: tuple[int, ...]) -> AttentionGeometry:
+    """The MLA latent row: kv_lora_rank + qk_rope_head_dim, one buffer, not sharded by TP."""
+    row = cfg.positive_int("kv_lora_rank") + int(cfg.get("qk_rope_head_dim") or 0)
+    return AttentionGeometry(layer_ids, 1, row, 0, mla=True)
+
+
+def state_dtypes(cfg: ModelConfig, *, from_config: bool) -> tuple[str, str]:
+    """(conv, temporal) dtypes: conv bf16; temporal float32 unless the config says otherwise.
+
+    mamba_utils.mamba2_state_dtype: only families that pass their config read ``mamba_ssm_dtype``.
+    """
+    temporal = "float32"
+    if from_config and cfg.get("mamba_ssm_dtype") in ("float32", "bfloat16", "float16"):
+        temporal = str(cfg.get("mamba_ssm_dtype"))
+    return "bfloat16", temporal
+
+
+def _all(cfg: ModelConfig) -> tuple[int, ...]:
+    return tuple(range(cfg.positive_int("num_hidden_layers")))
+
+
+def _where(kinds: list[str], wanted: set[str]) -> tuple[int, ...]:
+    return tuple(i for i, kind in enumerate(kinds) if kind in wanted)
+
+
+def _mamba2_shapes(conv_dim: int, heads: int, head_dim: int, state: int, kernel: int, tp: int,
+                   source: str) -> tuple[tuple[Shape, ...], Shape]:  # fmt: skip
+    """Mamba2StateShape.create: conv (conv_dim/tp, K-1), temporal (H/tp, P, N)."""
+    conv = (_per_rank(conv_dim, tp, "conv_dim", source), kernel - 1)
+    return (conv,), (_per_rank(heads, tp, "num_heads", source), head_dim, state)
+
+
+def _gdn(cfg: ModelConfig, tp: int) -> LayerSplit:
+    # qwen3_next.py:259-313: layer l is full iff (l+1) % full_attention_interval == 0.
+    interval = cfg.positive_int("full_attention_interval", 4)
+    layers = _all(cfg)
+    full = tuple(i for i in layers if (i + 1) % interval == 0)
+    linear = tuple(i for i in layers if i not in full)
+    hk, dk = cfg.positive_int("linear_num_key_heads"), cfg.positive_int("linear_key_head_dim")
+    hv, dv = cfg.positive_int("linear_num_value_heads"), cfg.positive_int("linear_value_head_dim")
+    kernel = cfg.positive_int("linear_conv_kernel_dim", 4)
+    conv, temporal = _mamba2_shapes(2 * hk * dk + hv * dv, hv, dv, dk, kernel, tp, cfg.source)
+    conv_dtype, temporal_dtype = state_dtypes(cfg, from_config=True)
+    return LayerSplit(full, (), RecurrentGeometry(linear, conv, temporal, conv_dtype, temporal_dtype))
+
+
+def _jet_gdn(cfg: ModelConfig, tp: int) -> LayerSplit:
+    kinds = list(cfg.require("layer_types"))
+    jet = (cfg.get("efficient_attention_config") or {}).get("jet") or {}
+    heads, dk = int(jet.get("num_heads", 0)), int(jet.get("head_dim", 0))
+    if heads <= 0 or dk <= 0:
+        raise ConfigError(f"{cfg.source}: efficient_attention_config.jet needs num_heads and head_dim")
+    dv = int(dk * float(jet.get("expand_v", 1.0)))
+    kernel = int(jet.get("conv_size", 4))
+    conv, temporal = _mamba2_shapes(heads * dv + 2 * heads * dk, heads, dv, dk, kernel, tp, cfg.source)
+    recurrent = RecurrentGeometry(_where(kinds, {"jet"}), conv, temporal,
+                                  *state_dtypes(cfg, from_config=True))  # fmt: skip
+    return LayerSplit(_where(kinds, {"attn", "swa"}), (), recurrent)
+
+
+def _nemotron_h(cfg: ModelConfig, tp: int) -> LayerSplit:
+    pattern = cfg.get("hybrid_override_pattern")
+    if pattern is None:
+        blocks = cfg.require("layers_block_type")
+        codes = {"mamba": "M", "attention": "*", "mlp": "-", "moe": "E"}
+        pattern = "".join(codes.get(kind, "?") for kind in blocks)
+    heads, head_dim = cfg.positive_int("mamba_num_heads"), cfg.positive_int("mamba_head_dim")
+    state = cfg.positive_int("ssm_state_size")
+    groups = cfg.positive_int("n_groups")
+    kernel = int(cfg.get("conv_kernel") or cfg.positive_int("mamba_d_conv", 4))
+    conv, temporal = _mamba2_shapes(heads * head_dim + 2 * groups * state, heads, head_dim, state,
+                                    kernel, tp, cfg.source)  # fmt: skip
+    mamba = tuple(i for i, c in enumerate(pattern) if c == "M")
+    full = tuple(i for i, c in enumerate(pattern) if c == "*")
+    return LayerSplit(full, (), RecurrentGeometry(mamba, conv, temporal,
+                                                  *state_dtypes(cfg, from_config=True)))  # fmt: skip
+
+
+def _falcon_h1(cfg: ModelConfig, tp: int) -> LayerSplit:
+    # falcon_h1.py:287-315: every layer has attention and a mamba mixer side by side.
+    inner = int(cfg.get("mamba_d_ssm") or cfg.positive_int("mamba_expand") * cfg.positive_int("hidden_size"))
+    heads = cfg.positive_int("mamba_n_heads")
+    head_dim = cfg.get("mamba_d_head")
+    head_dim = inner // heads if head_dim in (None, "auto") else int(head_dim)
+    state, groups = cfg.positive_int("mamba_d_state"), cfg.positive_int("mamba_n_groups")
+    conv, temporal = _mamba2_shapes(inner + 2 * groups * state, heads, head_dim, state,
+                                    cfg.positive_int("mamba_d_conv", 4), tp, cfg.source)  # fmt: skip
+    layers = _all(cfg)
+    return LayerSplit(layers, (), RecurrentGeometry(layers, conv, temporal,
+                                                    *state_dtypes(cfg, from_config=True)))  # fmt: skip
+
+
+def _granite_hybrid(cfg: ModelConfig, tp: int) -> LayerSplit:
+    kinds = list(cfg.require("layer_types"))
+    inner = cfg.positive_int("mamba_expand", 2) * cfg.positive_int("hidden_size")
+    state, groups = cfg.positive_int("mamba_d_state"), cfg.positive_int("mamba_n_groups", 1)
+    conv, temporal = _mamba2_shapes(inner + 2 * groups * state, cfg.positive_int("mamba_n_heads"),
+                                    cfg.positive_int("mamba_d_head"), state,
+                                    cfg.positive_int("mamba_d_conv", 4), tp, cfg.source)  # fmt: skip
+    recurrent = RecurrentGeometry(_where(kinds, {"mamba"}), conv, temporal,
+                                  *state_dtypes(cfg, from_config=False))  # fmt: skip
+    return LayerSplit(_where(kinds, {"attention"}), (), recurrent)
+
+
+def _inner_size(cfg: ModelConfig) -> int:
+    return int(cfg.get("intermediate_size") or cfg.positive_int("expand", 2) * cfg.positive_int("hidden_size"))
+
+
+def _mamba2(cfg: ModelConfig, tp: int) -> LayerSplit:
+    state, groups = cfg.positive_int("state_size"), cfg.positive_int("n_groups", 1)
+    conv, temporal = _mamba2_shapes(_inner_size(cfg) + 2 * groups * state, cfg.positive_int("num_heads"),
+                                    cfg.positive_int("head_dim"), state,
+                                    cfg.positive_int("conv_kernel", 4), tp, cfg.source)  # fmt: skip
+    return LayerSplit((), (), RecurrentGeometry(_all(cfg), conv, temporal,
+                                                *state_dtypes(cfg, from_config=False)))  # fmt: skip
+
+
+def _mamba1(cfg: ModelConfig, tp: int) -> LayerSplit:
+    # mamba.py:11-80 (create_full_rank): conv (I/tp, K-1), temporal (I/tp, 1, N).
+    inner = _per_rank(_inner_size(cfg), tp, "intermediate_size", cfg.source)
+    conv = ((inner, cfg.positive_int("conv_kernel", 4) - 1),)
+    temporal = (inner, 1, cfg.positive_int("state_size"))
+    return LayerSplit((), (), RecurrentGeometry(_all(cfg), conv, temporal,
+                                                *state_dtypes(cfg, from_config=False)))  # fmt: skip
+
+
+def _lfm2(cfg: ModelConfig, tp: int) -> LayerSplit:
+    kinds = list(cfg.require("layer_types"))
+    hidden = _per_rank(cfg.positive_int("hidden_size"), tp, "hidden_size", cfg.source)
+    conv = ((hidden, cfg.positive_int("conv_L_cache", 3) - 1),)
+    recurrent = RecurrentGeometry(_where(kinds, {"conv", "short_conv"}), conv, (1, hidden, 0),
+                                  *state_dtypes(cfg, from_config=cfg.model_type == "lfm2"))  # fmt: skip
+    return LayerSplit(_where(kinds, {"full_attention"}), (), recurrent)
+
+
+def _zaya(cfg: ModelConfig, tp: int) -> LayerSplit:
+    # zaya.py:231-303: the CCA attention layers also keep two conv states.
+    layers = _all(cfg)
+    marks = cfg.get("zaya_layers")
+    full = tuple(i for i in layers if (marks[i] == "a" if marks else i % 2 == 0))
+    heads = cfg.positive_int("num_attention_heads") + int(cfg.get("num_key_value_heads") or 0)
+    width = _per_rank(heads * default_head_dim(cfg), tp, "cca conv width", cfg.source)
+    window = (cfg.positive_int("cca_time0", 2) - 1) + (cfg.positive_int("cca_time1", 2) - 1)
+    conv = ((width, window), (cfg.positive_int("hidden_size"), 1))
+    return LayerSplit(full, (), RecurrentGeometry(full, conv, (1, 1, 0),
+                                                  *state_dtypes(cfg, from_config=True)))  # fmt: skip
+
+
+def _kda_shapes(heads: int, head_dim: int, kernel: int, tp: int, source: str) -> tuple[tuple[Shape, ...], Shape]:
+    """KimiLinearStateShape.create: conv (K-1, 3·H·D/tp), temporal (H/tp, D, D)."""
+    width = _per_rank(3 * heads * head_dim, tp, "3*num_heads*head_dim", source)
+    return ((kernel - 1, width),), (_per_rank(heads, tp, "num_heads", source), head_dim, head_dim)
+
+
+def _bailing_linear_layers(cfg: ModelConfig) -> tuple[int, ...]:
+    """BailingHybridConfig.layers_block_type (bailing_hybrid.py:172-195): an int group size makes
+    every group's last layer full attention; a list marks linear layers with 1."""
+    layers = _all(cfg)
+    group = cfg.get("layer_group_size", 1)
+    if isinstance(group, list):
+        if len(group) != len(layers):
+            raise ConfigError(f"{cfg.source}: layer_group_size list must have num_hidden_layers entries")
+        return tuple(i for i in layers if group[i] == 1)
+    return tuple(i for i in layers if (i + 1) % int(group) != 0)
+
+
+def _kda(cfg: ModelConfig, tp: int) -> LayerSplit:
+    layers = _all(cfg)
+    if cfg.model_type == "bailing_hybrid":
+        linear = _bailing_linear_layers(cfg)
+        conv, temporal = _kda_shapes(cfg.positive_int("num_attention_heads"), default_head_dim(cfg),
+                                     cfg.positive_int("short_conv_kernel_size"), tp, cfg.source)  # fmt: skip
+    else:
+        linear_cfg = cfg.require("linear_attn_config")
+        one_based = cfg.model_type == "kimi_linear"  # kimi_linear.py:158-182 vs glm5_next.py:245-268
+        kda = {int(i) - (1 if one_based else 0) for i in linear_cfg.get("kda_layers", [])}
+        linear = tuple(i for i in layers if i in kda)
+        conv, temporal = _kda_shapes(int(linear_cfg["num_heads"]), int(linear_cfg["head_dim"]),
+                                     int(linear_cfg.get("short_conv_kernel_size", 4)), tp, cfg.source)  # fmt: skip
+    full = tuple(i for i in layers if i not in linear)
+    return LayerSplit(full, (), RecurrentGeometry(linear, conv, temporal,
+                                                  *state_dtypes(cfg, from_config=False)))  # fmt: skip
+
+
+def _lightning(cfg: ModelConfig, tp: int) -> LayerSplit:
+    layers = _all(cfg)
+    if cfg.model_type == "minicpm_sala":
+        kinds = list(cfg.get("mixer_types") or [])
+        linear = _where(kinds, {"lightning", "lightning_attn", "lightning-attn"})
+        heads = int(cfg.get("lightning_nkv") or cfg.positive_int("num_key_value_heads"))
+        head_dim = int(cfg.get("lightning_head_dim") or default_head_dim(cfg))
+    else:
+        linear = _bailing_linear_layers(cfg)
+        heads, head_dim = cfg.positive_int("num_attention_heads"), default_head_dim(cfg)
+    temporal = (_per_rank(heads, tp, "lightning heads", cfg.source), head_dim, head_dim)
+    full = tuple(i for i in layers if i not in linear)
+    return LayerSplit(full, (), RecurrentGeometry(linear, ((0, 0),), temporal,
+                                                  *state_dtypes(cfg, from_config=False)))  # fmt: skip
+
+
+def _inkling(cfg: ModelConfig, tp: int, *, scattered_sconv: bool = False) -> LayerSplit:
+    # inkling.py:77-88 defaults, 218-256 conv shapes; every layer carries six (K-1, dim) convs.
+    layers = _all(cfg)
+    local = tuple(int(i) for i in cfg.get("local_layer_ids") or [])
+    if len(set(local)) != len(local) or any(not 0 <= i < len(layers) for i in local):
+        raise ConfigError(f"{cfg.source}: local_layer_ids must be unique ids in [0, {len(layers)})")
+    head_dim = default_head_dim(cfg)
+    swa_head_dim = int(cfg.get("swa_head_dim") or head_dim)
+    full_dim = kv_heads_per_rank(cfg, tp) * head_dim
+    swa_heads = cfg.get("swa_num_key_value_heads") or cfg.positive_int("num_key_value_heads")
+    local_dim = max(1, int(swa_heads) // tp) * swa_head_dim
+    stream = cfg.positive_int("hidden_size")
+    if scattered_sconv:
+        stream = _per_rank(stream, tp, "hidden_size", cfg.source)
+    k = cfg.positive_int("sconv_kernel_size", 4) - 1
+    conv = ((k, full_dim), (k, full_dim), (k, local_dim), (k, local_dim), (k, stream), (k, stream))
+    full = tuple(i for i in layers if i not in local)
+    return LayerSplit(full, local, RecurrentGeometry(layers, conv, (0, 0, 0), "bfloat16", "bfloat16"))
+
+
+RECURRENT_SPLITS: dict[str, Callable[[ModelConfig, int], LayerSplit]] = {
+    "gdn": _gdn,
+    "jet_gdn": _jet_gdn,
+    "nemotron_h": _nemotron_h,
+    "falcon_h1": _falcon_h1,
+    "granite_hybrid": _granite_hybrid,
+    "mamba2": _mamba2,
+    "mamba1": _mamba1,
+    "lfm2": _lfm2,
+    "zaya": _zaya,
+    "kda": _kda,
+    "glm5_next": _kda,
+    "lightning": _lightning,
+}
+
+
+def recurrent_split(family: str, cfg: ModelConfig, tp: int, *, scattered_sconv: bool) -> LayerSplit:
+    if family == "inkling":
+        return _inkling(cfg, tp, scattered_sconv=scattered_sconv)
+    return RECURRENT_SPLITS[family](cfg, tp)
+
+
+def swa_split(cfg: ModelConfig, rule: str) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(full, swa) layer ids of a hybrid-SWA model, by its architecture's rule."""
+    layers = _all(cfg)
+    if rule == "every_fourth_full":
+        swa = tuple(i for i in layers if (i + 1) % 4 != 0)
+    elif rule == "local_layer_ids":
+        swa = tuple(i for i in layers if i in set(cfg.get("local_layer_ids") or []))
+    elif rule == "hybrid_layer_pattern":
+        pattern = cfg.require("hybrid_layer_pattern")
+        swa = tuple(i for i in layers if pattern[i] == 1)
+    else:
+        kinds = list(cfg.get("layer_types") or [])
+        swa = _where(kinds, {"sliding_attention"})
+        full = _where(kinds, {"full_attention"})
+        return full, swa
+    return tuple(i for i in layers if i not in swa), swa

@@ -1,0 +1,118 @@
+"""Hazards: rules over the spec, the policy and the flags that a person can act on.
+
+Each hazard has a stable code (CI greps for it), a severity (``--strict`` fails on "error"), and a
+sentence that says what goes wrong and what to change.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from kvdoctor.core import rules
+from kvdoctor.core.flags import ServerFlags
+from kvdoctor.core.policy import BackupDecision, PoolLayout, backup_carries
+from kvdoctor.core.spec import StateSpec
+
+ERROR, WARNING, INFO = "error", "warning", "info"
+
+
+@dataclass(frozen=True)
+class Hazard:
+    severity: str
+    code: str
+    message: str
+
+
+@dataclass(frozen=True)
+class Context:
+    """Everything a hazard rule may look at."""
+
+    spec: StateSpec
+    layout: PoolLayout
+    backup: BackupDecision
+    flags: ServerFlags
+
+
+def _lost_components(ctx: Context) -> list[str]:
+    if not ctx.backup.applies:
+        return []
+    carried = backup_carries(ctx.backup.backend, ctx.spec, ctx.layout)
+    return [name for name in ctx.spec.names if name not in carried]
+
+
+def ssm_on_host_pool(ctx: Context) -> Iterator[Hazard]:
+    if ctx.backup.applies and ctx.backup.backend == "host_pool" and ctx.spec.recurrent is not None:
+        yield Hazard(ERROR, "KVD001-SSM-ON-HOST-POOL",
+                     "recurrent state (conv/SSM) is not carried by the host_pool retraction backup: every "
+                     "retracted request resumes on another request's state. Drop "
+                     "--disaggregation-decode-retraction-backup host_pool (SGLang then picks cpu_tensor).")  # fmt: skip
+
+
+def block_scales_dropped(ctx: Context) -> Iterator[Hazard]:
+    lost = [n for n in _lost_components(ctx) if n.endswith("_scales")]
+    if lost:
+        yield Hazard(ERROR, "KVD002-BLOCK-SCALES-DROPPED",
+                     f"--kv-cache-dtype {ctx.spec.kv_dtype.flag} keeps per-block scales ({', '.join(lost)}) that the "
+                     f"{ctx.backup.backend} retraction path does not copy: restored KV decodes with stale scales. "
+                     "Use a KV dtype whose pool copies its scales (mxfp8, fp8_e4m3, bf16).")  # fmt: skip
+
+
+def other_state_lost(ctx: Context) -> Iterator[Hazard]:
+    if ctx.backup.backend == "host_pool":
+        return  # reported by KVD001 with its own advice
+    lost = [n for n in _lost_components(ctx) if not n.endswith("_scales")]
+    if ctx.backup.applies and ctx.backup.backend == "none":
+        yield Hazard(WARNING, "KVD003-NO-RETRACTION-BACKUP",
+                     "--disaggregation-decode-retraction-backup none keeps no backup: every retracted request is "
+                     "aborted with HTTP 503 instead of resumed.")  # fmt: skip
+    elif lost:
+        yield Hazard(ERROR, "KVD004-STATE-NOT-BACKED-UP",
+                     f"the {ctx.backup.backend} retraction backup leaves {', '.join(lost)} behind on a slot "
+                     "that another request will reuse.")  # fmt: skip
+
+
+def mxfp8_alignment(ctx: Context) -> Iterator[Hazard]:
+    if ctx.spec.kv_dtype.flag != "mxfp8":
+        return
+    dims = {g.head_dim for g in (ctx.spec.full, ctx.spec.swa) if g is not None and not g.mla}
+    dims |= {g.v_head_dim for g in (ctx.spec.full, ctx.spec.swa) if g is not None and not g.mla}
+    bad = sorted(d for d in dims if d % rules.MXFP8_ALIGNMENT)
+    if bad:
+        yield Hazard(ERROR, "KVD005-MXFP8-HEAD-DIM",
+                     f"MXFP8 scales cover 32 elements of head_dim, but head_dim {bad} is not a multiple of 32: "
+                     "SGLang refuses to build the pool.")  # fmt: skip
+    if ctx.flags.page_size % rules.MXFP8_ALIGNMENT:
+        yield Hazard(ERROR, "KVD006-MXFP8-PAGE-SIZE",
+                     f"MXFP8 KV needs --page-size a multiple of 32 (128 for the fused FA4 store), got "
+                     f"{ctx.flags.page_size}.")  # fmt: skip
+    if ctx.spec.full is not None and ctx.spec.full.mla:
+        yield Hazard(ERROR, "KVD007-MXFP8-ON-MLA",
+                     "SGLang has no MXFP8 pool for MLA latent KV; use fp8_e4m3 or bf16.")  # fmt: skip
+
+
+def mxfp8_hardware(ctx: Context) -> Iterator[Hazard]:
+    if ctx.spec.kv_dtype.flag == "mxfp8":
+        yield Hazard(WARNING, "KVD008-MXFP8-NEEDS-SM100",
+                     "SGLang's MXFP8 KV path needs SM100+ (Blackwell) with --attention-backend fa4; on H100/H200 "
+                     "the server refuses it (kvdoctor's own kernels still run there).")  # fmt: skip
+
+
+def not_modelled(ctx: Context) -> Iterator[Hazard]:
+    if ctx.flags.not_modelled:
+        yield Hazard(INFO, "KVD009-FLAGS-NOT-MODELLED",
+                     f"flags accepted but not modelled: {' '.join(ctx.flags.not_modelled)}")  # fmt: skip
+
+
+RULES: tuple[Callable[[Context], Iterator[Hazard]], ...] = (
+    ssm_on_host_pool,
+    block_scales_dropped,
+    other_state_lost,
+    mxfp8_alignment,
+    mxfp8_hardware,
+    not_modelled,
+)
+
+
+def find_hazards(ctx: Context) -> tuple[Hazard, ...]:
+    return tuple(h for rule in RULES for h in rule(ctx))

@@ -1,0 +1,188 @@
+"""``StateSpec``: every piece of per-request state a model carries under the given server flags.
+
+The spec is the one description both ``inspect`` (bytes, hazards) and ``roundtrip`` (real pools on
+a device) are built from, so the two can never disagree about what a request's state is.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+
+from kvdoctor.core import geometry, rules
+from kvdoctor.core.config import ModelConfig
+from kvdoctor.core.families import Classification
+from kvdoctor.core.flags import ServerFlags
+from kvdoctor.errors import FlagError
+
+DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "uint8": 1}
+PER_TOKEN = "per_token"
+PER_REQUEST = "per_request"
+
+
+@dataclass(frozen=True)
+class Component:
+    """One kind of state: where it lives, how it is indexed, and what one unit of it weighs."""
+
+    name: str  # full_kv, swa_kv, mla_kv, full_kv_scales, swa_kv_scales, conv_state, temporal_state
+    sub_pool: str  # "full" | "swa" | "mamba": which pool of the layout holds it
+    index: str  # PER_TOKEN or PER_REQUEST
+    dtype: str
+    layers: int
+    shapes: tuple[geometry.Shape, ...]  # per token (or per request), per layer
+    bits_per_element: int
+
+    @property
+    def elements_per_layer(self) -> int:
+        return sum(math.prod(shape) for shape in self.shapes)
+
+    @property
+    def bytes(self) -> int:
+        """Bytes per token (PER_TOKEN) or per request (PER_REQUEST), summed over layers."""
+        return self.elements_per_layer * self.layers * self.bits_per_element // 8
+
+
+@dataclass(frozen=True)
+class KVDtype:
+    """The resolved ``--kv-cache-dtype``: what the payload is, and its block scales if any."""
+
+    flag: str
+    payload: str
+    payload_bits: int
+    scale_block: int | None
+    mha_pool: str
+
+    @property
+    def block_scaled(self) -> bool:
+        return self.scale_block is not None
+
+
+@dataclass(frozen=True)
+class StateSpec:
+    """The model's state under the flags: geometry of each pool and the component list."""
+
+    classification: Classification
+    kv_dtype: KVDtype
+    full: geometry.AttentionGeometry | None
+    swa: geometry.AttentionGeometry | None
+    recurrent: geometry.RecurrentGeometry | None
+    sliding_window: int | None
+    tp_size: int
+    num_layers: int
+    components: tuple[Component, ...]
+
+    def component(self, name: str) -> Component | None:
+        return next((c for c in self.components if c.name == name), None)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(c.name for c in self.components)
+
+    def bytes_per_token(self, sub_pool: str) -> int:
+        return sum(c.bytes for c in self.components if c.sub_pool == sub_pool and c.index == PER_TOKEN)
+
+    @property
+    def bytes_per_mamba_slot(self) -> int:
+        return sum(c.bytes for c in self.components if c.index == PER_REQUEST)
+
+
+def model_dtype(cfg: ModelConfig) -> str:
+    """The checkpoint dtype SGLang's "auto" KV dtype follows (model_config.py:2288-2320)."""
+    raw = str(cfg.get("dtype") or cfg.get("torch_dtype") or "bfloat16").removeprefix("torch.")
+    return {"float": "float32", "half": "float16", "bf16": "bfloat16"}.get(raw, raw)
+
+
+def resolve_kv_dtype(cfg: ModelConfig, flag: str) -> KVDtype:
+    if flag == "auto":
+        dtype = model_dtype(cfg)
+        if dtype not in DTYPE_BYTES:
+            raise FlagError(f"{cfg.source}: model dtype '{dtype}' is not a KV dtype kvdoctor models")
+        return KVDtype(flag, dtype, DTYPE_BYTES[dtype] * 8, None, "MHATokenToKVPool")
+    rule = rules.KV_DTYPES[flag]
+    return KVDtype(flag, rule.storage, rule.payload_bits, rule.scale_block, rule.mha_pool)
+
+
+def _kv_components(name: str, sub_pool: str, geo: geometry.AttentionGeometry, kv: KVDtype) -> list[Component]:
+    parts = [Component(name, sub_pool, PER_TOKEN, kv.payload, geo.layers, geo.shapes, kv.payload_bits)]
+    if kv.scale_block is not None and not geo.mla:
+        scale_shapes = tuple((h, max(1, d // kv.scale_block)) for h, d in geo.shapes)
+        parts.append(Component(f"{sub_pool}_kv_scales", sub_pool, PER_TOKEN, "uint8 (e8m0)",
+                               geo.layers, scale_shapes, 8))  # fmt: skip
+    return parts
+
+
+def _recurrent_components(rec: geometry.RecurrentGeometry) -> list[Component]:
+    parts = []
+    if any(math.prod(s) for s in rec.conv_shapes):
+        parts.append(Component("conv_state", "mamba", PER_REQUEST, rec.conv_dtype, rec.layers,
+                               rec.conv_shapes, DTYPE_BYTES[rec.conv_dtype] * 8))  # fmt: skip
+    if math.prod(rec.temporal_shape):
+        parts.append(Component("temporal_state", "mamba", PER_REQUEST, rec.temporal_dtype, rec.layers,
+                               (rec.temporal_shape,), DTYPE_BYTES[rec.temporal_dtype] * 8))  # fmt: skip
+    return parts
+
+
+def _attention_geometry(cfg: ModelConfig, cls: Classification, flags: ServerFlags):
+    """(full, swa, recurrent) geometry for the model under the flags."""
+    tp = flags.tp_size
+    recurrent = None
+    if cls.uses_ssm_state:
+        split = geometry.recurrent_split(cls.family, cfg, tp, scattered_sconv=flags.enable_scattered_sconv)
+        full_ids, swa_ids, recurrent = split.full, split.swa, split.recurrent
+        if flags.mamba_ssm_dtype and recurrent is not None and cls.family != "inkling":
+            # --mamba-ssm-dtype lands in SGLANG_MAMBA_SSM_DTYPE, which wins over the config
+            # (arg_groups/serving_hook.py:439-440); Inkling's dtypes are fixed (inkling.py:253).
+            recurrent = dataclasses.replace(recurrent, temporal_dtype=flags.mamba_ssm_dtype)
+    elif cls.is_hybrid_swa:
+        rule = next((rules.SWA_LAYER_RULES[a] for a in cfg.architectures if a in rules.SWA_LAYER_RULES),
+                    rules.SWA_LAYER_DEFAULT_RULE)  # fmt: skip
+        full_ids, swa_ids = geometry.swa_split(cfg, rule)
+    else:
+        full_ids, swa_ids = tuple(range(cfg.positive_int("num_hidden_layers"))), ()
+    if not cls.is_hybrid_swa:  # SWA layers stay in the one pool unless SGLang splits them out
+        full_ids, swa_ids = tuple(sorted(set(full_ids) | set(swa_ids))), ()
+    full = None
+    if full_ids:
+        full = geometry.mla(cfg, full_ids) if cls.is_mla else geometry.mha(cfg, full_ids, tp)
+    swa = None
+    if swa_ids:
+        base = geometry.mha(cfg, swa_ids, tp)
+        swa_head_dim = int(cfg.get("swa_head_dim") or base.head_dim)
+        swa_heads = cfg.get("swa_num_key_value_heads")
+        swa = geometry.AttentionGeometry(
+            swa_ids,
+            max(1, int(swa_heads) // tp) if swa_heads else base.kv_heads,
+            swa_head_dim,
+            int(cfg.get("swa_v_head_dim") or swa_head_dim),
+        )
+    return full, swa, recurrent
+
+
+def sliding_window(cfg: ModelConfig) -> int | None:
+    window = cfg.get("sliding_window_size") or cfg.get("sliding_window")
+    return int(window) if window else None
+
+
+def build_spec(cfg: ModelConfig, cls: Classification, flags: ServerFlags) -> StateSpec:
+    """Derive the state spec of CFG (classified as CLS) under FLAGS."""
+    kv = resolve_kv_dtype(cfg, flags.kv_cache_dtype)
+    full, swa, recurrent = _attention_geometry(cfg, cls, flags)
+    parts: list[Component] = []
+    if full is not None:
+        parts += _kv_components("mla_kv" if full.mla else "full_kv", "full", full, kv)
+    if swa is not None:
+        parts += _kv_components("swa_kv", "swa", swa, kv)
+    if recurrent is not None:
+        parts += _recurrent_components(recurrent)
+    return StateSpec(
+        classification=cls,
+        kv_dtype=kv,
+        full=full,
+        swa=swa,
+        recurrent=recurrent,
+        sliding_window=sliding_window(cfg),
+        tp_size=flags.tp_size,
+        num_layers=cfg.positive_int("num_hidden_layers"),
+        components=tuple(parts),
+    )

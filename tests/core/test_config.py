@@ -1,0 +1,79 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from kvdoctor.core.config import bundled_fixtures, load_config
+from kvdoctor.errors import ConfigError, InputError
+
+
+def test_loads_a_file_a_directory_and_a_fixture(write_config) -> None:
+    path = write_config({"model_type": "llama", "architectures": ["LlamaForCausalLM"]})
+    assert load_config(str(path)).model_type == "llama"
+    assert load_config(str(path.parent)).source == str(path)
+    assert load_config("inkling-small").model_type == "inkling_mm_model"
+
+
+def test_every_bundled_fixture_parses() -> None:
+    names = bundled_fixtures()
+    assert "inkling-small" in names and len(names) >= 20
+    for name in names:
+        assert load_config(name).model_type
+
+
+@pytest.mark.parametrize(
+    ("key", "expected"),
+    [("text_config", "inner"), ("llm_config", "inner"), ("language_config", "inner")],
+)
+def test_nested_text_config_is_unwrapped(write_config, key: str, expected: str) -> None:
+    path = write_config({"model_type": "outer", key: {"model_type": expected, "num_attention_heads": 4}})
+    cfg = load_config(str(path))
+    assert cfg.text_model_type == expected
+    assert cfg.model_type == "outer"
+
+
+def test_thinker_config_wins_over_text_config(write_config) -> None:
+    top = {"model_type": "omni", "text_config": {"model_type": "a"}, "thinker_config": {"text_config": {"model_type": "b"}}}
+    assert load_config(str(write_config(top))).text_model_type == "b"
+
+
+def test_hub_repo_found_in_the_local_hf_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The layout huggingface_hub itself writes: models--org--name/{refs/main, snapshots/REV/config.json}.
+    repo = tmp_path / "models--acme--tiny-llama"
+    snapshot = repo / "snapshots" / "abc123"
+    snapshot.mkdir(parents=True)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text("abc123")
+    (snapshot / "config.json").write_text(json.dumps({"model_type": "llama"}))
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
+    import huggingface_hub.constants as constants
+
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path))
+    assert load_config("acme/tiny-llama").model_type == "llama"
+    with pytest.raises(ConfigError, match="not-cached"):
+        load_config("acme/not-cached")
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("{not json", "malformed JSON at line 1"),
+        ("[1, 2]", "must be a JSON object"),
+        ('{"hidden_size": 8}', "'model_type' is missing"),
+    ],
+)
+def test_bad_configs_name_the_file_and_the_problem(write_config, tmp_path: Path, text: str, message: str) -> None:
+    path = tmp_path / "bad.json"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=message) as info:
+        load_config(str(path))
+    assert str(path) in str(info.value)
+
+
+def test_missing_model_and_empty_directory(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="no such file"):
+        load_config(str(tmp_path / "nope.json"))
+    with pytest.raises(InputError, match="no config.json"):
+        load_config(str(tmp_path))
