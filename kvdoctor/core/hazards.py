@@ -37,7 +37,7 @@ class Context:
 def _lost_components(ctx: Context) -> list[str]:
     if not ctx.backup.applies:
         return []
-    carried = backup_carries(ctx.backup.backend, ctx.spec, ctx.layout)
+    carried = backup_carries(ctx.backup.backend, ctx.spec, ctx.layout, ctx.flags.page_size)
     return [name for name in ctx.spec.names if name not in carried]
 
 
@@ -55,7 +55,8 @@ def block_scales_dropped(ctx: Context) -> Iterator[Hazard]:
         yield Hazard(ERROR, "KVD002-BLOCK-SCALES-DROPPED",
                      f"--kv-cache-dtype {ctx.spec.kv_dtype.flag} keeps per-block scales ({', '.join(lost)}) that the "
                      f"{ctx.backup.backend} retraction path does not copy: restored KV decodes with stale scales. "
-                     "Use a KV dtype whose pool copies its scales (mxfp8, fp8_e4m3, bf16).")  # fmt: skip
+                     "Use a path that carries them (mxfp8 at --page-size 128, cpu_tensor for mxfp8) or an "
+                     "unscaled KV dtype (fp8_e4m3, bf16).")  # fmt: skip
 
 
 def other_state_lost(ctx: Context) -> Iterator[Hazard]:

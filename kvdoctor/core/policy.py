@@ -74,7 +74,9 @@ class BackupDecision:
 def pool_layout(spec: StateSpec) -> PoolLayout:
     """kv_cache_configurator / memory_pool: the pool classes the spec lands in."""
     cls = spec.classification
-    kv_pool_class = "MLATokenToKVPool" if spec.full is not None and spec.full.mla else spec.kv_dtype.mha_pool
+    kv_pool_class = spec.kv_dtype.mha_pool
+    if spec.full is not None and spec.full.mla:
+        kv_pool_class = "MLATokenToKVPoolFP4" if spec.kv_dtype.payload_bits == 4 else "MLATokenToKVPool"
     full_pool = kv_pool_class if spec.full is not None else None
     swa_pool = spec.kv_dtype.mha_pool if spec.swa is not None else None
     if cls.is_hybrid_swa:
@@ -157,23 +159,27 @@ def pd_state_types(spec: StateSpec) -> tuple[str, ...]:
     if spec.recurrent is not None:
         types.append("MAMBA")
     if spec.kv_dtype.block_scaled:
-        if spec.full is not None and not spec.full.mla:
+        if spec.component("full_kv_scales") is not None:
             types.append("BLOCK_SCALE")
         if spec.swa is not None:
             types.append("BLOCK_SCALE_SWA")
     return tuple(types)
 
 
-def backup_carries(backend: str, spec: StateSpec, layout: PoolLayout) -> frozenset[str]:
+def backup_carries(backend: str, spec: StateSpec, layout: PoolLayout, page_size: int) -> frozenset[str]:
     """The components a retraction on BACKEND brings back, as the pools and protocol stand."""
+    scales = {"full_kv_scales", "swa_kv_scales"}
     if backend == "none":
         return frozenset()
     if backend == "host_pool":
-        return frozenset(n for n in spec.names if n in rules.HOST_POOL_CARRIES)
+        carried = {n for n in spec.names if n in rules.HOST_POOL_CARRIES}
+        if spec.kv_dtype.flag == "mxfp8" and page_size == rules.MXFP8_INTERLEAVED_PAGE:
+            carried |= scales & set(spec.names)
+        return frozenset(carried)
     carried = set(spec.names)
     pools = {layout.full_pool, layout.swa_pool}
     if pools & rules.CPU_COPY_DROPS_SCALES:
-        carried -= {"full_kv_scales", "swa_kv_scales"}
+        carried -= scales
     if spec.recurrent is not None and not (layout.cpu_copy_carries_mamba or layout.caller_backs_up_mamba):
         carried -= {"conv_state", "temporal_state"}
     return frozenset(carried)

@@ -193,8 +193,11 @@ HOST_POOL_LAYOUTS = ("MHATokenToKVPool", "MHATokenToKVPoolMXFP8", "MHATokenToKVP
 BACKUP_ONLY_HICACHE_RATIO = 0.2  # kv_cache_builder.py:164
 DEFAULT_HICACHE_RATIO = 2.0  # kv_cache_builder.py:260
 HICACHE_RATIO_SOURCE = "srt/mem_cache/kv_cache_builder.py:245-261"
-# What the host_pool backend moves (the unified tree's full and SWA components).
-HOST_POOL_CARRIES = frozenset({"full_kv", "swa_kv", "full_kv_scales", "swa_kv_scales"})
+# What the host_pool backend moves: the unified tree's full and SWA components. Block scales ride
+# along only in MHATokenToKVPoolMXFP8Host, chosen for the page-interleaved MXFP8 layout
+# (pool_host/mha.py:1684-1698); FP4 and flat-layout MXFP8 fall back to the plain MHA host pool.
+HOST_POOL_CARRIES = frozenset({"full_kv", "swa_kv", "mla_kv"})
+HOST_POOL_SCALES_SOURCE = "srt/mem_cache/pool_host/mha.py:1684-1698, pool_host/mha_mxfp8.py"
 
 
 # --- PD state types: srt/disaggregation/base/conn.py (class StateType) ---
@@ -226,4 +229,4 @@ CPU_OFFLOAD_CHUNK = 8192
 # MXFP8 scale planes are page-interleaved only at page size 128 (memory_pool.py:3924-3946).
 MXFP8_INTERLEAVED_PAGE = 128
 # Pools whose get_cpu_copy leaves block scales behind (FP4 inherits the MHA copy, memory_pool.py:3621-3774).
-CPU_COPY_DROPS_SCALES = frozenset({"MHATokenToKVPoolFP4"})
+CPU_COPY_DROPS_SCALES = frozenset({"MHATokenToKVPoolFP4", "MLATokenToKVPoolFP4"})

@@ -105,7 +105,8 @@ def resolve_kv_dtype(cfg: ModelConfig, flag: str) -> KVDtype:
 
 def _kv_components(name: str, sub_pool: str, geo: geometry.AttentionGeometry, kv: KVDtype) -> list[Component]:
     parts = [Component(name, sub_pool, PER_TOKEN, kv.payload, geo.layers, geo.shapes, kv.payload_bits)]
-    if kv.scale_block is not None and not geo.mla:
+    # SGLang has no MXFP8 MLA pool (hazard KVD007); FP4 MLA keeps scales beside the latent row.
+    if kv.scale_block is not None and not (geo.mla and kv.flag == "mxfp8"):
         scale_shapes = tuple((h, max(1, d // kv.scale_block)) for h, d in geo.shapes)
         parts.append(Component(f"{sub_pool}_kv_scales", sub_pool, PER_TOKEN, "uint8 (e8m0)",
                                geo.layers, scale_shapes, 8))  # fmt: skip

@@ -82,3 +82,21 @@ def test_mxfp8_head_dim_and_mla() -> None:
 def test_unmodelled_flags_are_reported() -> None:
     assert "KVD009" in _codes(run("llama-3.1-8b", "--quantization", "fp8"))
     assert "KVD009" not in _codes(run("llama-3.1-8b"))
+
+
+@pytest.mark.parametrize(
+    ("model", "flags", "dropped"),
+    [
+        # host_pool: only the page-interleaved MXFP8 layout has a host pool that carries scales.
+        ("llama-3.1-8b", ("--kv-cache-dtype", "mxfp8", "--page-size", "128"), False),
+        ("llama-3.1-8b", ("--kv-cache-dtype", "mxfp8", "--page-size", "64"), True),
+        ("llama-3.1-8b", ("--kv-cache-dtype", "nvfp4"), True),
+        ("gpt-oss-20b", ("--kv-cache-dtype", "mxfp8", "--page-size", "32"), True),
+        # cpu_tensor: the MLA FP4 pool copies the latent row only.
+        ("deepseek-v3", ("--kv-cache-dtype", "nvfp4"), True),
+        ("deepseek-v3", ("--kv-cache-dtype", "fp8_e4m3"), False),
+    ],
+)
+def test_block_scales_a_backup_path_leaves_behind(model: str, flags: tuple[str, ...], dropped: bool) -> None:
+    a = run(model, *DECODE, *flags)
+    assert ("KVD002" in _codes(a)) == dropped
