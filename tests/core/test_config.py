@@ -35,7 +35,8 @@ def test_nested_text_config_is_unwrapped(write_config, key: str, expected: str) 
 
 
 def test_thinker_config_wins_over_text_config(write_config) -> None:
-    top = {"model_type": "omni", "text_config": {"model_type": "a"}, "thinker_config": {"text_config": {"model_type": "b"}}}
+    thinker = {"text_config": {"model_type": "b"}}
+    top = {"model_type": "omni", "text_config": {"model_type": "a"}, "thinker_config": thinker}
     assert load_config(str(write_config(top))).text_model_type == "b"
 
 
@@ -75,5 +76,5 @@ def test_bad_configs_name_the_file_and_the_problem(write_config, tmp_path: Path,
 def test_missing_model_and_empty_directory(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="no such file"):
         load_config(str(tmp_path / "nope.json"))
-    with pytest.raises(InputError, match="no config.json"):
+    with pytest.raises(InputError, match=r"no config\.json"):
         load_config(str(tmp_path))

@@ -15,7 +15,10 @@ from tests.core.conftest import run
 DECODE = ("--disaggregation-mode", "decode")
 
 
-def _decide(model: str, *flags: str, platform: Platform = Platform()):
+CUDA = Platform()
+
+
+def _decide(model: str, *flags: str, platform: Platform = CUDA):
     a = run(model, *flags)
     return decide_backup(a.spec, a.layout, a.flags, platform)
 
@@ -102,8 +105,8 @@ def test_hicache_ratio_resolution(model: str, flags: tuple[str, ...], ratio: flo
 
 
 def test_pool_layout_and_mamba_contract() -> None:
-    inkling = run("inkling-small").layout
-    assert (inkling.kv_pool, inkling.cpu_copy_carries_mamba, inkling.caller_backs_up_mamba) == ("SWAKVPool", False, True)
+    ink = run("inkling-small").layout
+    assert (ink.kv_pool, ink.cpu_copy_carries_mamba, ink.caller_backs_up_mamba) == ("SWAKVPool", False, True)
     gdn = run("qwen3-next-80b-a3b").layout
     assert (gdn.kv_pool, gdn.cpu_copy_carries_mamba, gdn.caller_backs_up_mamba) == ("HybridLinearKVPool", True, False)
     llama = run("llama-3.1-8b", "--kv-cache-dtype", "mxfp8").layout

@@ -46,7 +46,8 @@ def test_host_pool_on_a_recurrent_model_is_an_error() -> None:
     assert "KVD001" in _codes(bad)
     assert any(h.severity == "error" for h in bad.hazards)
     assert "KVD001" not in _codes(run("inkling-small", *DECODE))
-    assert "KVD001" not in _codes(run("llama-3.1-8b", *DECODE, "--disaggregation-decode-retraction-backup", "host_pool"))
+    host_pool = ("--disaggregation-decode-retraction-backup", "host_pool")
+    assert "KVD001" not in _codes(run("llama-3.1-8b", *DECODE, *host_pool))
 
 
 def test_fp4_scales_are_dropped_by_the_cpu_copy() -> None:
