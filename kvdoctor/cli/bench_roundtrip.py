@@ -1,0 +1,69 @@
+"""``kvdoctor bench roundtrip``: offload/restore bandwidth, ours vs the server's per-layer copy."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import typer
+
+from kvdoctor.cli.errors import exit_on_error
+
+
+def render(report: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    title = (f"bench roundtrip: {report['model']} | kv {report['kv_cache_dtype']} | {report['device']} | "
+             f"{report['requests']} requests x {report['tokens']} tokens | "
+             f"{report['bytes_per_round'] / 2**20:,.1f} MiB per round")  # fmt: skip
+    console.print(title, highlight=False)
+    table = Table(title_justify="left")
+    for col in ("path", "direction", "GB/s (median)", "GB/s (best)", "median", "vs naive (best)", "vs pinned"):
+        table.add_column(col, no_wrap=True)
+    for r in report["rows"]:
+        table.add_row(
+            r["path"], r["direction"], f"{r['gbps']:,.2f}", f"{r['best_gbps']:,.2f}", f"{r['median_s'] * 1e3:,.1f} ms",
+            "" if r["vs_naive"] is None else f"{r['vs_naive']:.2f}x",
+            "" if r["vs_pinned"] is None else f"{r['vs_pinned']:.0%}",
+        )  # fmt: skip
+    console.print(table)
+    match = "[green]identical[/]" if report["bytes_match"] else "[bold red]DIFFER[/]"
+    console.print(f"backup bytes, ours vs naive: {match}; offload {report['offload_speedup']:.2f}x, "
+                  f"restore {report['restore_speedup']:.2f}x the naive copy")  # fmt: skip
+
+
+def bench_roundtrip(
+    ctx: typer.Context,
+    model: str = typer.Argument("inkling-small", help="config.json path, model directory, fixture or Hub id."),
+    device: str = typer.Option("auto", "--device", help="auto (CUDA when available), cpu or cuda."),
+    requests: int = typer.Option(64, "--requests", min=1, help="Requests offloaded and restored per round."),
+    tokens: int = typer.Option(2048, "--tokens", min=2, help="Tokens per request."),
+    repeats: int = typer.Option(5, "--repeats", min=1, help="Timed rounds per path (after one warm-up)."),
+    layers: int | None = typer.Option(None, "--layers", min=1, help="Reduce: at most N layers per sub-pool."),
+    heads: int | None = typer.Option(None, "--heads", min=1, help="Reduce: at most N KV / recurrent heads."),
+    json_output: bool = typer.Option(False, "--json", help="Print one JSON object instead of a table."),
+) -> None:
+    """Offload and restore bandwidth of kvdoctor's copy engine vs SGLang's per-layer copy, one run.
+
+    SGLang server flags may follow MODEL; with none, the Inkling MXFP8 decode setup is used.
+    """
+    with exit_on_error():
+        from kvdoctor.bench.roundtrip import BenchOptions
+        from kvdoctor.bench.roundtrip import bench_roundtrip as run
+        from kvdoctor.core.analysis import analyze
+        from kvdoctor.state.pools import Reductions
+
+        flags = list(ctx.args) or ["--kv-cache-dtype", "mxfp8", "--disaggregation-mode", "decode"]
+        analysis = analyze(model, flags)
+        options = BenchOptions(device=device, requests=requests, tokens=tokens, repeats=repeats,
+                               reductions=Reductions(layers=layers, heads=heads))  # fmt: skip
+        result = run(analysis, options)
+    report = result.to_json()
+    if json_output:
+        typer.echo(json.dumps(report, indent=2, default=str))
+    else:
+        render(report)
+    if not result.bytes_match:
+        raise typer.Exit(1)

@@ -1,0 +1,126 @@
+"""``kvdoctor roundtrip``: run SGLang's retraction protocol on real pools and diff every byte."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import typer
+
+from kvdoctor.cli.errors import exit_on_error
+
+
+def _bytes(n: int) -> str:
+    value = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if value < 1024 or unit == "GiB":
+            return f"{int(value):,} B" if unit == "B" else f"{value:,.1f} {unit}"
+        value /= 1024
+    return str(n)
+
+
+def _where(row: dict[str, Any]) -> str:
+    if row.get("first_plane") is None:
+        return ""
+    rid = row.get("first_request")
+    who = "padding" if rid is None else f"req {rid}"
+    return (f"{who}, {row['first_plane']}, layer {row['first_layer']}, "
+            f"pos {row['first_position']}, slot {row['first_slot']}")  # fmt: skip
+
+
+def render(report: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    used = report["used"]
+    console.print(
+        f"[bold]kvdoctor roundtrip[/] {used['model']} | kv {report['kv_cache_dtype']} | backend "
+        f"{report['backend']} | {report['device']} | injected: {report['injected'] or 'none'}",
+        highlight=False,
+    )
+    verdict = "[bold green]OK[/]" if report["ok"] else "[bold red]DIFFERS[/]"
+    table = Table(title=f"Round trip {verdict}", title_justify="left")
+    for col in ("component", "bytes", "differ", "out/in", "ledger", "verdict"):
+        table.add_column(col, no_wrap=True)
+    for row in report["components"]:
+        mark = "[green]equal[/]" if row["ok"] else "[bold red]RED[/]"
+        ledger = "ok" if row["ledger_ok"] else "[red]BAD[/]"
+        table.add_row(row["name"], _bytes(row["bytes"]), f"{row['mismatched_bytes']:,}",
+                      f"{row['copies_out']}/{row['copies_in']}", ledger, mark)  # fmt: skip
+    console.print(table)
+    console.print(
+        f"used: {used['requests']} requests ({used['retracted']} retracted) up to {used['max_tokens']} tokens, "
+        f"page {used['page_size']}, seed {used['seed']}; layers full/swa/recurrent "
+        f"{used['full_layers']}/{used['swa_layers']}/{used['recurrent_layers']}, KV heads {used['kv_heads']}, "
+        f"window {used['sliding_window']}; reductions: {used['reductions']}; pool {used['kv_pool']} "
+        f"(cpu_copy_carries_mamba={used['cpu_copy_carries_mamba']}); scales: {used['scale_layout'] or '-'}; "
+        f"{_bytes(used['pool_bytes'])} of pools; {report['elapsed_s']} s",
+        highlight=False,
+    )
+    for row in report["components"]:
+        if not row["ok"]:
+            why = _where(row) or "bytes agree"
+            if not row["ledger_ok"]:
+                why += f"; ledger: copied out {row['copies_out']}x, in {row['copies_in']}x per request"
+            console.print(f"[red]{row['name']}[/]: first mismatch {why}", highlight=False)
+    if not report["ok"]:
+        console.print(f"[bold red]verdict: red[/] — differs: {', '.join(report['failing'])}")
+
+
+def roundtrip(
+    ctx: typer.Context,
+    model: str = typer.Argument(..., help="config.json path, model directory, bundled fixture or cached Hub id."),
+    device: str = typer.Option("auto", "--device", help="auto (CUDA when available), cpu or cuda."),
+    requests: int = typer.Option(8, "--requests", min=2, help="Requests admitted; half are retracted."),
+    tokens: int = typer.Option(256, "--tokens", min=2, help="Longest request (seqlen); lengths vary down to half."),
+    seed: int = typer.Option(0, "--seed", help="Seed for lengths, retracted set and data."),
+    inject: str | None = typer.Option(
+        None,
+        "--inject",
+        help="Reproduce a known failure: missing-mamba, double-mamba, drop-block-scale, drop-swa, "
+        "host-pool-on-ssm, restore-order, clobber-padding.",
+    ),
+    layers: int | None = typer.Option(None, "--layers", min=1, help="Reduce: at most N layers per sub-pool."),
+    heads: int | None = typer.Option(None, "--heads", min=1, help="Reduce: at most N KV / recurrent heads."),
+    json_output: bool = typer.Option(False, "--json", help="Print one JSON object instead of tables."),
+) -> None:
+    """Retract requests, let others reuse their slots, restore, and diff every state component bitwise.
+
+    Any SGLang server flag (e.g. --kv-cache-dtype mxfp8 --disaggregation-mode decode) may follow MODEL.
+    Exit 0 when everything matches, 1 when anything differs, 2 on bad input.
+    """
+    with exit_on_error():
+        from kvdoctor.core.analysis import analyze
+        from kvdoctor.state.pools import Reductions
+        from kvdoctor.state.run import RoundtripOptions, run_roundtrip
+
+        analysis = analyze(model, ctx.args)
+        options = RoundtripOptions(device=device, requests=requests, tokens=tokens, seed=seed, inject=inject,
+                                   reductions=Reductions(layers=layers, heads=heads))  # fmt: skip
+        if json_output:
+            result = run_roundtrip(analysis, options)
+        else:
+            result = _run_with_progress(analysis, options, run_roundtrip)
+    report = result.to_json()
+    if json_output:
+        typer.echo(json.dumps(report, indent=2, default=str))
+    else:
+        render(report)
+    if not result.ok:
+        raise typer.Exit(1)
+
+
+def _run_with_progress(analysis: Any, options: Any, run: Any) -> Any:
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    columns = (TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+               TimeElapsedColumn())  # fmt: skip
+    with Progress(*columns, console=Console(stderr=True), transient=True) as bar:
+        task = bar.add_task("round trip", total=None)
+
+        def update(what: str, done: int, total: int) -> None:
+            bar.update(task, description=what, completed=done, total=total)
+
+        return run(analysis, options, update)

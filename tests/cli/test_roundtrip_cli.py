@@ -1,0 +1,98 @@
+"""`kvdoctor roundtrip` and `kvdoctor bench roundtrip` end to end: tables, JSON, exit codes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from kvdoctor.cli.app import app
+
+INKLING = ["inkling-small", "--kv-cache-dtype", "mxfp8", "--disaggregation-mode", "decode"]
+SMALL = ["--device", "cpu", "--requests", "4", "--tokens", "48", "--layers", "1", "--heads", "1"]
+runner = CliRunner()
+
+
+def invoke(*args: str):
+    return runner.invoke(app, list(args), env={"COLUMNS": "200"})
+
+
+def test_readme_main_job_command_passes_and_prints_its_table() -> None:
+    env = {**os.environ, "COLUMNS": "200"}
+    out = subprocess.run(
+        [sys.executable, "-m", "kvdoctor", "roundtrip", *INKLING, "--device", "cpu"],
+        capture_output=True, text=True, timeout=120, check=False, env=env,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    for name in ("full_kv_scales", "swa_kv_scales", "conv_state", "padding_slot", "resident_requests"):
+        assert name in out.stdout
+    assert "Round trip OK" in out.stdout
+    assert "8 requests (4 retracted) up to 256 tokens" in out.stdout
+
+
+def test_json_has_the_promised_keys() -> None:
+    out = invoke("roundtrip", *INKLING, *SMALL, "--json")
+    assert out.exit_code == 0, out.output
+    report = json.loads(out.stdout)
+    assert {"ok", "device", "kv_cache_dtype", "injected", "components"} <= set(report)
+    assert report["ok"] is True and report["device"] == "cpu" and report["kv_cache_dtype"] == "mxfp8"
+    assert report["injected"] is None
+    for comp in report["components"]:
+        assert {"name", "bytes", "mismatched_bytes", "equal", "copies_out", "copies_in"} <= set(comp)
+        assert isinstance(comp["bytes"], int) and isinstance(comp["equal"], bool)
+
+
+def test_injected_fault_exits_one_and_names_the_component() -> None:
+    out = invoke("roundtrip", *INKLING, *SMALL, "--inject", "drop-block-scale")
+    assert out.exit_code == 1
+    assert "verdict: red" in out.stdout and "full_kv_scales" in out.stdout
+    report = json.loads(invoke("roundtrip", *INKLING, *SMALL, "--inject", "missing-mamba", "--json").stdout)
+    assert report["ok"] is False and report["injected"] == "missing-mamba"
+    assert report["failing"] == ["conv_state"]
+
+
+@pytest.mark.parametrize("args", [
+    ["roundtrip", "inkling-small", "--kv-cache-dtype", "nvfp4", *SMALL],
+    ["roundtrip", *INKLING, *SMALL, "--inject", "no-such-fault"],
+    ["roundtrip", "llama-3.1-8b", *SMALL, "--inject", "drop-swa"],
+    ["roundtrip", "no-such-model", *SMALL],
+    ["roundtrip", *INKLING, "--device", "tpu"],
+])  # fmt: skip
+def test_bad_input_exits_two(args: list[str]) -> None:
+    out = invoke(*args)
+    assert out.exit_code == 2, out.output
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal when CUDA is absent")
+def test_cuda_requested_without_cuda_exits_two() -> None:
+    out = invoke("roundtrip", *INKLING, "--device", "cuda")
+    assert out.exit_code == 2
+    assert "CUDA" in out.output
+
+
+def test_bench_roundtrip_prints_both_paths_and_ratios() -> None:
+    out = invoke("bench", "roundtrip", "--device", "cpu", "--requests", "3", "--tokens", "64",
+                 "--layers", "1", "--repeats", "1")  # fmt: skip
+    assert out.exit_code == 0, out.output
+    assert "ours" in out.stdout and "naive" in out.stdout and "identical" in out.stdout
+    report = json.loads(invoke("bench", "roundtrip", "--device", "cpu", "--requests", "3", "--tokens", "64",
+                               "--layers", "1", "--repeats", "1", "--json").stdout)  # fmt: skip
+    assert report["bytes_match"] is True
+    paths = {(r["path"], r["direction"]) for r in report["rows"]}
+    assert {("ours", "offload"), ("naive", "offload"), ("ours", "restore"), ("naive", "restore")} <= paths
+    assert report["offload_speedup"] > 0 and report["restore_speedup"] > 0
+
+
+def test_help_lists_every_fault() -> None:
+    from kvdoctor.state.faults import FAULTS
+
+    out = invoke("roundtrip", "--help")
+    assert out.exit_code == 0
+    text = " ".join(out.stdout.split())
+    for fault in FAULTS:
+        assert fault in text

@@ -1,0 +1,68 @@
+"""The diff itself: a flipped byte anywhere a request or the padding slot lives turns it red."""
+
+from __future__ import annotations
+
+import torch
+
+from kvdoctor.state.diff import PADDING, RESIDENT, Observations, capture_padding, capture_request, diff, failing
+from kvdoctor.state.fill import fill_background, fill_requests
+from kvdoctor.state.host_copy import CopyLedger
+from kvdoctor.state.pools import Reductions, admit, build_pools, plan_sizes, reduced_geometry
+from tests.state.helpers import analysis
+
+
+def _setup():
+    a = analysis("inkling-small", "mxfp8", "--page-size", "128")
+    geo = reduced_geometry(a, Reductions(layers=1, heads=1))
+    pools = build_pools(a, geo, plan_sizes(2, 1, 40, 128, geo.window), torch.device("cpu"))
+    gen = torch.Generator().manual_seed(3)
+    fill_background(pools, gen)
+    reqs = [admit(pools, rid, 40) for rid in range(2)]
+    fill_requests(pools, reqs, gen, a.spec.kv_dtype.payload)
+    return a, pools, reqs
+
+
+def _observe(a, pools, reqs, before, pad_before) -> Observations:
+    return Observations(
+        before=before,
+        at_visible={},
+        after={r.rid: capture_request(pools, r) for r in reqs},
+        retracted=[],
+        residents=[r.rid for r in reqs],
+        padding_before=pad_before,
+        padding_after=capture_padding(pools),
+        components=list(a.spec.names),
+    )
+
+
+def test_untouched_pools_diff_green() -> None:
+    a, pools, reqs = _setup()
+    before = {r.rid: capture_request(pools, r) for r in reqs}
+    frame = diff(_observe(a, pools, reqs, before, capture_padding(pools)), CopyLedger())
+    assert failing(frame) == []
+
+
+def test_a_flipped_resident_scale_byte_is_found() -> None:
+    a, pools, reqs = _setup()
+    before = {r.rid: capture_request(pools, r) for r in reqs}
+    pad = capture_padding(pools)
+    slot = int(pools.req_to_token[reqs[1].row, 5])
+    plane = next(p for p in pools.swa.planes if p.name == "v_scale") if pools.swa else None
+    assert plane is not None and pools.full_to_swa is not None
+    swa_slot = pools.full_to_swa[slot : slot + 1]
+    plane.data[0, plane.units_of(swa_slot)[0], 0] ^= 0x01
+    frame = diff(_observe(a, pools, reqs, before, pad), CopyLedger())
+    assert failing(frame) == [RESIDENT]
+    resident = frame.loc[frame["name"] == RESIDENT].iloc[0]
+    assert resident["mismatched_bytes"] == 1
+    assert resident["first_request"] == 1 and resident["first_plane"] == "swa_kv_scales.v_scale"
+    assert resident["first_position"] == 5
+
+
+def test_a_write_to_slot_zero_is_found() -> None:
+    a, pools, reqs = _setup()
+    before = {r.rid: capture_request(pools, r) for r in reqs}
+    pad = capture_padding(pools)
+    assert pools.full is not None
+    pools.full.planes[0].data[0, 0, 0] ^= 0x80
+    assert failing(diff(_observe(a, pools, reqs, before, pad), CopyLedger())) == [PADDING]
