@@ -87,6 +87,12 @@ def mxfp8_alignment(ctx: Context) -> Iterator[Hazard]:
         yield Hazard(ERROR, "KVD006-MXFP8-PAGE-SIZE",
                      f"MXFP8 KV needs --page-size a multiple of 32 (128 for the fused FA4 store), got "
                      f"{ctx.flags.page_size}.")  # fmt: skip
+    interleaved = ctx.flags.page_size == rules.MXFP8_INTERLEAVED_PAGE
+    if interleaved and dims - {rules.MXFP8_INTERLEAVED_HEAD_DIM}:
+        yield Hazard(ERROR, "KVD010-MXFP8-INTERLEAVED-HEAD-DIM",
+                     "at --page-size 128 SGLang stores MXFP8 scales page-interleaved, which packs exactly four "
+                     f"scales (head_dim 128) per slot and head; head_dim {sorted(dims)} fails its store "
+                     "assert.")  # fmt: skip
     if ctx.spec.full is not None and ctx.spec.full.mla:
         yield Hazard(ERROR, "KVD007-MXFP8-ON-MLA",
                      "SGLang has no MXFP8 pool for MLA latent KV; use fp8_e4m3 or bf16.")  # fmt: skip

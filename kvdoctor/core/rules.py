@@ -226,7 +226,10 @@ MAMBA_TRACKING_SLOTS = {"extra_buffer": 2, "extra_buffer_lazy": 1}
 EXTRA_BUFFER_FAMILIES = frozenset({"inkling"})  # model_overrides/inkling.py:55-56
 # The KV offload chunk of every pool's get_cpu_copy (memory_pool.py:2043-2044).
 CPU_OFFLOAD_CHUNK = 8192
-# MXFP8 scale planes are page-interleaved only at page size 128 (memory_pool.py:3924-3946).
+# MXFP8 scale planes are page-interleaved only at page size 128 (memory_pool.py:3918-3946), and the
+# interleaved store packs four scales per word: head_dim 128 only
+# (kernels/ops/kvcache/mxfp8_interleave_sf.py:73-77).
 MXFP8_INTERLEAVED_PAGE = 128
+MXFP8_INTERLEAVED_HEAD_DIM = 128
 # Pools whose get_cpu_copy leaves block scales behind (FP4 inherits the MHA copy, memory_pool.py:3621-3774).
 CPU_COPY_DROPS_SCALES = frozenset({"MHATokenToKVPoolFP4", "MLATokenToKVPoolFP4"})

@@ -101,3 +101,10 @@ def test_unmodelled_flags_are_reported() -> None:
 def test_block_scales_a_backup_path_leaves_behind(model: str, flags: tuple[str, ...], dropped: bool) -> None:
     a = run(model, *DECODE, *flags)
     assert ("KVD002" in _codes(a)) == dropped
+
+
+def test_interleaved_mxfp8_scales_need_head_dim_128() -> None:
+    # gpt-oss has head_dim 64: fine with flat scales, refused by the page-128 interleaved store.
+    assert "KVD010" in _codes(run("gpt-oss-20b", "--kv-cache-dtype", "mxfp8", "--page-size", "128"))
+    assert "KVD010" not in _codes(run("gpt-oss-20b", "--kv-cache-dtype", "mxfp8", "--page-size", "64"))
+    assert "KVD010" not in _codes(run("llama-3.1-8b", "--kv-cache-dtype", "mxfp8", "--page-size", "128"))
