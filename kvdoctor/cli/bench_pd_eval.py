@@ -1,0 +1,56 @@
+"""``kvdoctor bench pd-eval``: the eval client's own overhead against an instant server."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from kvdoctor.cli.errors import exit_on_error
+
+
+def bench_pd_eval(
+    data_path: Annotated[Path | None, typer.Option(
+        "--data-path", help="GSM8K test.jsonl (default: sha256-checked cache/download).")] = None,
+    parallel: int = typer.Option(128, "--parallel", help="Requests in flight."),
+    num_questions: int | None = typer.Option(
+        None, "--num-questions", help="Scored questions (default: all after the shots)."),
+    repeats: int = typer.Option(3, "--repeats", help="Runs per client; medians are reported."),
+    json_out: bool = typer.Option(False, "--json", help="Print the measurements as JSON."),
+) -> None:
+    """Time kvdoctor's eval client (sharded pools) next to a naive single-pool httpx client,
+    both against an instant stand-in server in another process: wall, questions/s, client CPU."""
+    with exit_on_error():
+        from rich.console import Console
+        from rich.table import Table
+
+        from kvdoctor.bench.pd_eval import bench
+        from kvdoctor.errors import InputError
+        from kvdoctor.pd import gsm8k
+        from kvdoctor.report import json as json_report
+
+        if parallel < 1 or repeats < 1:
+            raise InputError("--parallel and --repeats must be >= 1")
+        data = gsm8k.resolve_data(data_path)
+        assert data is not None
+        result = bench(data.path, parallel=parallel, num_questions=num_questions,
+                       repeats=repeats)
+        if json_out:
+            print(json_report.dumps(result.to_dict()), end="")
+            return
+        table = Table(title=f"pd-eval client: {result.questions} questions, "
+                            f"{result.parallel} in flight, median of {result.repeats}")
+        for column in ("client", "wall s", "questions/s", "client CPU µs/request",
+                       "client CPU share of wall"):
+            table.add_column(column, justify="right" if column != "client" else "left")
+        for loop in result.loops:
+            table.add_row(loop.name, f"{loop.wall_s:.2f}", f"{loop.per_second:.0f}",
+                          f"{loop.cpu_us_per_request:.0f}", f"{loop.client_cpu_s / loop.wall_s:.0%}")
+        console = Console()
+        console.print(table)
+        sharded, single = result.loops
+        console.print(f"data + prompts {result.prepare_s * 1e3:.0f} ms; scoring "
+                      f"{result.score_s * 1e3:.0f} ms; sharded vs single pool: "
+                      f"{single.wall_s / sharded.wall_s:.2f}x faster wall, "
+                      f"{single.client_cpu_s / sharded.client_cpu_s:.2f}x less client CPU")

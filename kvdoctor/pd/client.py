@@ -1,0 +1,179 @@
+"""Send the eval's prompts through the router, ``parallel`` in flight, greedy, with hard timeouts.
+
+Why async httpx: one event loop keeps ``--parallel 128`` requests in flight on one core with
+pooled keep-alive connections, so the client is never the bottleneck of a GPU deployment (and a
+stand-in server answers 1,319 questions in seconds). A transport failure after retries is a
+deployment failure (exit 3), never a wrong answer; an HTTP 4xx (e.g. prompt too long) scores the
+question as unanswered, like SGLang's own sampler.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import httpx
+
+from kvdoctor.errors import DeploymentError
+from kvdoctor.pd.http import verify_for
+
+APIS = ("completions", "generate")
+RETRIES = 2
+RETRY_BACKOFF_S = 0.25
+SHARD = 8  # connections per pooled client (see complete_all)
+
+
+class RequestFailed(DeploymentError):
+    """A request kept failing at the transport or 5xx level."""
+
+    reason = "request_failed"
+
+
+class EvalTimeout(DeploymentError):
+    """The run's --timeout expired while the eval was running."""
+
+    reason = "timeout"
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """Greedy decoding, sent explicitly (SGLang otherwise takes the model's generation_config)."""
+
+    max_new_tokens: int
+    stop: tuple[str, ...]
+    model: str
+    api: str = "completions"
+    temperature: float = 0.0
+
+
+@dataclass(frozen=True)
+class Completion:
+    text: str
+    completion_tokens: int | None
+    finish_reason: str | None
+    latency_s: float
+    error: str | None = None
+
+
+def request_for(prompt: str, s: Sampling) -> tuple[str, dict[str, object]]:
+    """The path and body SGLang expects (``/v1/completions`` as its gate does, or ``/generate``)."""
+    if s.api == "generate":
+        params = {"temperature": s.temperature, "max_new_tokens": s.max_new_tokens,
+                  "stop": list(s.stop)}
+        return "/generate", {"text": prompt, "sampling_params": params}
+    body = {"model": s.model, "prompt": prompt, "temperature": s.temperature,
+            "max_tokens": s.max_new_tokens, "stop": list(s.stop)}
+    return "/v1/completions", body
+
+
+def parse_reply(api: str, payload: dict[str, object]) -> tuple[str, int | None, str | None]:
+    """(text, completion tokens, finish reason) from either response shape."""
+    if api == "generate":
+        meta = payload.get("meta_info") or {}
+        finish = meta.get("finish_reason") if isinstance(meta, dict) else None
+        tokens = meta.get("completion_tokens") if isinstance(meta, dict) else None
+        kind = finish.get("type") if isinstance(finish, dict) else finish
+        return str(payload.get("text") or ""), tokens, kind
+    choices = payload.get("choices") or [{}]
+    choice = choices[0] if isinstance(choices, list) and choices else {}
+    usage = payload.get("usage") or {}
+    tokens = usage.get("completion_tokens") if isinstance(usage, dict) else None
+    return str(choice.get("text") or ""), tokens, choice.get("finish_reason")
+
+
+async def complete(client: httpx.AsyncClient, prompt: str, s: Sampling) -> Completion:
+    path, body = request_for(prompt, s)
+    last_error = ""
+    for attempt in range(RETRIES + 1):
+        if attempt:
+            await asyncio.sleep(RETRY_BACKOFF_S * 2 ** (attempt - 1))
+        started = time.perf_counter()
+        try:
+            response = await client.post(path, json=body)
+        except httpx.TimeoutException as exc:
+            raise RequestFailed(f"POST {path} timed out ({type(exc).__name__})") from exc
+        except httpx.TransportError as exc:
+            last_error = f"{type(exc).__name__}: {exc}"
+            continue
+        latency = time.perf_counter() - started
+        if response.status_code >= 500 or response.status_code == 429:
+            last_error = f"HTTP {response.status_code}: {response.text[:200]}"
+            continue
+        if response.status_code >= 400:
+            error = f"HTTP {response.status_code}: {response.text[:200]}"
+            return Completion("", None, None, latency, error)
+        text, tokens, finish = parse_reply(s.api, response.json())
+        return Completion(text, tokens, finish, latency)
+    raise RequestFailed(f"POST {path} failed {RETRIES + 1} times; last: {last_error}")
+
+
+def make_client(base_url: str, connections: int, request_timeout_s: float) -> httpx.AsyncClient:
+    limits = httpx.Limits(max_connections=connections, max_keepalive_connections=connections)
+    timeout = httpx.Timeout(request_timeout_s, connect=min(10.0, request_timeout_s))
+    return httpx.AsyncClient(base_url=base_url, limits=limits, timeout=timeout,
+                             verify=verify_for(base_url))
+
+
+async def complete_all(
+    base_url: str,
+    prompts: Sequence[str],
+    sampling: Sampling,
+    *,
+    parallel: int,
+    request_timeout_s: float,
+    time_left_s: float | None = None,
+    run_timeout_s: float | None = None,
+    what: str = "the eval",
+    on_done: Callable[[int, Completion], None] | None = None,
+    watchdog: Callable[[], None] | None = None,
+) -> list[Completion]:
+    """Every prompt's completion, in order, from ``parallel`` workers.
+
+    Workers share clients of ``SHARD`` connections each: httpcore's pool scans all of its
+    connections for every request, so one pool of 128 costs ~quadratic CPU per request, while
+    eight pools of 16 keep the client far below the server's cost. ``watchdog`` is called every
+    0.1 s and may raise (a server died) to stop the eval at once; ``time_left_s`` bounds the eval.
+    """
+    results: list[Completion | None] = [None] * len(prompts)
+    pending = iter(range(len(prompts)))
+    workers = min(parallel, len(prompts)) or 1
+    clients = [make_client(base_url, min(SHARD, workers - start), request_timeout_s)
+               for start in range(0, workers, SHARD)]
+
+    async def worker(number: int) -> None:
+        http = clients[number // SHARD]
+        for index in pending:
+            done = await complete(http, prompts[index], sampling)
+            results[index] = done
+            if on_done is not None:
+                on_done(index, done)
+
+    work = asyncio.gather(*(worker(n) for n in range(workers)))
+    watcher = asyncio.ensure_future(_watch(watchdog))
+    try:
+        finished, _ = await asyncio.wait({work, watcher}, timeout=time_left_s,
+                                         return_when=asyncio.FIRST_COMPLETED)
+        if not finished:
+            budget = f"--timeout {run_timeout_s:g} s" if run_timeout_s else f"{time_left_s:g} s"
+            raise EvalTimeout(f"{what} did not finish within {budget}")
+        if watcher in finished:
+            watcher.result()  # re-raises what the watchdog raised
+        if work.exception() is not None and watchdog is not None:
+            watchdog()  # a dead server explains a failed request better than the request
+        work.result()
+        return [r for r in results if r is not None]
+    finally:
+        for task in (work, watcher):
+            task.cancel()
+        await asyncio.gather(work, watcher, return_exceptions=True)
+        await asyncio.gather(*(c.aclose() for c in clients), return_exceptions=True)
+
+
+async def _watch(watchdog: Callable[[], None] | None) -> None:
+    while True:
+        await asyncio.sleep(0.1)
+        if watchdog is not None:
+            watchdog()
+

@@ -1,0 +1,139 @@
+"""How many requests the decode server retracted: Prometheus first, its log as the fallback.
+
+Names are those of SGLang 0.5.23: the counter ``sglang:num_retracted_requests_total``
+(``srt/observability/metrics_collector.py``, served at ``/metrics`` with ``--enable-metrics``) and
+the scheduler warning ``KV cache pool is full. Retract requests. #retracted_reqs: N, …`` — or
+``Testing retraction. #retracted_reqs: N`` under ``SGLANG_TEST_RETRACT`` (``srt/managers/
+scheduler.py``).
+
+Every TP rank runs the same scheduler and retracts the same requests, and each reports them
+(metric label ``tp_rank``, log prefix ``TPn``). Counting them all would multiply the count by
+the TP size, so per data-parallel group the largest per-rank count is taken, then summed over
+DP groups.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+COUNTER = "sglang:num_retracted_requests_total"
+# Labels that tell replicas of one decision apart (not separate decisions).
+REPLICA_LABELS = frozenset({"tp_rank", "pp_rank", "moe_ep_rank", "pid", "attn_cp_rank"})
+_LOG_LINE = re.compile(
+    r"^(?:\[(?P<prefix>[^\]]*)\])?.*?"
+    r"(?:KV cache pool is full\. Retract requests\.|Testing retraction\.)\s*"
+    r"#retracted_reqs: (?P<n>\d+)",
+    re.MULTILINE,
+)
+_DP = re.compile(r"\bDP(\d+)\b")
+_REPLICA = re.compile(r"\b(?:TP|PP|EP|ATTN_CP|MOE_DP)\d+\b")
+
+
+@dataclass(frozen=True)
+class RetractionCount:
+    """A retraction count and where it came from (``metrics``, ``log`` or ``none`` = unknown)."""
+
+    value: int | None
+    source: str
+
+
+
+def from_prometheus(text: str) -> int | None:
+    """The retraction counter in a ``/metrics`` page; None when the page does not carry it."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    groups: dict[tuple[tuple[str, str], ...], float] = defaultdict(float)
+    found = False
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name != COUNTER:
+                continue
+            found = True
+            key = _group_key(sample.labels)
+            groups[key] = max(groups[key], sample.value)
+    return int(sum(groups.values())) if found else None
+
+
+def _group_key(labels: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
+    return tuple(sorted((k, v) for k, v in labels.items() if k not in REPLICA_LABELS))
+
+
+def from_log(text: str) -> int:
+    """Retracted requests announced in a decode server log (replicas of one decision once)."""
+    per_rank: dict[str, int] = defaultdict(int)
+    for match in _LOG_LINE.finditer(text):
+        prefix = match.group("prefix")
+        per_rank[_rank_key(prefix) if prefix else ""] += int(match.group("n"))
+    per_dp: dict[str, int] = defaultdict(int)
+    for rank, count in per_rank.items():
+        dp = rank.split("|", 1)[0]
+        per_dp[dp] = max(per_dp[dp], count)
+    return sum(per_dp.values())
+
+
+def _rank_key(prefix: str) -> str:
+    dp = _DP.search(prefix)
+    replicas = " ".join(_REPLICA.findall(prefix))
+    return f"{dp.group(1) if dp else ''}|{replicas}"
+
+
+class LogCursor:
+    """Reads only what a log gained since ``mark()`` — the before/after of a log-based count."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.offset = 0
+
+    def mark(self) -> None:
+        self.offset = self.path.stat().st_size if self.path.exists() else 0
+
+    def since_mark(self) -> str:
+        if not self.path.exists():
+            return ""
+        with self.path.open("rb") as fh:
+            fh.seek(self.offset)
+            return fh.read().decode("utf-8", errors="replace")
+
+
+def scrape(base_url: str, timeout_s: float = 10.0) -> int | None:
+    """The counter from ``GET {base_url}/metrics``; None when unreachable, off, or absent."""
+    import httpx
+
+    from kvdoctor.pd import http
+
+    try:
+        response = http.get(f"{base_url}/metrics", timeout_s=timeout_s)
+    except httpx.HTTPError:
+        return None
+    if response.status_code != 200:
+        return None
+    try:
+        return from_prometheus(response.text)
+    except ValueError:
+        return None
+
+
+class RetractionProbe:
+    """Before/after the eval: the metrics counter's delta, else what the log gained meanwhile."""
+
+    def __init__(self, decode_url: str | None, log_path: Path | None) -> None:
+        self.decode_url = decode_url
+        self.cursor = LogCursor(log_path) if log_path is not None else None
+        self.before: int | None = None
+
+    def start(self) -> None:
+        self.before = scrape(self.decode_url) if self.decode_url else None
+        if self.cursor is not None:
+            self.cursor.mark()
+
+    def finish(self) -> RetractionCount:
+        after = scrape(self.decode_url) if self.decode_url else None
+        if self.before is not None and after is not None:
+            return RetractionCount(after - self.before, "metrics")
+        if self.cursor is not None:
+            return RetractionCount(from_log(self.cursor.since_mark()), "log")
+        return RetractionCount(None, "none")

@@ -1,0 +1,166 @@
+"""The launch plan: which commands start, in what order, with which ports and environment.
+
+Pure data built from the model and the options, so ``--dry-run`` prints exactly what a real run
+launches and a test can assert every flag without starting anything.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from kvdoctor.pd.presets import Preset
+
+DEFAULT_LAUNCHER = "python -m sglang.launch_server"
+DEFAULT_ROUTER_LAUNCHER = "python -m sglang_router.launch_router"
+
+
+@dataclass(frozen=True)
+class Ports:
+    prefill: int
+    decode: int
+    router: int
+    bootstrap: int
+    router_metrics: int
+
+
+@dataclass(frozen=True)
+class Step:
+    """One process to start (``argv`` empty when external), and how to know it is up."""
+
+    role: str
+    argv: tuple[str, ...]
+    url: str
+    health_path: str
+    env: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def log_name(self) -> str:
+        return f"{self.role}.log"
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    model: str
+    preset: str
+    steps: tuple[Step, ...]
+    bootstrap_port: int | None
+    external: bool
+
+    def step(self, role: str) -> Step | None:
+        return next((s for s in self.steps if s.role == role), None)
+
+    @property
+    def router_url(self) -> str:
+        router = self.step("router")
+        assert router is not None
+        return router.url
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "model": self.model,
+            "preset": self.preset,
+            "external": self.external,
+            "bootstrap_port": self.bootstrap_port,
+            "steps": [
+                {"role": s.role, "argv": list(s.argv), "env": dict(s.env), "url": s.url,
+                 "health_path": s.health_path}
+                for s in self.steps
+            ],
+        }
+
+
+@dataclass(frozen=True)
+class PlanOptions:
+    model: str
+    preset: Preset
+    transfer_backend: str = "mooncake"
+    ib_device: str | None = None
+    launcher: str = DEFAULT_LAUNCHER
+    router_launcher: str = DEFAULT_ROUTER_LAUNCHER
+    mini_lb: bool = False
+    host: str = "127.0.0.1"
+    pool_tokens: int | None = None
+    extra_args: tuple[str, ...] = ()
+
+
+def build(options: PlanOptions, ports: Ports) -> LaunchPlan:
+    """Prefill, then decode, then the router — the order SGLang's PD fixture waits in."""
+    o, p = options, options.preset
+    prefill_url = f"http://{o.host}:{ports.prefill}"
+    decode_url = f"http://{o.host}:{ports.decode}"
+    router_url = f"http://{o.host}:{ports.router}"
+    bound: tuple[str, ...] = ()
+    user_bound = _has(o.extra_args, "--max-total-tokens")
+    if not p.bounds_pool and o.pool_tokens is not None and not user_bound:
+        bound = ("--max-total-tokens", str(o.pool_tokens))
+    transfer = ("--disaggregation-transfer-backend", o.transfer_backend)
+    if o.ib_device:
+        transfer += ("--disaggregation-ib-device", o.ib_device)
+
+    def server(mode: str, tail: tuple[str, ...], port: int) -> tuple[str, ...]:
+        return (
+            *shlex.split(o.launcher), "--model-path", o.model, *p.leading,
+            "--disaggregation-mode", mode, "--disaggregation-bootstrap-port", str(ports.bootstrap),
+            *p.common, *bound, *tail, *transfer, *o.extra_args,
+            "--host", o.host, "--port", str(port),
+        )  # fmt: skip
+
+    router_argv: tuple[str, ...] = (
+        *shlex.split(o.router_launcher), "--pd-disaggregation",
+        *(("--mini-lb",) if o.mini_lb else ()),
+        "--prefill", prefill_url, "--decode", decode_url,
+        "--host", o.host, "--port", str(ports.router),
+    )  # fmt: skip
+    if not o.mini_lb and p.name == "generic":
+        # The Rust router binds a Prometheus port (29000) by default: parallel jobs would collide.
+        router_argv += ("--prometheus-port", str(ports.router_metrics))
+    steps = (
+        Step("prefill", server("prefill", p.prefill_tail, ports.prefill), prefill_url, "/health",
+             dict(p.env)),
+        Step("decode", server("decode", p.decode_tail, ports.decode), decode_url, "/health",
+             dict(p.env)),
+        Step("router", router_argv, router_url, "/health"),
+    )
+    return LaunchPlan(o.model, p.name, steps, ports.bootstrap, external=False)
+
+
+def external(model: str, *, router_url: str, decode_url: str | None,
+             prefill_url: str | None) -> LaunchPlan:
+    """Servers someone else runs: nothing is started, only checked for health and measured."""
+    steps = [Step("router", (), router_url.rstrip("/"), "/health")]
+    if prefill_url:
+        steps.insert(0, Step("prefill", (), prefill_url.rstrip("/"), "/health"))
+    if decode_url:
+        steps.insert(len(steps) - 1, Step("decode", (), decode_url.rstrip("/"), "/health"))
+    return LaunchPlan(model, "external", tuple(steps), None, external=True)
+
+
+def render(plan: LaunchPlan) -> str:
+    """Shell-ready lines, one per step, in launch order (what ``--dry-run`` prints)."""
+    lines = []
+    for number, step in enumerate(plan.steps, 1):
+        wait = f"then wait for GET {step.url}{step.health_path}"
+        if not step.argv:
+            lines.append(f"# {number}. {step.role}: external at {step.url}; {wait}")
+            continue
+        lines.append(f"# {number}. {step.role} ({wait})")
+        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in step.env.items())
+        lines.append((env + " " if env else "") + shlex.join(step.argv))
+    return "\n".join(lines)
+
+
+def _has(args: Sequence[str], flag: str) -> bool:
+    return any(a == flag or a.startswith(flag + "=") for a in args)
+
+
+def flag_value(args: Sequence[str], flag: str) -> str | None:
+    """The last value given to ``flag`` (``--f v`` or ``--f=v``), as argparse would keep it."""
+    value = None
+    for i, arg in enumerate(args):
+        if arg == flag and i + 1 < len(args):
+            value = args[i + 1]
+        elif arg.startswith(flag + "="):
+            value = arg.split("=", 1)[1]
+    return value

@@ -1,0 +1,100 @@
+"""Before launch: will this eval's peak token demand overflow the decode pool (and so retract)?
+
+The decode role of a PD pair runs a chunk cache (no prefix sharing), so every request in flight
+holds its whole prompt plus the tokens it generates. Peak demand is therefore
+``min(parallel, questions) × (prompt tokens + max_new_tokens)``. Prompt tokens are estimated
+from characters at ``CHARS_PER_TOKEN`` (≈ 4 for English text under BPE tokenizers of the Llama /
+GPT families; GSM8K is plain English with digits), because a tokenizer is not available before
+launch. The pool capacity comes from ``kvdoctor.core.analysis`` (the sizing ``inspect`` reports,
+which also names the retraction backup backend) when it can load the model's config, else from
+the decode server's ``--max-total-tokens``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+
+from kvdoctor.errors import KvdoctorError
+from kvdoctor.pd.plan import flag_value
+
+CHARS_PER_TOKEN = 4.0
+POOL_DIVISOR = 4  # the default bound: a quarter of the peak demand
+POOL_ALIGN = 256
+
+
+@dataclass(frozen=True)
+class Prediction:
+    prompt_tokens: int
+    per_request_tokens: int
+    concurrency: int
+    peak_tokens: int
+    capacity_tokens: int | None
+    capacity_source: str
+    backup_backend: str | None = None
+    chars_per_token: float = CHARS_PER_TOKEN
+
+    @property
+    def retraction_expected(self) -> bool | None:
+        if self.capacity_tokens is None:
+            return None
+        return self.peak_tokens > self.capacity_tokens
+
+    def message(self) -> str:
+        peak = f"predicted peak demand {self.peak_tokens:,} tokens"
+        if self.capacity_tokens is None:
+            return f"{peak}; decode pool capacity unknown (no --max-total-tokens, no sizing)"
+        ratio = self.peak_tokens / self.capacity_tokens
+        verdict = ("retraction expected" if self.retraction_expected else
+                   "pool large enough that retraction is unlikely: the guard will probably fail")
+        backup = f"; retraction backup: {self.backup_backend}" if self.backup_backend else ""
+        return (f"{peak} vs decode pool {self.capacity_tokens:,} tokens "
+                f"({ratio:.1f}x, from {self.capacity_source}): {verdict}{backup}")
+
+    def to_dict(self) -> dict[str, object]:
+        return {**asdict(self), "retraction_expected": self.retraction_expected}
+
+
+def tokens_from_chars(chars: float) -> int:
+    return math.ceil(chars / CHARS_PER_TOKEN)
+
+
+def peak_demand(mean_prompt_chars: float, max_new_tokens: int, parallel: int,
+                num_questions: int | None) -> tuple[int, int, int, int]:
+    """(prompt tokens, tokens per request, concurrency, peak tokens)."""
+    prompt = tokens_from_chars(mean_prompt_chars)
+    per_request = prompt + max_new_tokens
+    concurrency = parallel if num_questions is None else min(parallel, num_questions)
+    return prompt, per_request, concurrency, concurrency * per_request
+
+
+def default_pool_tokens(per_request_tokens: int, peak_tokens: int) -> int:
+    """A decode pool a quarter of the peak (so it retracts), never below two whole requests."""
+    wanted = max(2 * per_request_tokens, peak_tokens // POOL_DIVISOR)
+    return math.ceil(wanted / POOL_ALIGN) * POOL_ALIGN
+
+
+def predict(model: str, decode_server_args: Sequence[str], *, mean_prompt_chars: float,
+            max_new_tokens: int, parallel: int, num_questions: int | None) -> Prediction:
+    prompt, per_request, concurrency, peak = peak_demand(
+        mean_prompt_chars, max_new_tokens, parallel, num_questions)
+    capacity, source, backend = _capacity(model, decode_server_args)
+    return Prediction(prompt, per_request, concurrency, peak, capacity, source, backend)
+
+
+def _capacity(model: str, server_args: Sequence[str]) -> tuple[int | None, str, str | None]:
+    """Pool size from the core analysis when it can size the model, else from the flag."""
+    from kvdoctor.core.analysis import analyze
+
+    try:
+        analysis = analyze(model, list(server_args))
+    except KvdoctorError:  # a model kvdoctor cannot size (no local config): use the flag
+        analysis = None
+    backup = analysis.backup.backend if analysis is not None else None
+    if analysis is not None and analysis.sizing.full_tokens is not None:
+        return analysis.sizing.full_tokens, "kvdoctor inspect sizing", backup
+    flag = flag_value(server_args, "--max-total-tokens")
+    if flag is not None and flag.isdigit():
+        return int(flag), "--max-total-tokens", backup
+    return None, "unknown", backup

@@ -1,0 +1,66 @@
+"""Rich output for a terminal: the plan, launch events, a progress bar, the summary table."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from kvdoctor.pd import plan as plan_mod
+from kvdoctor.pd.client import Completion
+from kvdoctor.pd.reporting import status_line, summary_rows
+from kvdoctor.pd.result import PdEvalResult
+from kvdoctor.pd.run import Prepared
+
+
+def plan_text(prepared: Prepared) -> str:
+    s = prepared.settings
+    data = prepared.data
+    lines = [
+        f"# kvdoctor pd-eval: {prepared.options.model} (preset {prepared.plan.preset})",
+        plan_mod.render(prepared.plan),
+        f"# eval: GSM8K {s.num_shots}-shot, {s.num_questions or 'all'} questions, "
+        f"threshold {s.threshold:.2f}, max {s.max_new_tokens} new tokens, "
+        f"{s.parallel} in flight, /{'generate' if s.api == 'generate' else 'v1/completions'}",
+        f"# data: {data.path} (sha256 {data.sha256[:12]}…, {data.source})" if data
+        else "# data: not available offline; it will be downloaded and sha256-checked",
+    ]
+    if prepared.prediction is not None:
+        lines.append(f"# prediction: {prepared.prediction.message()}")
+    return "\n".join(lines)
+
+
+def print_plan(console: Console, prepared: Prepared) -> None:
+    # soft_wrap: command lines must stay copy-pasteable, never re-wrapped by rich.
+    console.print(plan_text(prepared), soft_wrap=True, markup=False, highlight=False)
+
+
+@contextlib.contextmanager
+def progress(console: Console) -> Iterator[Callable[[int], Callable[[int, Completion], None]]]:
+    bar = Progress(TextColumn("GSM8K"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                   console=console, transient=False)
+
+    def start(total: int) -> Callable[[int, Completion], None]:
+        task = bar.add_task("eval", total=total)
+        return lambda _index, _done: bar.advance(task)
+
+    with bar:
+        yield start
+
+
+def summary(console: Console, result: PdEvalResult, written: Mapping[str, Path]) -> None:
+    table = Table(title="kvdoctor pd-eval", show_lines=False)
+    for column in ("check", "value", "threshold", "result"):
+        table.add_column(column)
+    style = {"passed": "green", "failed": "bold red", "skipped": "yellow", "error": "bold red"}
+    for row in summary_rows(result):
+        table.add_row(row.check, row.value, row.threshold,
+                      f"[{style.get(row.status, '')}]{row.status}[/]")
+    console.print(table)
+    console.print(status_line(result).replace("**", ""), markup=False, highlight=False)
+    for name, path in written.items():
+        console.print(f"  {name}: {path}", markup=False, highlight=False)

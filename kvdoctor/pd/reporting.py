@@ -1,0 +1,97 @@
+"""One ``PdEvalResult`` fed to every serializer: JSON, JUnit, step summary, per-question tables."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+
+from kvdoctor.pd.gate import FAILED
+from kvdoctor.pd.result import EXIT_DEPLOYMENT, PdEvalResult
+from kvdoctor.report import github, junit, tables
+from kvdoctor.report import json as json_report
+
+SUITE = "kvdoctor pd-eval"
+
+
+def _fmt(value: float | None, spec: str = ".3f") -> str:
+    return "—" if value is None else format(value, spec)
+
+
+def junit_cases(result: PdEvalResult) -> list[junit.Case]:
+    """deployment, accuracy, retraction: a gate that never ran is an error, not a pass."""
+    deployed = result.score is not None
+    cases = [junit.Case("deployment", junit.PASSED if deployed else junit.ERROR,
+                        "" if deployed else f"{result.exit_reason}: {result.message}",
+                        details="" if deployed else result.message, time_s=result.wall_s)]
+    if not deployed:
+        not_run = f"not run ({result.exit_reason})"
+        cases += [junit.Case(name, junit.ERROR, not_run) for name in ("accuracy", "retraction")]
+        return cases
+    cases += [junit.Case(g.name, g.status, g.message if g.status != junit.PASSED else "",
+                         details=g.message) for g in result.gates]
+    return cases
+
+
+def summary_rows(result: PdEvalResult) -> list[github.Row]:
+    gates = {g.name: g.status for g in result.gates}
+    s = result.score
+    na = "error" if s is None else "passed"
+    return [
+        github.Row("accuracy", _fmt(s.accuracy if s else None), f">= {result.threshold:.3f}",
+                   gates.get("accuracy", "error")),
+        github.Row("retractions on decode",
+                   "—" if result.retractions is None else f"{result.retractions} "
+                   f"({result.retraction_source})", "> 0", gates.get("retraction", "error")),
+        github.Row("invalid rate", _fmt(s.invalid_rate if s else None), "", na),
+        github.Row("questions / shots", f"{result.num_questions} / {result.num_shots}", "", na),
+        github.Row("latency", _fmt(s.latency_s if s else None, ".1f") + " s", "", na),
+        github.Row("output throughput",
+                   _fmt(s.output_throughput if s else None, ".1f") + " token/s", "", na),
+    ]
+
+
+def status_line(result: PdEvalResult) -> str:
+    verdict = "**PASSED**" if result.passed else f"**FAILED** ({result.exit_reason})"
+    return f"{verdict} — `{result.model}` ({result.preset}); {result.message}"
+
+
+def step_summary(result: PdEvalResult) -> str:
+    details = {}
+    if result.exit_code == EXIT_DEPLOYMENT and result.message:
+        details["failure"] = result.message
+    details["launch plan"] = "\n".join(
+        " ".join(step["argv"]) or f"(external) {step['url']}"  # type: ignore[index]
+        for step in result.plan.get("steps", [])  # type: ignore[union-attr]
+    )
+    return github.summary_markdown("kvdoctor pd-eval", status_line(result),
+                                   summary_rows(result), details)
+
+
+def annotations(result: PdEvalResult) -> list[str]:
+    if result.passed:
+        return [github.annotation("notice", status_line(result), title="pd-eval passed")]
+    failed = [g for g in result.gates if g.status == FAILED]
+    if not failed:
+        return [github.annotation("error", result.message, title=f"pd-eval {result.exit_reason}")]
+    return [github.annotation("error", g.message, title=f"pd-eval {g.reason}") for g in failed]
+
+
+def write_all(result: PdEvalResult, output_dir: Path, *, junit_path: Path | None,
+              env: Mapping[str, str] | None = None) -> dict[str, Path]:
+    """Write every report; returns what was written where."""
+    written: dict[str, Path] = {}
+    written["json"] = output_dir / "result.json"
+    json_report.write(written["json"], result.to_dict())
+    if result.records:
+        rows = result.record_dicts()
+        for suffix in (".csv", ".parquet"):
+            path = output_dir / f"questions{suffix}"
+            tables.write(path, rows)
+            written[suffix[1:]] = path
+    if junit_path is not None:
+        junit.write(junit_path, SUITE, junit_cases(result), classname="kvdoctor.pd_eval")
+        written["junit"] = junit_path
+    summary = github.append_step_summary(step_summary(result), env)
+    if summary is not None:
+        written["step_summary"] = summary
+    return written

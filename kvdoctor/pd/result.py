@@ -1,0 +1,144 @@
+"""What one PD eval produced: per-question records, the score, the gates, and the run's outcome.
+
+Plain dataclasses with ``to_dict`` so every serializer (JSON, JUnit, step summary, tables) is fed
+the same object and none of them re-derives a number.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from decimal import Decimal
+
+from kvdoctor.pd.client import Completion
+from kvdoctor.pd.gate import GateResult
+from kvdoctor.pd.gsm8k import Question, parse_number
+
+EXIT_PASS, EXIT_GATE, EXIT_INPUT, EXIT_DEPLOYMENT = 0, 1, 2, 3
+
+
+@dataclass(frozen=True)
+class QuestionRecord:
+    line: int
+    question: str
+    gold: str
+    prediction: str | None
+    correct: bool
+    invalid: bool
+    response: str
+    completion_tokens: int | None
+    latency_s: float
+    finish_reason: str | None
+    error: str | None
+
+
+@dataclass(frozen=True)
+class Score:
+    accuracy: float
+    invalid_rate: float
+    num_questions: int
+    completion_tokens: int
+    latency_s: float
+
+    @property
+    def output_throughput(self) -> float:
+        return self.completion_tokens / self.latency_s if self.latency_s > 0 else 0.0
+
+
+def _plain(value: Decimal) -> str:
+    return format(value.normalize(), "f") if value == value.to_integral() else str(value)
+
+
+def record(question: Question, done: Completion) -> QuestionRecord:
+    """Score one reply: correct when its last number equals the gold value numerically."""
+    predicted = parse_number(done.text)
+    return QuestionRecord(
+        line=question.record.line,
+        question=question.record.question,
+        gold=_plain(question.gold),
+        prediction=None if predicted is None else _plain(predicted),
+        correct=predicted is not None and predicted == question.gold,
+        invalid=predicted is None,
+        response=done.text,
+        completion_tokens=done.completion_tokens,
+        latency_s=done.latency_s,
+        finish_reason=done.finish_reason,
+        error=done.error,
+    )
+
+
+def score(records: Sequence[QuestionRecord], latency_s: float) -> Score:
+    n = len(records)
+    return Score(
+        accuracy=sum(r.correct for r in records) / n if n else 0.0,
+        invalid_rate=sum(r.invalid for r in records) / n if n else 0.0,
+        num_questions=n,
+        completion_tokens=sum(r.completion_tokens or 0 for r in records),
+        latency_s=latency_s,
+    )
+
+
+@dataclass
+class PdEvalResult:
+    """The outcome of one run; ``exit_code`` is what the CLI returns."""
+
+    model: str
+    preset: str
+    threshold: float
+    num_shots: int
+    num_questions: int
+    data_sha256: str | None
+    data_source: str | None
+    passed: bool = False
+    exit_code: int = EXIT_DEPLOYMENT
+    exit_reason: str = "not_run"
+    message: str = ""
+    score: Score | None = None
+    retractions: int | None = None
+    retraction_source: str = "none"
+    retraction_backup: str | None = None
+    gates: list[GateResult] = field(default_factory=list)
+    plan: dict[str, object] = field(default_factory=dict)
+    prediction: dict[str, object] | None = None
+    server_versions: dict[str, str] = field(default_factory=dict)
+    logs: dict[str, str] = field(default_factory=dict)
+    records: list[QuestionRecord] = field(default_factory=list)
+    convention: str = "sglang-simple-eval"
+    api: str = "completions"
+    wall_s: float = 0.0
+
+    def to_dict(self) -> dict[str, object]:
+        """Everything but the per-question records (those go to CSV/Parquet)."""
+        s = self.score
+        return {
+            "passed": self.passed,
+            "exit_code": self.exit_code,
+            "exit_reason": self.exit_reason,
+            "message": self.message,
+            "model": self.model,
+            "preset": self.preset,
+            "accuracy": s.accuracy if s else None,
+            "invalid_rate": s.invalid_rate if s else None,
+            "threshold": self.threshold,
+            "retractions": self.retractions,
+            "retraction_source": self.retraction_source,
+            "retraction_backup": self.retraction_backup,
+            "num_questions": s.num_questions if s else self.num_questions,
+            "num_shots": self.num_shots,
+            "data_sha256": self.data_sha256,
+            "data_source": self.data_source,
+            "convention": self.convention,
+            "api": self.api,
+            "latency_s": s.latency_s if s else None,
+            "output_throughput": s.output_throughput if s else None,
+            "completion_tokens": s.completion_tokens if s else None,
+            "gates": [g.to_dict() for g in self.gates],
+            "prediction": self.prediction,
+            "launch_plan": self.plan,
+            "server_versions": self.server_versions,
+            "logs": self.logs,
+            "wall_s": self.wall_s,
+        }
+
+    def record_dicts(self) -> list[dict[str, object]]:
+        return [asdict(r) for r in self.records]

@@ -1,0 +1,299 @@
+"""One PD eval, end to end: plan → launch and wait → GSM8K through the router → retraction
+guard → gates. Every path out (pass, gate failure, crash, timeout, Ctrl-C, SIGTERM) leaves the
+``Supervisor`` block, so every process the run started is gone before a result is returned.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import shlex
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+from kvdoctor.errors import DeploymentError, InputError
+from kvdoctor.pd import client, gate, gsm8k, http, plan, ports, prediction, presets
+from kvdoctor.pd.metrics import RetractionProbe
+from kvdoctor.pd.result import (
+    EXIT_DEPLOYMENT,
+    EXIT_GATE,
+    EXIT_PASS,
+    PdEvalResult,
+    record,
+    score,
+)
+from kvdoctor.pd.signals import Interrupted, SignalLatch, signals_raise
+from kvdoctor.pd.supervisor import Supervisor
+
+SMOKE_PROMPT = "Question: What is 1 + 1?\nAnswer:"
+
+
+@dataclass(frozen=True)
+class PdEvalOptions:
+    """The command's options; None means "the preset's (or the generic) default"."""
+
+    model: str
+    preset: str | None = None
+    tp: int | None = None
+    transfer_backend: str = "mooncake"
+    ib_device: str | None = None
+    num_shots: int | None = None
+    num_questions: int | None = None
+    threshold: float | None = None
+    max_new_tokens: int | None = None
+    parallel: int | None = None
+    api: str | None = None
+    data_path: Path | None = None
+    launcher: str = plan.DEFAULT_LAUNCHER
+    router_launcher: str = plan.DEFAULT_ROUTER_LAUNCHER
+    mini_lb: bool | None = None
+    prefill_url: str | None = None
+    decode_url: str | None = None
+    router_url: str | None = None
+    host: str = "127.0.0.1"
+    prefill_port: int | None = None
+    decode_port: int | None = None
+    router_port: int | None = None
+    bootstrap_port: int | None = None
+    output_dir: Path = Path("kvdoctor-out/pd-eval")
+    timeout_s: float = 3600.0
+    request_timeout_s: float = 600.0
+    grace_s: float = 10.0
+    allow_no_retraction: bool = False
+    extra_args: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The eval knobs after preset defaults were applied."""
+
+    num_shots: int
+    num_questions: int | None
+    threshold: float
+    max_new_tokens: int
+    parallel: int
+    api: str
+
+
+@dataclass
+class Prepared:
+    """Everything known before anything starts (what ``--dry-run`` shows)."""
+
+    options: PdEvalOptions
+    settings: Settings
+    plan: plan.LaunchPlan
+    prediction: prediction.Prediction | None
+    data: gsm8k.DataFile | None
+    questions: list[gsm8k.Question] = field(default_factory=list)
+
+    @property
+    def served_model(self) -> str:
+        return plan.flag_value(self.options.extra_args, "--served-model-name") or self.options.model
+
+
+def settings_for(o: PdEvalOptions, defaults: presets.EvalDefaults) -> Settings:
+    s = Settings(
+        num_shots=defaults.num_shots if o.num_shots is None else o.num_shots,
+        num_questions=defaults.num_questions if o.num_questions is None else o.num_questions,
+        threshold=defaults.threshold if o.threshold is None else o.threshold,
+        max_new_tokens=defaults.max_new_tokens if o.max_new_tokens is None else o.max_new_tokens,
+        parallel=defaults.parallel if o.parallel is None else o.parallel,
+        api=defaults.api if o.api is None else o.api,
+    )
+    if not 0.0 <= s.threshold <= 1.0:
+        raise InputError(f"--threshold must be within [0, 1], got {s.threshold}")
+    if s.parallel < 1 or s.max_new_tokens < 1:
+        raise InputError("--parallel and --max-new-tokens must be >= 1")
+    if s.api not in client.APIS:
+        raise InputError(f"--api must be one of {', '.join(client.APIS)}")
+    return s
+
+
+def prepare(o: PdEvalOptions, *, download: bool) -> Prepared:
+    """Resolve preset, data, ports and plan; raises ``InputError`` for anything the user must fix."""
+    base = presets.get(o.preset) if o.preset else presets.generic(o.tp or 1)
+    if o.preset and o.tp is not None:
+        base = presets.with_tp(base, o.tp)
+    if o.tp is not None and o.tp < 1:
+        raise InputError("--tp must be >= 1")
+    settings = settings_for(o, base.eval)
+    if o.timeout_s <= 0:
+        raise InputError("--timeout must be > 0")
+    data = gsm8k.resolve_data(o.data_path, download=download)
+    questions = []
+    if data is not None:
+        questions = gsm8k.select(gsm8k.load_records(data.path), settings.num_shots,
+                                 settings.num_questions)
+        mean_chars = statistics.fmean(len(q.prompt) for q in questions)
+    else:
+        mean_chars = gsm8k.estimated_prompt_chars(settings.num_shots)
+    n = len(questions) if questions else settings.num_questions
+    if o.prefill_url or o.decode_url or o.router_url:
+        launch = _external_plan(o)
+        decode_args: list[str] = []
+    else:
+        _, per_request, _, peak = prediction.peak_demand(
+            mean_chars, settings.max_new_tokens, settings.parallel, n)
+        launch = plan.build(
+            plan.PlanOptions(
+                model=o.model, preset=base, transfer_backend=o.transfer_backend,
+                ib_device=o.ib_device, launcher=o.launcher, router_launcher=o.router_launcher,
+                mini_lb=base.mini_lb if o.mini_lb is None else o.mini_lb, host=o.host,
+                pool_tokens=prediction.default_pool_tokens(per_request, peak),
+                extra_args=o.extra_args,
+            ),
+            _ports(o),
+        )  # fmt: skip
+        decode = launch.step("decode")
+        assert decode is not None
+        decode_args = list(decode.argv[len(shlex.split(o.launcher)):])
+    forecast = None
+    if decode_args:
+        forecast = prediction.predict(o.model, decode_args, mean_prompt_chars=mean_chars,
+                                      max_new_tokens=settings.max_new_tokens,
+                                      parallel=settings.parallel, num_questions=n)
+    return Prepared(o, settings, launch, forecast, data, questions)
+
+
+def _external_plan(o: PdEvalOptions) -> plan.LaunchPlan:
+    if not o.router_url:
+        raise InputError("--router-url is required when --prefill-url/--decode-url are given")
+    if not o.decode_url and not o.allow_no_retraction:
+        raise InputError("--decode-url is required to read retractions "
+                         "(or pass --allow-no-retraction)")
+    return plan.external(o.model, router_url=o.router_url, decode_url=o.decode_url,
+                         prefill_url=o.prefill_url)
+
+
+def _ports(o: PdEvalOptions) -> plan.Ports:
+    pinned = [o.prefill_port, o.decode_port, o.router_port, o.bootstrap_port]
+    free = iter(ports.free_ports(5, host=o.host, avoid=[p for p in pinned if p]))
+    return plan.Ports(
+        prefill=o.prefill_port or next(free), decode=o.decode_port or next(free),
+        router=o.router_port or next(free), bootstrap=o.bootstrap_port or next(free),
+        router_metrics=next(free),
+    )  # fmt: skip
+
+
+ProgressHook = Callable[[int], Callable[[int, client.Completion], None]]
+
+
+def run(prepared: Prepared, *, progress: ProgressHook | None = None,
+        notify: Callable[[str], None] | None = None) -> PdEvalResult:
+    """Launch (or attach), evaluate, guard, and tear down; never raises for deployment trouble."""
+    o, s, launch = prepared.options, prepared.settings, prepared.plan
+    result = PdEvalResult(
+        model=o.model, preset=launch.preset, threshold=s.threshold, num_shots=s.num_shots,
+        num_questions=len(prepared.questions),
+        data_sha256=prepared.data.sha256 if prepared.data else None,
+        data_source=prepared.data.source if prepared.data else None,
+        plan=launch.to_dict(), api=s.api,
+        prediction=prepared.prediction.to_dict() if prepared.prediction else None,
+    )  # fmt: skip
+    started = time.monotonic()
+    deadline = started + o.timeout_s
+    o.output_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        with signals_raise() as latch, Supervisor(o.output_dir, grace_s=o.grace_s,
+                                                  latch=latch) as supervisor:
+            _evaluate(prepared, supervisor, latch, deadline, result, progress, notify or _quiet)
+    except DeploymentError as exc:
+        result.exit_code = EXIT_DEPLOYMENT
+        result.exit_reason = getattr(exc, "reason", "deployment_failed")
+        result.message = str(exc)
+    except (Interrupted, KeyboardInterrupt) as exc:
+        signum = exc.signum if isinstance(exc, Interrupted) else 2
+        result.exit_code = 128 + signum
+        result.exit_reason = "interrupted"
+        result.message = f"interrupted by {exc or 'SIGINT'}; every started process was stopped"
+    result.wall_s = time.monotonic() - started
+    return result
+
+
+def _quiet(_message: str) -> None:
+    pass
+
+
+def _evaluate(prepared: Prepared, supervisor: Supervisor, latch: SignalLatch, deadline: float,
+              result: PdEvalResult, progress: ProgressHook | None,
+              notify: Callable[[str], None]) -> None:
+    o, s, launch = prepared.options, prepared.settings, prepared.plan
+    for step in launch.steps:
+        managed = None
+        if step.argv:
+            managed = supervisor.start(step.role, step.argv, step.env)
+            result.logs[step.role] = str(managed.log_path)
+            notify(f"{step.role}: started (pid {managed.pid}, log {managed.log_path})")
+        supervisor.wait_healthy(managed, step.url + step.health_path, deadline)
+        notify(f"{step.role}: healthy at {step.url}")
+    sampling = client.Sampling(max_new_tokens=s.max_new_tokens, stop=gsm8k.STOP,
+                               model=prepared.served_model, api=s.api)
+
+    def send(prompts: list[str], what: str,
+             on_done: Callable[[int, client.Completion], None] | None = None,
+             ) -> list[client.Completion]:
+        with latch.deferred():  # see kvdoctor.pd.signals: never raise inside the event loop
+            return asyncio.run(client.complete_all(
+                launch.router_url, prompts, sampling, parallel=s.parallel,
+                request_timeout_s=o.request_timeout_s, run_timeout_s=o.timeout_s, what=what,
+                time_left_s=max(0.0, deadline - time.monotonic()),
+                on_done=on_done, watchdog=supervisor.check_alive,
+            ))  # fmt: skip
+
+    # One real request first: a router that answers /health may still not route.
+    smoke = send([SMOKE_PROMPT], "the first request through the router")[0]
+    if smoke.error is not None:
+        raise DeploymentError(f"the router at {launch.router_url} cannot serve: {smoke.error}")
+    decode = launch.step("decode")
+    result.server_versions, result.retraction_backup = _server_info(launch)
+    decode_log = Path(result.logs["decode"]) if "decode" in result.logs else None
+    probe = RetractionProbe(decode.url if decode else None, decode_log)
+    probe.start()
+    prompts = [q.prompt for q in prepared.questions]
+    began = time.perf_counter()
+    completions = send(prompts, "the eval", progress(len(prompts)) if progress else None)
+    latency = time.perf_counter() - began
+    count = probe.finish()
+    result.records = [record(q, c) for q, c in zip(prepared.questions, completions, strict=True)]
+    result.score = score(result.records, latency)
+    result.retractions, result.retraction_source = count.value, count.source
+    result.gates = [
+        gate.accuracy(result.score.accuracy, s.threshold),
+        gate.retraction(count, allow_none=o.allow_no_retraction),
+    ]
+    failed = [g for g in result.gates if not g.passed]
+    result.passed = not failed
+    result.exit_code = EXIT_GATE if failed else EXIT_PASS
+    result.exit_reason = failed[0].reason if failed else "passed"
+    result.message = "; ".join(g.message for g in result.gates)
+
+
+def _server_info(launch: plan.LaunchPlan) -> tuple[dict[str, str], str | None]:
+    """SGLang versions per role and decode's resolved retraction backup (best effort)."""
+    versions: dict[str, str] = {}
+    backup = None
+    for role in ("prefill", "decode"):
+        step = launch.step(role)
+        if step is None:
+            continue
+        info = _first_json(step.url, ("/server_info", "/get_server_info"))
+        if info.get("version"):
+            versions[role] = str(info["version"])
+        if role == "decode":
+            backup = info.get("disaggregation_decode_retraction_backup")
+    return versions, backup
+
+
+def _first_json(base_url: str, paths: tuple[str, ...]) -> dict[str, object]:
+    """The first of ``paths`` that answers a JSON object (newer SGLang renamed the endpoint)."""
+    for path in paths:
+        with contextlib.suppress(httpx.HTTPError, ValueError):
+            response = http.get(base_url + path, timeout_s=10.0)
+            if response.status_code == 200 and isinstance(info := response.json(), dict):
+                return info
+    return {}

@@ -1,0 +1,84 @@
+"""Ctrl-C and SIGTERM become an ``Interrupted`` exception, raised where it is safe to raise.
+
+Why a latch: an exception raised from a signal handler lands in whatever code runs at that
+instant. In plain code that is what we want (the ``with`` blocks unwind and tear down). Inside an
+asyncio event loop it is not: asyncio's transports catch ``BaseException`` around socket writes
+and report it as a "fatal write error", swallowing the signal (seen in the SIGTERM test under
+load). So while an event loop runs, the handler only records the signal and the eval's watchdog
+raises it at its next tick (every 0.1 s).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+class Interrupted(BaseException):
+    """SIGTERM or Ctrl-C: unwinds like KeyboardInterrupt so every ``with`` block tears down."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+class SignalLatch:
+    """Remembers the first signal; raises it now (plain code) or at ``check()`` (event loop)."""
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+        self._deferring = False
+
+    def handler(self, signum: int, _frame: object) -> None:
+        if self.signum is None:
+            self.signum = signum
+        if not self._deferring:
+            raise Interrupted(signum)
+
+    def check(self) -> None:
+        if self.signum is not None:
+            raise Interrupted(self.signum)
+
+    @contextlib.contextmanager
+    def deferred(self) -> Iterator[None]:
+        """While the block (an event loop) runs, signals wait for ``check()``."""
+        self.check()
+        self._deferring = True
+        try:
+            yield
+        finally:
+            self._deferring = False
+        self.check()
+
+
+@contextlib.contextmanager
+def signals_raise() -> Iterator[SignalLatch]:
+    """Install the latch's handler for SIGTERM and SIGINT (main thread; elsewhere a no-op)."""
+    latch = SignalLatch()
+    with _handlers(latch.handler):
+        yield latch
+
+
+@contextlib.contextmanager
+def signals_ignored() -> Iterator[None]:
+    """Ignore SIGTERM and SIGINT for the duration: half a teardown would leak processes."""
+    with _handlers(signal.SIG_IGN):
+        yield
+
+
+@contextlib.contextmanager
+def _handlers(handler: signal.Handlers | Callable[[int, Any], None]) -> Iterator[None]:
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {sig: signal.signal(sig, handler) for sig in SIGNALS}
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)

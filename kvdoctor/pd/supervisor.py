@@ -1,0 +1,227 @@
+"""Start servers in their own sessions, wait for health, watch for exits, and leave nothing behind.
+
+Why this shape: SGLang's schedulers detach from the launcher's process tree while starting
+(sglang PR #31645), so a parent→child walk at teardown misses them and they keep ports and GPU
+memory for hours. Every child therefore starts in a new session (its own process group) and is
+stopped with ``killpg`` (SIGTERM, a grace period, SIGKILL). Two sweeps catch what leaves the group:
+descendants seen while running (psutil snapshots, kept with their start time so a reused pid is
+never killed), and any process carrying this run's marker in its environment (inherited by every
+descendant, even a double-forked daemon reparented to init).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TextIO
+
+import httpx
+import psutil
+
+from kvdoctor.errors import DeploymentError
+from kvdoctor.pd.http import verify_for
+from kvdoctor.pd.signals import SignalLatch, signals_ignored
+
+RUN_MARKER_ENV = "KVDOCTOR_RUN_ID"
+POLL_INTERVAL_S = 0.1
+LOG_TAIL_LINES = 40
+
+
+class ServerExited(DeploymentError):
+    """A process the run started exited on its own."""
+
+    reason = "server_exited"
+
+
+class ServerUnhealthy(DeploymentError):
+    """A server never answered its health check in time."""
+
+    reason = "server_unhealthy"
+
+
+@dataclass
+class Managed:
+    """One started process with its log, and every descendant seen so far."""
+
+    role: str
+    popen: subprocess.Popen[bytes]
+    log_path: Path
+    log_file: TextIO
+    seen: dict[int, float] = field(default_factory=dict)  # pid -> create_time
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+
+def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(text.splitlines()[-lines:])
+
+
+def resolve_argv(argv: tuple[str, ...]) -> list[str]:
+    """``python`` as the first word means the interpreter running kvdoctor (its venv)."""
+    out = list(argv)
+    if out and out[0] == "python":
+        out[0] = sys.executable
+    return out
+
+
+class Supervisor(contextlib.AbstractContextManager["Supervisor"]):
+    """Owns every process of one run; leaving the ``with`` block tears them all down."""
+
+    def __init__(self, log_dir: Path, *, grace_s: float = 10.0,
+                 base_env: Mapping[str, str] | None = None,
+                 latch: SignalLatch | None = None) -> None:
+        self.log_dir = log_dir
+        self.latch = latch
+        self.grace_s = grace_s
+        self.run_id = uuid.uuid4().hex
+        self.base_env = dict(os.environ if base_env is None else base_env)
+        self.procs: list[Managed] = []
+
+    # -- start and watch ---------------------------------------------------------------
+    def start(self, role: str, argv: tuple[str, ...], env: Mapping[str, str]) -> Managed:
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        log_path = self.log_dir / f"{role}.log"
+        log_file = log_path.open("w", encoding="utf-8")
+        log_file.write(f"# kvdoctor: {shlex.join(argv)}\n")
+        log_file.flush()
+        child_env = {**self.base_env, **env, RUN_MARKER_ENV: self.run_id}
+        try:
+            popen = subprocess.Popen(
+                resolve_argv(argv), stdin=subprocess.DEVNULL, stdout=log_file,
+                stderr=subprocess.STDOUT, env=child_env, start_new_session=True,
+            )  # fmt: skip
+        except OSError as exc:
+            log_file.close()
+            raise ServerExited(f"{role}: cannot start {shlex.join(argv)}: {exc}") from exc
+        managed = Managed(role, popen, log_path, log_file)
+        self.procs.append(managed)
+        return managed
+
+    def check_alive(self) -> None:
+        """Raise ``Interrupted`` after a signal, else ``ServerExited`` (with the log tail) for the
+        first process that has exited. The eval's watchdog calls this every 0.1 s."""
+        if self.latch is not None:
+            self.latch.check()
+        for proc in self.procs:
+            code = proc.popen.poll()
+            if code is not None:
+                raise ServerExited(
+                    f"{proc.role} exited with code {code}; last lines of {proc.log_path}:\n"
+                    f"{log_tail(proc.log_path)}"
+                )
+            self._remember_descendants(proc)
+
+    def wait_healthy(self, proc: Managed | None, url: str, deadline: float) -> None:
+        """Poll ``url`` until 200, failing fast when the process exits or the deadline passes."""
+        with httpx.Client(timeout=5.0, verify=verify_for(url)) as client:
+            while True:
+                self.check_alive()
+                with contextlib.suppress(httpx.HTTPError):
+                    if client.get(url).status_code == 200:
+                        return
+                if time.monotonic() >= deadline:
+                    raise ServerUnhealthy(_unhealthy_message(proc, url))
+                time.sleep(POLL_INTERVAL_S)
+
+    def _remember_descendants(self, proc: Managed) -> None:
+        with contextlib.suppress(psutil.Error):
+            for child in psutil.Process(proc.pid).children(recursive=True):
+                with contextlib.suppress(psutil.Error):
+                    proc.seen.setdefault(child.pid, child.create_time())
+
+    # -- teardown ----------------------------------------------------------------------
+    def __exit__(self, *exc_info: object) -> None:
+        self.teardown()
+
+    def teardown(self) -> None:
+        """Stop every group (SIGTERM, grace, SIGKILL), then sweep what escaped the groups.
+
+        A second Ctrl-C or SIGTERM during teardown is ignored: half a teardown leaks processes.
+        """
+        with signals_ignored():
+            self._teardown()
+
+    def _teardown(self) -> None:
+        for proc in self.procs:
+            self._remember_descendants(proc)
+        for proc in reversed(self.procs):
+            _signal_group(proc.pid, signal.SIGTERM)
+        deadline = time.monotonic() + self.grace_s
+        for proc in reversed(self.procs):
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.popen.wait(timeout=max(0.0, deadline - time.monotonic()))
+        for proc in reversed(self.procs):
+            _signal_group(proc.pid, signal.SIGKILL)
+            proc.popen.wait()
+            proc.log_file.close()
+        self.sweep_escaped()
+
+    def sweep_escaped(self) -> None:
+        victims: list[psutil.Process] = []
+        for proc in self.procs:
+            for pid, created in proc.seen.items():
+                with contextlib.suppress(psutil.Error):
+                    candidate = psutil.Process(pid)
+                    if candidate.create_time() == created:
+                        victims.append(candidate)
+        victims.extend(marked_processes(RUN_MARKER_ENV, self.run_id))
+        for victim in victims:
+            with contextlib.suppress(psutil.Error):
+                victim.kill()
+        _wait_gone(victims, timeout_s=5.0)
+
+
+def marked_processes(key: str, value: str) -> list[psutil.Process]:
+    """Live processes (ours excluded) whose environment has ``key=value``."""
+    found = []
+    me = os.getpid()
+    for candidate in psutil.process_iter():
+        if candidate.pid == me:
+            continue
+        with contextlib.suppress(psutil.Error):
+            if _running(candidate) and candidate.environ().get(key) == value:
+                found.append(candidate)
+    return found
+
+
+def _wait_gone(procs: list[psutil.Process], timeout_s: float) -> None:
+    """Until each process is gone or a zombie (an escapee's new parent may reap it late)."""
+    deadline = time.monotonic() + timeout_s
+    while procs and time.monotonic() < deadline:
+        procs = [p for p in procs if _running(p)]
+        if procs:
+            time.sleep(POLL_INTERVAL_S / 10)
+
+
+def _running(proc: psutil.Process) -> bool:
+    try:
+        return proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def _unhealthy_message(proc: Managed | None, url: str) -> str:
+    if proc is None:
+        return f"{url} never answered 200 before the deadline"
+    return (f"{proc.role} never became healthy at {url}; last lines of {proc.log_path}:\n"
+            f"{log_tail(proc.log_path)}")
+
+
+def _signal_group(pgid: int, sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)

@@ -1,0 +1,41 @@
+"""Shared helpers of the pd-eval tests: stand-in commands, knobs, CLI invocation."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import psutil
+from click.testing import Result
+from typer.testing import CliRunner
+
+from kvdoctor.cli.app import app
+
+ROOT = Path(__file__).resolve().parents[2]
+STANDINS = ROOT / "tests" / "pd" / "standins"
+GSM8K = ROOT / "fixtures" / "gsm8k" / "test.jsonl"
+SERVER = f"{sys.executable} {STANDINS / 'server.py'}"
+ROUTER = f"{sys.executable} {STANDINS / 'router.py'}"
+KNOB = "KVDOCTOR_STANDIN_"
+# The kvdoctor CLI as a separate process (for tests that send it signals).
+KVDOCTOR = [sys.executable, "-c", "from kvdoctor.cli.app import main; main()"]
+
+
+def pd_args(out: Path, *extra: str) -> list[str]:
+    """A fast pd-eval against the stand-ins: 5 shots, 24 questions, 8 in flight."""
+    return [
+        "pd-eval", "stand-in/model", "--data-path", str(GSM8K), "--launcher", SERVER,
+        "--router-launcher", ROUTER, "--output-dir", str(out), "--num-shots", "5",
+        "--num-questions", "24", "--parallel", "8", "--timeout", "60", *extra,
+    ]  # fmt: skip
+
+
+def invoke(args: list[str]) -> Result:
+    return CliRunner().invoke(app, args, catch_exceptions=False)
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False

@@ -1,0 +1,71 @@
+"""``--prefill-url/--decode-url/--router-url``: servers someone else runs; kvdoctor starts none."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import httpx
+import psutil
+import pytest
+
+from kvdoctor.pd.ports import free_ports
+from tests.pd.helpers import STANDINS, invoke, pd_args
+
+pytestmark = pytest.mark.usefixtures("no_leftovers")
+
+Deploy = Callable[..., dict[str, str]]
+
+
+@pytest.fixture
+def deploy(tmp_path: Path) -> Iterator[Deploy]:
+    """Start a stand-in decode + router outside kvdoctor (as a cluster would run them)."""
+    procs: list[subprocess.Popen[bytes]] = []
+
+    def start(*decode_flags: str) -> dict[str, str]:
+        decode_port, router_port, prefill_port = free_ports(3)
+        decode = f"http://127.0.0.1:{decode_port}"
+        router = f"http://127.0.0.1:{router_port}"
+        commands = [
+            [str(STANDINS / "server.py"), "--model-path", "m", "--disaggregation-mode", "decode",
+             "--port", str(decode_port), *decode_flags],
+            [str(STANDINS / "router.py"), "--pd-disaggregation", "--prefill",
+             f"http://127.0.0.1:{prefill_port}", "--decode", decode, "--port", str(router_port)],
+        ]  # fmt: skip
+        for command in commands:
+            log = (tmp_path / f"ext{len(procs)}.log").open("w")
+            procs.append(subprocess.Popen([sys.executable, *command], stdout=log,
+                                          stderr=subprocess.STDOUT))
+        return {"decode": decode, "router": router}
+
+    yield start
+    for proc in procs:
+        proc.kill()
+        proc.wait()
+
+
+def test_external_deployment_is_evaluated_not_started(tmp_path: Path, deploy: Deploy) -> None:
+    urls = deploy("--enable-metrics")
+    before = {p.pid for p in psutil.Process().children(recursive=True)}
+    run = invoke([*pd_args(tmp_path, "--json"), "--router-url", urls["router"],
+                  "--decode-url", urls["decode"]])
+    assert run.exit_code == 0, run.output
+    data = json.loads(run.stdout)
+    assert data["launch_plan"]["external"] is True and data["logs"] == {}
+    assert data["retraction_source"] == "metrics" and data["retractions"] > 0
+    assert {p.pid for p in psutil.Process().children(recursive=True)} <= before
+    assert httpx.get(urls["decode"] + "/health").status_code == 200  # left running: not ours
+
+
+def test_external_decode_without_metrics_cannot_prove_retraction(
+    tmp_path: Path, deploy: Deploy
+) -> None:
+    urls = deploy()
+    run = invoke([*pd_args(tmp_path), "--router-url", urls["router"], "--decode-url",
+                  urls["decode"]])
+    assert run.exit_code == 1
+    data = json.loads((tmp_path / "result.json").read_text())
+    assert data["exit_reason"] == "retraction_unknown" and data["retractions"] is None

@@ -1,0 +1,138 @@
+"""GSM8K data resolution, prompts and scoring (SGLang simple-eval convention)."""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from collections.abc import Iterator
+from decimal import Decimal
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from kvdoctor.errors import InputError
+from kvdoctor.pd import gsm8k
+from tests.pd.helpers import GSM8K
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [
+        ("She makes $18 a day.\n#### 18", Decimal(18)),
+        ("The answer is 1,234,567.", Decimal(1234567)),  # thousands commas stripped
+        ("It drops to -3 degrees", Decimal(-3)),  # the minus sign is kept
+        ("about 2.5 hours, so 2.5", Decimal("2.5")),
+        ("first 7 then 18.", Decimal(18)),  # the last number wins; a trailing period is not a decimal
+    ],
+)
+def test_parse_number(text: str, value: Decimal) -> None:
+    assert gsm8k.parse_number(text) == value
+
+
+def test_parse_number_without_a_number_is_invalid() -> None:
+    assert gsm8k.parse_number("I do not know.") is None
+
+
+def test_gold_values_of_the_real_file() -> None:
+    records = gsm8k.load_records(GSM8K)
+    assert len(records) == 1319
+    assert gsm8k.gold_value(records[0].answer) == 18
+    assert gsm8k.gold_value(records[489].answer) == -10  # a negative gold
+    assert gsm8k.gold_value(records[146].answer) > 999  # a gold written with a comma
+
+
+def test_select_excludes_the_shots_from_scoring() -> None:
+    records = gsm8k.load_records(GSM8K)
+    questions = gsm8k.select(records, num_shots=10, num_questions=200)
+    assert [q.record.line for q in questions] == list(range(10, 210))
+    prompt = questions[0].prompt
+    assert prompt.startswith(f"Question: {records[0].question}\nAnswer: {records[0].answer}\n\n")
+    assert prompt.count("Question: ") == 11
+    assert prompt.endswith(f"Question: {records[10].question}\nAnswer:")
+
+
+def test_select_caps_at_the_file_and_rejects_nonsense() -> None:
+    records = gsm8k.load_records(GSM8K)
+    assert len(gsm8k.select(records, 5, 5000)) == 1314
+    with pytest.raises(InputError):
+        gsm8k.select(records, 1319, 1)
+    with pytest.raises(InputError):
+        gsm8k.select(records, 5, 0)
+
+
+def test_data_path_is_used_and_hashed() -> None:
+    data = gsm8k.resolve_data(GSM8K)
+    assert data is not None and data.official and data.source == "data-path"
+
+
+def test_missing_data_path_is_an_input_error(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="no such file"):
+        gsm8k.resolve_data(tmp_path / "nope.jsonl")
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[tuple[str, Path]]:
+    """A local HTTP server for the download tests (the internet is never used)."""
+    root = tmp_path / "www"
+    root.mkdir()
+    (root / "test.jsonl").write_bytes(GSM8K.read_bytes())
+    (root / "bad.jsonl").write_text('{"question": "q", "answer": "#### 1"}\n')
+
+    class Quiet(SimpleHTTPRequestHandler):
+        def __init__(self, *args: object, **kwargs: object) -> None:
+            super().__init__(*args, directory=str(root), **kwargs)  # type: ignore[arg-type]
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Quiet)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", root
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_download_once_into_the_cache(served: tuple[str, Path], tmp_path: Path,
+                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    url, root = served
+    monkeypatch.setenv(gsm8k.CACHE_ENV, str(tmp_path / "cache"))
+    monkeypatch.setenv(gsm8k.URL_ENV, f"{url}/test.jsonl")
+    first = gsm8k.resolve_data(None)
+    assert first is not None and first.source == "download" and first.official
+    (root / "test.jsonl").unlink()  # a second resolution must not need the network
+    second = gsm8k.resolve_data(None)
+    assert second is not None and second.source == "cache" and second.path == first.path
+
+
+def test_download_with_wrong_sha_is_refused_and_not_cached(
+    served: tuple[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    url, _ = served
+    monkeypatch.setenv(gsm8k.CACHE_ENV, str(tmp_path / "cache"))
+    monkeypatch.setenv(gsm8k.URL_ENV, f"{url}/bad.jsonl")
+    with pytest.raises(InputError, match="sha256"):
+        gsm8k.resolve_data(None)
+    assert not list((tmp_path / "cache").rglob("*"))
+
+
+def test_corrupt_cache_is_replaced(served: tuple[str, Path], tmp_path: Path,
+                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    url, _ = served
+    monkeypatch.setenv(gsm8k.CACHE_ENV, str(tmp_path / "cache"))
+    monkeypatch.setenv(gsm8k.URL_ENV, f"{url}/test.jsonl")
+    cached = gsm8k.cache_path()
+    cached.parent.mkdir(parents=True)
+    cached.write_text("truncated")
+    data = gsm8k.resolve_data(None)
+    assert data is not None and data.source == "download"
+    assert hashlib.sha256(cached.read_bytes()).hexdigest() == gsm8k.OFFICIAL_SHA256
+
+
+def test_dry_run_resolution_never_downloads(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(gsm8k.CACHE_ENV, str(tmp_path / "cache"))
+    monkeypatch.setenv(gsm8k.URL_ENV, "http://127.0.0.1:9/unreachable")
+    assert gsm8k.resolve_data(None, download=False) is None

@@ -1,0 +1,124 @@
+"""Teardown on every path: escaped grandchildren, servers that ignore SIGTERM, Ctrl-C, SIGTERM.
+
+Each protection has a twin test that switches it off and sees the leak, so the check has teeth.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import psutil
+import pytest
+
+from kvdoctor.pd import run as run_mod
+from kvdoctor.pd import supervisor
+from tests.pd.helpers import KVDOCTOR, ROOT, SERVER, invoke, pd_args, pid_alive
+
+pytestmark = pytest.mark.usefixtures("no_leftovers")
+
+
+def escapee_pid(pidfile: Path) -> int:
+    return int(pidfile.read_text())
+
+
+@pytest.mark.parametrize("kind", ["setsid", "daemon"])
+def test_grandchild_that_left_the_group_is_stopped(
+    tmp_path: Path, knobs: Callable[..., None], kind: str
+) -> None:
+    pidfile = tmp_path / "escapee.pid"
+    knobs(DECODE_ESCAPE=kind, DECODE_ESCAPE_PIDFILE=str(pidfile))
+    run = invoke(pd_args(tmp_path / "out"))
+    assert run.exit_code == 0, run.output
+    assert not pid_alive(escapee_pid(pidfile))
+
+
+def test_without_the_sweeps_a_setsid_grandchild_leaks(
+    tmp_path: Path, knobs: Callable[..., None], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Teeth: killpg alone misses a grandchild that called setsid."""
+    pidfile = tmp_path / "escapee.pid"
+    knobs(DECODE_ESCAPE="setsid", DECODE_ESCAPE_PIDFILE=str(pidfile))
+    monkeypatch.setattr(supervisor.Supervisor, "_remember_descendants", lambda *_: None)
+    monkeypatch.setattr(supervisor, "marked_processes", lambda *_: [])
+    assert invoke(pd_args(tmp_path / "out")).exit_code == 0
+    pid = escapee_pid(pidfile)
+    try:
+        assert pid_alive(pid), "the escapee should have leaked with the sweeps disabled"
+    finally:
+        os.kill(pid, signal.SIGKILL)
+        wait_for(lambda: not pid_alive(pid))  # SIGKILL lands asynchronously
+
+
+def test_only_the_marker_finds_a_double_forked_daemon(tmp_path: Path) -> None:
+    """Teeth for the marker sweep: a daemon is no descendant, so no tree walk can see it."""
+    pidfile = tmp_path / "daemon.pid"
+    code = ("import os, sys, time\n"
+            "if os.fork():\n    os._exit(0)\n"
+            "os.setsid()\n"
+            "open(sys.argv[1] + '.tmp', 'w').write(str(os.getpid()))\n"
+            "os.rename(sys.argv[1] + '.tmp', sys.argv[1])\n"
+            "time.sleep(3600)\n")
+    env = {**os.environ, supervisor.RUN_MARKER_ENV: "run-under-test"}
+    subprocess.run([sys.executable, "-c", code, str(pidfile)], env=env, check=True, timeout=30)
+    wait_for(pidfile.exists)
+    pid = escapee_pid(pidfile)
+    try:
+        assert pid not in {p.pid for p in psutil.Process().children(recursive=True)}
+        marked = supervisor.marked_processes(supervisor.RUN_MARKER_ENV, "run-under-test")
+        assert [p.pid for p in marked] == [pid]
+    finally:
+        os.kill(pid, signal.SIGKILL)
+        wait_for(lambda: not pid_alive(pid))
+
+
+def test_server_ignoring_sigterm_is_killed_after_grace(
+    tmp_path: Path, knobs: Callable[..., None]
+) -> None:
+    knobs(DECODE_IGNORE_SIGTERM="1", DECODE_RETRACT_EVERY="0")
+    options = run_mod.PdEvalOptions(
+        model="m", data_path=ROOT / "fixtures/gsm8k/test.jsonl", num_questions=4, parallel=2,
+        launcher=SERVER, router_launcher=SERVER.replace("server.py", "router.py"),
+        output_dir=tmp_path, grace_s=0.3, allow_no_retraction=True,
+    )  # fmt: skip
+    result = run_mod.run(run_mod.prepare(options, download=False))
+    assert result.exit_code == 0
+    assert "exited" not in result.message
+
+
+def wait_for(predicate: Callable[[], bool], timeout_s: float = 30.0) -> None:
+    """Poll a condition with a deadline (synchronising on an observable state, not a delay)."""
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        time.sleep(0.02)
+
+
+@pytest.mark.parametrize(("sig", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_signal_mid_eval_tears_down(
+    tmp_path: Path, knobs: Callable[..., None], sig: signal.Signals, code: int
+) -> None:
+    knobs(DECODE_HANG_SECONDS="120", DECODE_HANG_AFTER="1")
+    out = tmp_path / "out"
+    cmd = [*KVDOCTOR, *pd_args(out)]
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        decode_log = out / "decode.log"
+        # The eval is in flight once decode has taken a request after the smoke request.
+        wait_for(lambda: decode_log.exists() and "request #2" in decode_log.read_text())
+        started = [psutil.Process(p.pid) for p in psutil.Process(proc.pid).children()]
+        assert len(started) == 3
+        proc.send_signal(sig)
+        assert proc.wait(timeout=30) == code
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert not any(pid_alive(p.pid) for p in started)
+    data = json.loads((out / "result.json").read_text())
+    assert data["exit_reason"] == "interrupted" and data["exit_code"] == code
