@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
+from typing import Annotated
 
 import typer
 
@@ -16,6 +18,7 @@ def inspect(
     strict: bool = typer.Option(False, "--strict", help="Exit 1 when any error-severity hazard is found."),
     request_tokens: int = typer.Option(2048, "--request-tokens", min=1, help="Tokens per request (forecast)."),
     concurrent: int = typer.Option(128, "--concurrent", min=1, help="Requests in flight for the retraction forecast."),
+    junit_path: Annotated[Path | None, typer.Option("--junit", help="Write JUnit XML: one case per hazard.")] = None,
 ) -> None:
     """Which state a model carries, where it lives, and how SGLang backs it up at retraction.
 
@@ -33,5 +36,12 @@ def inspect(
         from kvdoctor.cli.render_inspect import render
 
         render(report)
-    if strict and analysis.worst_severity == "error":
+    from kvdoctor.report import verdicts
+
+    failed = analysis.worst_severity == "error"
+    with exit_on_error():
+        verdicts.publish("kvdoctor.inspect", f"kvdoctor inspect {model}", not failed,
+                         verdicts.inspect_cases(report), verdicts.inspect_rows(report),
+                         junit_path=junit_path)  # fmt: skip
+    if strict and failed:
         raise typer.Exit(1)

@@ -37,7 +37,7 @@ def pd_eval(
     api: str | None = typer.Option(
         None, "--api", help="completions (/v1/completions, as SGLang's gate) or generate."),
     data_path: Annotated[Path | None, typer.Option(
-        "--data-path", help="GSM8K test.jsonl (default: sha256-checked cache/download).")] = None,
+        "--data-path", help="GSM8K test.jsonl (default: sha256-checked cache, download, bundled copy).")] = None,
     launcher: str = typer.Option(DEFAULT_LAUNCHER, "--launcher", help="Server command."),
     router_launcher: str = typer.Option(
         DEFAULT_ROUTER_LAUNCHER, "--router-launcher", help="Router command."),

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from pathlib import Path
+from typing import Annotated, Any
 
 import typer
 
@@ -84,6 +85,7 @@ def roundtrip(
     layers: int | None = typer.Option(None, "--layers", min=1, help="Reduce: at most N layers per sub-pool."),
     heads: int | None = typer.Option(None, "--heads", min=1, help="Reduce: at most N KV / recurrent heads."),
     json_output: bool = typer.Option(False, "--json", help="Print one JSON object instead of tables."),
+    junit_path: Annotated[Path | None, typer.Option("--junit", help="Write JUnit XML: one case per component.")] = None,
 ) -> None:
     """Retract requests, let others reuse their slots, restore, and diff every state component bitwise.
 
@@ -107,6 +109,12 @@ def roundtrip(
         typer.echo(json.dumps(report, indent=2, default=str))
     else:
         render(report)
+    from kvdoctor.report import verdicts
+
+    with exit_on_error():
+        verdicts.publish("kvdoctor.roundtrip", f"kvdoctor roundtrip {model}", result.ok,
+                         verdicts.roundtrip_cases(report), verdicts.roundtrip_rows(report),
+                         junit_path=junit_path)  # fmt: skip
     if not result.ok:
         raise typer.Exit(1)
 

@@ -17,6 +17,7 @@ import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
+from importlib import resources
 from pathlib import Path
 
 from kvdoctor.errors import InputError
@@ -53,7 +54,7 @@ class DataFile:
 
     path: Path
     sha256: str
-    source: str  # "data-path", "cache" or "download"
+    source: str  # "data-path", "cache", "download" or "bundled"
 
     @property
     def official(self) -> bool:
@@ -83,11 +84,22 @@ def cache_path() -> Path:
     return Path(root) / "gsm8k" / "test.jsonl"
 
 
+class DownloadError(InputError):
+    """The official copy could not be fetched (network), as opposed to fetched and wrong."""
+
+
+def bundled_copy() -> Path | None:
+    """The MIT-licensed test split shipped in ``fixtures/gsm8k``, if intact (sha256-checked)."""
+    path = Path(str(resources.files("kvdoctor_fixtures") / "gsm8k" / "test.jsonl"))
+    return path if path.is_file() and sha256_of(path) == OFFICIAL_SHA256 else None
+
+
 def resolve_data(data_path: Path | None, *, download: bool = True) -> DataFile | None:
     """Find the test set: ``--data-path``, else the sha-checked cache, else download once.
 
-    Returns None only when ``download`` is False and nothing usable is on disk (dry runs never
-    touch the network).
+    A machine without network falls back to the byte-identical copy bundled with kvdoctor (the
+    result records which one was used). Returns None only when ``download`` is False and nothing
+    usable is on disk (dry runs never touch the network).
     """
     if data_path is not None:
         if not data_path.is_file():
@@ -96,9 +108,15 @@ def resolve_data(data_path: Path | None, *, download: bool = True) -> DataFile |
     cached = cache_path()
     if cached.is_file() and sha256_of(cached) == OFFICIAL_SHA256:
         return DataFile(cached, OFFICIAL_SHA256, "cache")
+    bundled = bundled_copy()
     if not download:
-        return None
-    _download(os.environ.get(URL_ENV) or OFFICIAL_URL, cached)
+        return None if bundled is None else DataFile(bundled, OFFICIAL_SHA256, "bundled")
+    try:
+        _download(os.environ.get(URL_ENV) or OFFICIAL_URL, cached)
+    except DownloadError:
+        if bundled is None:
+            raise
+        return DataFile(bundled, OFFICIAL_SHA256, "bundled")
     return DataFile(cached, OFFICIAL_SHA256, "download")
 
 
@@ -112,7 +130,7 @@ def _download(url: str, dest: Path) -> None:
         response = http.get(url, timeout_s=60.0, follow_redirects=True)
         response.raise_for_status()
     except httpx.HTTPError as exc:
-        raise InputError(
+        raise DownloadError(
             f"cannot download GSM8K from {url}: {exc}; pass --data-path to an offline copy"
         ) from exc
     body = response.content

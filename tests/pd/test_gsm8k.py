@@ -135,4 +135,26 @@ def test_corrupt_cache_is_replaced(served: tuple[str, Path], tmp_path: Path,
 def test_dry_run_resolution_never_downloads(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(gsm8k.CACHE_ENV, str(tmp_path / "cache"))
     monkeypatch.setenv(gsm8k.URL_ENV, "http://127.0.0.1:9/unreachable")
+    data = gsm8k.resolve_data(None, download=False)
+    assert data is not None and data.source == "bundled" and data.official
+    assert not (tmp_path / "cache").exists()
+    monkeypatch.setattr(gsm8k, "bundled_copy", lambda: None)
     assert gsm8k.resolve_data(None, download=False) is None
+
+
+def test_offline_machine_falls_back_to_the_bundled_copy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(gsm8k.CACHE_ENV, str(tmp_path / "cache"))
+    monkeypatch.setenv(gsm8k.URL_ENV, "http://127.0.0.1:9/unreachable")
+    data = gsm8k.resolve_data(None)
+    assert data is not None and data.source == "bundled" and data.official
+    monkeypatch.setattr(gsm8k, "bundled_copy", lambda: None)
+    with pytest.raises(InputError, match="pass --data-path"):
+        gsm8k.resolve_data(None)
+
+
+def test_a_tampered_bundled_copy_is_not_used(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = tmp_path / "pkg" / "gsm8k"
+    fake.mkdir(parents=True)
+    (fake / "test.jsonl").write_text('{"question": "q", "answer": "#### 1"}\n')
+    monkeypatch.setattr(gsm8k.resources, "files", lambda _pkg: tmp_path / "pkg")
+    assert gsm8k.bundled_copy() is None

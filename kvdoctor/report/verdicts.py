@@ -1,0 +1,72 @@
+"""``inspect`` and ``roundtrip`` reports as CI verdicts: JUnit cases and step-summary rows.
+
+Both commands emit plain report dicts (what ``--json`` prints); these functions read only those, so
+the JSON, the tables, the JUnit file and the GitHub summary can never disagree.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from kvdoctor.errors import InputError
+from kvdoctor.report import github, junit
+
+
+def inspect_cases(report: Mapping[str, Any]) -> list[junit.Case]:
+    """One case per hazard found (errors fail), plus the ``--strict`` verdict as its own case."""
+    cases = [
+        junit.Case(h["code"], junit.FAILED if h["severity"] == "error" else junit.PASSED,
+                   message=h["message"] if h["severity"] == "error" else "", details=h["message"])
+        for h in report["hazards"]
+    ]  # fmt: skip
+    errors = [h["code"] for h in report["hazards"] if h["severity"] == "error"]
+    cases.append(junit.Case("no-error-hazards", junit.FAILED if errors else junit.PASSED,
+                            message=", ".join(errors)))  # fmt: skip
+    return cases
+
+
+def inspect_rows(report: Mapping[str, Any]) -> list[github.Row]:
+    backup = report["retraction_backup"]
+    rows = [
+        github.Row("family", report["model"]["family"], "", junit.PASSED),
+        github.Row("retraction backup", f"{backup['backend']} (applies: {backup['applies']})", "", junit.PASSED),
+        github.Row("PD state types", ", ".join(report["pd_state_types"]) or "-", "", junit.PASSED),
+    ]
+    rows += [github.Row(h["code"], h["severity"], "no error", junit.FAILED if h["severity"] == "error"
+                        else junit.PASSED) for h in report["hazards"]]  # fmt: skip
+    return rows
+
+
+def roundtrip_cases(report: Mapping[str, Any]) -> list[junit.Case]:
+    """One case per component (and the padding slot, and the resident requests)."""
+    cases = []
+    for row in report["components"]:
+        message = ""
+        if not row["ok"]:
+            message = f"{row['mismatched_bytes']} bytes differ; copies out/in {row['copies_out']}/{row['copies_in']}"
+        cases.append(junit.Case(row["name"], junit.PASSED if row["ok"] else junit.FAILED, message=message))
+    return cases
+
+
+def roundtrip_rows(report: Mapping[str, Any]) -> list[github.Row]:
+    return [
+        github.Row(row["name"], f"{row['mismatched_bytes']} of {row['bytes']} bytes differ",
+                   "0, one copy each way", junit.PASSED if row["ok"] else junit.FAILED)
+        for row in report["components"]
+    ]  # fmt: skip
+
+
+def publish(
+    suite: str, title: str, passed: bool, cases: Sequence[junit.Case], rows: Sequence[github.Row],
+    *, junit_path: Path | None,
+) -> None:
+    """Write the JUnit file when asked, and the step summary when ``$GITHUB_STEP_SUMMARY`` is set."""
+    status = "**passed**" if passed else "**failed**"
+    try:
+        if junit_path is not None:
+            junit.write(junit_path, suite, cases)
+        github.append_step_summary(github.summary_markdown(title, status, rows))
+    except OSError as exc:
+        raise InputError(f"cannot write a report: {exc}") from None
