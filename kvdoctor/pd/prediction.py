@@ -33,10 +33,13 @@ class Prediction:
     capacity_tokens: int | None
     capacity_source: str
     backup_backend: str | None = None
+    requests_fit: int | None = None  # from core sizing: every pool (full, SWA window, mamba slots)
     chars_per_token: float = CHARS_PER_TOKEN
 
     @property
     def retraction_expected(self) -> bool | None:
+        if self.requests_fit is not None:
+            return self.requests_fit < self.concurrency
         if self.capacity_tokens is None:
             return None
         return self.peak_tokens > self.capacity_tokens
@@ -49,8 +52,9 @@ class Prediction:
         verdict = ("retraction expected" if self.retraction_expected else
                    "pool large enough that retraction is unlikely: the guard will probably fail")
         backup = f"; retraction backup: {self.backup_backend}" if self.backup_backend else ""
+        fit = "" if self.requests_fit is None else f"; {self.requests_fit} of {self.concurrency} requests fit"
         return (f"{peak} vs decode pool {self.capacity_tokens:,} tokens "
-                f"({ratio:.1f}x, from {self.capacity_source}): {verdict}{backup}")
+                f"({ratio:.1f}x, from {self.capacity_source}{fit}): {verdict}{backup}")
 
     def to_dict(self) -> dict[str, object]:
         return {**asdict(self), "retraction_expected": self.retraction_expected}
@@ -79,12 +83,15 @@ def predict(model: str, decode_server_args: Sequence[str], *, mean_prompt_chars:
             max_new_tokens: int, parallel: int, num_questions: int | None) -> Prediction:
     prompt, per_request, concurrency, peak = peak_demand(
         mean_prompt_chars, max_new_tokens, parallel, num_questions)
-    capacity, source, backend = _capacity(model, decode_server_args)
-    return Prediction(prompt, per_request, concurrency, peak, capacity, source, backend)
+    capacity, source, backend, fit = _capacity(model, decode_server_args, per_request)
+    return Prediction(prompt, per_request, concurrency, peak, capacity, source, backend, fit)
 
 
-def _capacity(model: str, server_args: Sequence[str]) -> tuple[int | None, str, str | None]:
-    """Pool size from the core analysis when it can size the model, else from the flag."""
+def _capacity(
+    model: str, server_args: Sequence[str], per_request: int
+) -> tuple[int | None, str, str | None, int | None]:
+    """(pool tokens, where from, backup backend, requests that fit) from the core analysis when it
+    can size the model, else the pool size from the flag."""
     from kvdoctor.core.analysis import analyze
 
     try:
@@ -93,8 +100,9 @@ def _capacity(model: str, server_args: Sequence[str]) -> tuple[int | None, str, 
         analysis = None
     backup = analysis.backup.backend if analysis is not None else None
     if analysis is not None and analysis.sizing.full_tokens is not None:
-        return analysis.sizing.full_tokens, "kvdoctor inspect sizing", backup
+        fit = analysis.sizing.requests_fit(per_request, analysis.spec.sliding_window)
+        return analysis.sizing.full_tokens, "kvdoctor inspect sizing", backup, fit
     flag = flag_value(server_args, "--max-total-tokens")
     if flag is not None and flag.isdigit():
-        return int(flag), "--max-total-tokens", backup
-    return None, "unknown", backup
+        return int(flag), "--max-total-tokens", backup, None
+    return None, "unknown", backup, None

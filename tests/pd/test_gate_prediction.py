@@ -71,13 +71,16 @@ def fake_analysis(monkeypatch: pytest.MonkeyPatch) -> types.ModuleType:
 def test_capacity_prefers_the_core_sizing(fake_analysis: types.ModuleType) -> None:
     def analyze(model: str, argv: list[str]) -> SimpleNamespace:
         assert argv == ["--max-total-tokens", "65536"]
-        return SimpleNamespace(sizing=SimpleNamespace(full_tokens=50_000),
+        sizing = SimpleNamespace(full_tokens=50_000, requests_fit=lambda tokens, window: 50_000 // tokens)
+        return SimpleNamespace(sizing=sizing, spec=SimpleNamespace(sliding_window=None),
                                backup=SimpleNamespace(backend="cpu_tensor"))
 
     fake_analysis.analyze = analyze  # type: ignore[attr-defined]
     forecast = prediction.predict("m", ["--max-total-tokens", "65536"], mean_prompt_chars=400,
                                   max_new_tokens=100, parallel=8, num_questions=None)
     assert (forecast.capacity_tokens, forecast.backup_backend) == (50_000, "cpu_tensor")
+    assert forecast.requests_fit == 50_000 // 200  # 100 prompt + 100 new tokens each
+    assert forecast.retraction_expected is False
 
 
 def test_capacity_falls_back_when_the_model_cannot_be_sized(
@@ -100,3 +103,5 @@ def test_real_core_sizing_of_a_bundled_model() -> None:
     assert forecast.capacity_source == "kvdoctor inspect sizing"
     assert forecast.backup_backend == "cpu_tensor"  # SSM state: the Inkling test's backend
     assert forecast.retraction_expected is True
+    # The binding pool is the SWA pool (0.1 of the full pool, each request holding its window).
+    assert forecast.requests_fit is not None and forecast.requests_fit < forecast.capacity_tokens // 2012
