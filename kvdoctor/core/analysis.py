@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -13,6 +14,7 @@ from kvdoctor.core.hazards import Context, Hazard, find_hazards
 from kvdoctor.core.policy import BackupDecision, PoolLayout, decide_backup, pd_state_types, pool_layout
 from kvdoctor.core.sizing import Sizing, size_pools
 from kvdoctor.core.spec import StateSpec, build_spec
+from kvdoctor.errors import ConfigError
 
 
 @dataclass(frozen=True)
@@ -35,11 +37,34 @@ class Analysis:
         return next((s for s in order if s in found), None)
 
 
+def resolve_flags(config: ModelConfig, cls: Classification, flags: ServerFlags) -> ServerFlags:
+    """Flags SGLang's post-processing overrides for this model (arg_groups/overrides.py)."""
+    if flags.uses_fa4 and not cls.is_mla and not set(config.architectures) & rules.FA4_PAGE_EXEMPT_ARCHS:
+        return dataclasses.replace(flags, page_size=rules.FA4_PAGE_SIZE)
+    return flags
+
+
+def context_length(config: ModelConfig, flags: ServerFlags) -> int | None:
+    value = flags.context_length or config.get("max_position_embeddings")
+    return int(value) if isinstance(value, int) and value > 0 else None
+
+
 def analyze_config(config: ModelConfig, flags: ServerFlags) -> Analysis:
+    try:
+        return _analyze(config, flags)
+    except (ValueError, TypeError, KeyError, IndexError, ZeroDivisionError, AttributeError) as exc:
+        # A config whose fields have the wrong type or length: the user's input, named, exit 2.
+        raise ConfigError(f"{config.source}: unusable config ({type(exc).__name__}: {exc})") from exc
+
+
+def _analyze(config: ModelConfig, flags: ServerFlags) -> Analysis:
     cls = classify(config, disable_hybrid_swa_memory=flags.disable_hybrid_swa_memory)
+    flags = resolve_flags(config, cls, flags)
     spec = build_spec(config, cls, flags)
     layout = pool_layout(spec)
-    backup = decide_backup(spec, layout, flags)
+    sizing = size_pools(spec, flags)
+    pool_tokens = sizing.full_tokens or sizing.swa_tokens
+    backup = decide_backup(spec, layout, flags, pool_tokens=pool_tokens, context_len=context_length(config, flags))
     return Analysis(
         config=config,
         flags=flags,
@@ -47,9 +72,9 @@ def analyze_config(config: ModelConfig, flags: ServerFlags) -> Analysis:
         spec=spec,
         layout=layout,
         backup=backup,
-        pd_state_types=pd_state_types(spec),
-        sizing=size_pools(spec, flags),
-        hazards=find_hazards(Context(spec, layout, backup, flags)),
+        pd_state_types=pd_state_types(spec, layout),
+        sizing=sizing,
+        hazards=find_hazards(Context(spec, layout, backup, flags, sizing)),
     )
 
 

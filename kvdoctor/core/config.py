@@ -39,8 +39,10 @@ class ModelConfig:
 
     @property
     def architectures(self) -> tuple[str, ...]:
-        archs = self.top.get("architectures") or self.text.get("architectures") or ()
-        return tuple(str(a) for a in archs)
+        archs = self.top.get("architectures") or self.text.get("architectures") or []
+        if not isinstance(archs, list) or not all(isinstance(a, str) for a in archs):
+            raise ConfigError(f"{self.source}: field 'architectures' must be a list of class names")
+        return tuple(archs)
 
     @property
     def architecture(self) -> str:
@@ -98,7 +100,10 @@ def _hf_cache_config(repo_id: str) -> Path | None:
         return None
     from huggingface_hub import try_to_load_from_cache  # slow import; only for repo ids
 
-    hit = try_to_load_from_cache(repo_id, "config.json")
+    try:
+        hit = try_to_load_from_cache(repo_id, "config.json")
+    except ValueError:  # huggingface_hub's HFValidationError: not a valid repo id
+        return None
     return Path(hit) if isinstance(hit, str) else None
 
 

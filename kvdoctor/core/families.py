@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from kvdoctor.core import rules
 from kvdoctor.core.config import ModelConfig
+from kvdoctor.core.layer_types import granite_layer_types, minicpm_mixer_types
 from kvdoctor.core.sglang_architectures import SGLANG_ARCHITECTURES
 from kvdoctor.errors import UnknownModelError
 
@@ -24,7 +25,7 @@ def _draft_pattern_has_mamba(cfg: ModelConfig) -> bool:
 
 
 def _any_layer_is_mamba(cfg: ModelConfig) -> bool:
-    return any(kind == "mamba" for kind in cfg.get("layer_types") or [])
+    return "mamba" in granite_layer_types(cfg)
 
 
 def _bailing_uses_kda(cfg: ModelConfig) -> bool:
@@ -33,8 +34,7 @@ def _bailing_uses_kda(cfg: ModelConfig) -> bool:
 
 
 def _has_lightning_layers(cfg: ModelConfig) -> bool:
-    aliases = {"lightning", "lightning_attn", "lightning-attn"}  # minicpm.py:6-15
-    return any(kind in aliases for kind in cfg.get("mixer_types") or [])
+    return rules.LIGHTNING_MIXER in minicpm_mixer_types(cfg)
 
 
 CONDITIONS: dict[str, Callable[[ModelConfig], bool]] = {

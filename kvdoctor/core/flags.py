@@ -8,6 +8,8 @@ Spellings and defaults follow ``sglang/srt/server_args.py`` of the revision in `
 from __future__ import annotations
 
 import argparse
+import math
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
 
@@ -53,6 +55,11 @@ class ServerFlags:
     disable_hybrid_swa_memory: bool = False
     enable_scattered_sconv: bool = False
     attention_backend: str | None = None
+    decode_attention_backend: str | None = None
+    prefill_attention_backend: str | None = None
+    disable_radix_cache: bool = False
+    disable_overlap_schedule: bool = False
+    dtype: str = "auto"
     not_modelled: tuple[str, ...] = ()
 
     @property
@@ -62,6 +69,11 @@ class ServerFlags:
     @property
     def is_decode(self) -> bool:
         return self.disaggregation_mode == "decode"
+
+    @property
+    def uses_fa4(self) -> bool:
+        backends = (self.attention_backend, self.decode_attention_backend, self.prefill_attention_backend)
+        return "fa4" in backends
 
 
 class _Parser(argparse.ArgumentParser):
@@ -85,6 +97,26 @@ def _non_negative_int(text: str) -> int:
     return value
 
 
+_SI = {"k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12}
+_IEC = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
+
+
+def _human_int(text: str) -> int:
+    """SGLang's human_readable_int (utils/common.py:3394): 64k, 1.5M, 64Ki; then > 0."""
+    match = re.fullmatch(r"(\d+(?:\.\d+)?)(Ki|Mi|Gi|Ti|k|M|G|T)", text.strip())
+    if match is None:
+        return _positive_int(text)
+    number, suffix = match.groups()
+    if suffix in _IEC:
+        if "." in number:
+            raise argparse.ArgumentTypeError(f"decimals are not allowed with IEC suffixes, got {text}")
+        return int(number) * _IEC[suffix]
+    value = float(number) * _SI[suffix]
+    if value != int(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive whole number of tokens, got {text}")
+    return int(value)
+
+
 def _ratio(text: str) -> float:
     value = float(text)
     if not 0.0 < value <= 1.0:
@@ -101,8 +133,8 @@ def _unit_interval(text: str) -> float:
 
 def _positive_float(text: str) -> float:
     value = float(text)
-    if not value > 0.0:
-        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+    if not (value > 0.0 and math.isfinite(value)):
+        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text}")
     return value
 
 
@@ -120,14 +152,17 @@ def _build_parser() -> _Parser:
     p.add_argument("--disaggregation-decode-host-receive-threshold", type=_unit_interval, default=1.0)
     p.add_argument("--enable-priority-scheduling", action="store_true")
     p.add_argument("--disable-priority-preemption", action="store_true")
-    p.add_argument("--max-total-tokens", type=_positive_int)
+    p.add_argument("--max-total-tokens", type=_human_int)
     p.add_argument("--context-length", type=_positive_int)
     p.add_argument("--swa-full-tokens-ratio", type=_ratio)
-    p.add_argument("--mamba-full-memory-ratio", type=_ratio)
+    p.add_argument("--mamba-full-memory-ratio", type=_positive_float)  # a mamba:KV ratio, no upper bound
     p.add_argument("--max-mamba-cache-size", type=_positive_int)
     p.add_argument("--mamba-ssm-dtype", choices=STATE_DTYPES)
     p.add_argument("--mamba-radix-cache-strategy", choices=MAMBA_RADIX_STRATEGIES, default="auto")
     p.add_argument("--page-size", type=_positive_int, default=1)
+    p.add_argument("--disable-radix-cache", action="store_true")
+    p.add_argument("--disable-overlap-schedule", action="store_true")
+    p.add_argument("--dtype", default="auto")
     # SGLang's parser accepts unique prefixes, so its own fixtures pass --tp for --tp-size.
     p.add_argument("--tp-size", "--tp", "--tensor-parallel-size", dest="tp_size",
                    type=_positive_int, action="append")  # fmt: skip
@@ -137,6 +172,8 @@ def _build_parser() -> _Parser:
     p.add_argument("--disable-hybrid-swa-memory", action="store_true")
     p.add_argument("--enable-scattered-sconv", action="store_true")
     p.add_argument("--attention-backend")
+    p.add_argument("--decode-attention-backend")
+    p.add_argument("--prefill-attention-backend")
     return p
 
 
@@ -152,18 +189,36 @@ def _group_unknown(tokens: Sequence[str]) -> tuple[str, ...]:
 
 
 def _check_consistency(flags: ServerFlags) -> None:
-    """Flags that parse one by one but contradict each other."""
-    backup = flags.disaggregation_decode_retraction_backup
-    if backup is not None and not flags.is_decode:
-        raise FlagError(
-            f"server flags: --disaggregation-decode-retraction-backup {backup} applies only to a PD "
-            f"decode server, but --disaggregation-mode is {flags.disaggregation_mode}"
-        )
-    if flags.disaggregation_decode_enable_radix_cache and not flags.is_decode:
-        raise FlagError(
-            "server flags: --disaggregation-decode-enable-radix-cache needs "
-            "--disaggregation-mode decode"
-        )
+    """Flags that parse one by one but that SGLang refuses together.
+
+    arg_groups/kv_cache_hook.py:351-400 (handle_cache_compatibility) and
+    arg_groups/pd_disaggregation_hook.py:64-80.
+    """
+    host_pool = flags.disaggregation_decode_retraction_backup == "host_pool"
+    refusals = [
+        (host_pool and not flags.is_decode,
+         "--disaggregation-decode-retraction-backup host_pool is only supported on a PD decode server "
+         f"(--disaggregation-mode is {flags.disaggregation_mode})"),
+        (host_pool and flags.dcp_enabled,
+         "--disaggregation-decode-retraction-backup host_pool does not support --dcp-size > 1"),
+        (host_pool and flags.enable_priority_scheduling and not flags.disable_priority_preemption,
+         "--disaggregation-decode-retraction-backup host_pool requires --disable-priority-preemption "
+         "when priority scheduling is enabled"),
+        (flags.disaggregation_decode_enable_offload_kvcache and not flags.is_decode,
+         "--disaggregation-decode-enable-offload-kvcache is only supported for decode side"),
+        (flags.disaggregation_decode_host_receive_threshold < 1 and not flags.is_decode,
+         "--disaggregation-decode-host-receive-threshold < 1 declares host_pool retraction, which is only "
+         "supported on a PD decode server"),
+        (flags.disaggregation_decode_host_receive_threshold < 1
+         and flags.disaggregation_decode_retraction_backup == "cpu_tensor",
+         "decode host KV buffering (--disaggregation-decode-host-receive-threshold < 1) requires "
+         "host_pool retraction, not cpu_tensor"),
+        (flags.enable_hierarchical_cache and flags.disable_radix_cache,
+         "--enable-hierarchical-cache and --disable-radix-cache are mutually exclusive"),
+    ]  # fmt: skip
+    for refused, message in refusals:
+        if refused:
+            raise FlagError(f"server flags: {message}")
 
 
 def parse_flags(argv: Sequence[str]) -> ServerFlags:

@@ -11,7 +11,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from kvdoctor.core import rules
 from kvdoctor.core.config import ModelConfig
+from kvdoctor.core.layer_types import granite_layer_types, minicpm_mixer_types
+from kvdoctor.core.rules import SWA_LAYER_DEFAULT_RULE
 from kvdoctor.errors import ConfigError
 
 Shape = tuple[int, ...]
@@ -113,10 +116,13 @@ def _where(kinds: list[str], wanted: set[str]) -> tuple[int, ...]:
     return tuple(i for i, kind in enumerate(kinds) if kind in wanted)
 
 
-def _mamba2_shapes(conv_dim: int, heads: int, head_dim: int, state: int, kernel: int, tp: int,
+def _mamba2_shapes(inner: int, groups: int, heads: int, head_dim: int, state: int, kernel: int, tp: int,
                    source: str) -> tuple[tuple[Shape, ...], Shape]:  # fmt: skip
-    """Mamba2StateShape.create: conv (conv_dim/tp, K-1), temporal (H/tp, P, N)."""
-    conv = (_per_rank(conv_dim, tp, "conv_dim", source), kernel - 1)
+    """Mamba2StateShape.create: groups padded for the TP shards, conv (conv_dim/tp, K-1) with
+    conv_dim = I + 2*G*N, temporal (H/tp, P, N)."""
+    if groups % tp:
+        groups += tp - groups  # extra_groups_for_head_shards, as SGLang computes it
+    conv = (_per_rank(inner + 2 * groups * state, tp, "conv_dim", source), kernel - 1)
     return (conv,), (_per_rank(heads, tp, "num_heads", source), head_dim, state)
 
 
@@ -129,7 +135,7 @@ def _gdn(cfg: ModelConfig, tp: int) -> LayerSplit:
     hk, dk = cfg.positive_int("linear_num_key_heads"), cfg.positive_int("linear_key_head_dim")
     hv, dv = cfg.positive_int("linear_num_value_heads"), cfg.positive_int("linear_value_head_dim")
     kernel = cfg.positive_int("linear_conv_kernel_dim", 4)
-    conv, temporal = _mamba2_shapes(2 * hk * dk + hv * dv, hv, dv, dk, kernel, tp, cfg.source)
+    conv, temporal = _mamba2_shapes(hv * dv, hk, hv, dv, dk, kernel, tp, cfg.source)
     conv_dtype, temporal_dtype = state_dtypes(cfg, from_config=True)
     return LayerSplit(full, (), RecurrentGeometry(linear, conv, temporal, conv_dtype, temporal_dtype))
 
@@ -142,7 +148,7 @@ def _jet_gdn(cfg: ModelConfig, tp: int) -> LayerSplit:
         raise ConfigError(f"{cfg.source}: efficient_attention_config.jet needs num_heads and head_dim")
     dv = int(dk * float(jet.get("expand_v", 1.0)))
     kernel = int(jet.get("conv_size", 4))
-    conv, temporal = _mamba2_shapes(heads * dv + 2 * heads * dk, heads, dv, dk, kernel, tp, cfg.source)
+    conv, temporal = _mamba2_shapes(heads * dv, heads, heads, dv, dk, kernel, tp, cfg.source)
     recurrent = RecurrentGeometry(_where(kinds, {"jet"}), conv, temporal,
                                   *state_dtypes(cfg, from_config=True))  # fmt: skip
     return LayerSplit(_where(kinds, {"attn", "swa"}), (), recurrent)
@@ -158,8 +164,7 @@ def _nemotron_h(cfg: ModelConfig, tp: int) -> LayerSplit:
     state = cfg.positive_int("ssm_state_size")
     groups = cfg.positive_int("n_groups")
     kernel = int(cfg.get("conv_kernel") or cfg.positive_int("mamba_d_conv", 4))
-    conv, temporal = _mamba2_shapes(heads * head_dim + 2 * groups * state, heads, head_dim, state,
-                                    kernel, tp, cfg.source)  # fmt: skip
+    conv, temporal = _mamba2_shapes(heads * head_dim, groups, heads, head_dim, state, kernel, tp, cfg.source)
     mamba = tuple(i for i, c in enumerate(pattern) if c == "M")
     full = tuple(i for i, c in enumerate(pattern) if c == "*")
     return LayerSplit(full, (), RecurrentGeometry(mamba, conv, temporal,
@@ -173,7 +178,7 @@ def _falcon_h1(cfg: ModelConfig, tp: int) -> LayerSplit:
     head_dim = cfg.get("mamba_d_head")
     head_dim = inner // heads if head_dim in (None, "auto") else int(head_dim)
     state, groups = cfg.positive_int("mamba_d_state"), cfg.positive_int("mamba_n_groups")
-    conv, temporal = _mamba2_shapes(inner + 2 * groups * state, heads, head_dim, state,
+    conv, temporal = _mamba2_shapes(inner, groups, heads, head_dim, state,
                                     cfg.positive_int("mamba_d_conv", 4), tp, cfg.source)  # fmt: skip
     layers = _all(cfg)
     return LayerSplit(layers, (), RecurrentGeometry(layers, conv, temporal,
@@ -181,10 +186,10 @@ def _falcon_h1(cfg: ModelConfig, tp: int) -> LayerSplit:
 
 
 def _granite_hybrid(cfg: ModelConfig, tp: int) -> LayerSplit:
-    kinds = list(cfg.require("layer_types"))
+    kinds = granite_layer_types(cfg)
     inner = cfg.positive_int("mamba_expand", 2) * cfg.positive_int("hidden_size")
     state, groups = cfg.positive_int("mamba_d_state"), cfg.positive_int("mamba_n_groups", 1)
-    conv, temporal = _mamba2_shapes(inner + 2 * groups * state, cfg.positive_int("mamba_n_heads"),
+    conv, temporal = _mamba2_shapes(inner, groups, cfg.positive_int("mamba_n_heads"),
                                     cfg.positive_int("mamba_d_head"), state,
                                     cfg.positive_int("mamba_d_conv", 4), tp, cfg.source)  # fmt: skip
     recurrent = RecurrentGeometry(_where(kinds, {"mamba"}), conv, temporal,
@@ -198,7 +203,7 @@ def _inner_size(cfg: ModelConfig) -> int:
 
 def _mamba2(cfg: ModelConfig, tp: int) -> LayerSplit:
     state, groups = cfg.positive_int("state_size"), cfg.positive_int("n_groups", 1)
-    conv, temporal = _mamba2_shapes(_inner_size(cfg) + 2 * groups * state, cfg.positive_int("num_heads"),
+    conv, temporal = _mamba2_shapes(_inner_size(cfg), groups, cfg.positive_int("num_heads"),
                                     cfg.positive_int("head_dim"), state,
                                     cfg.positive_int("conv_kernel", 4), tp, cfg.source)  # fmt: skip
     return LayerSplit((), (), RecurrentGeometry(_all(cfg), conv, temporal,
@@ -262,11 +267,16 @@ def _kda(cfg: ModelConfig, tp: int) -> LayerSplit:
                                      cfg.positive_int("short_conv_kernel_size"), tp, cfg.source)  # fmt: skip
     else:
         linear_cfg = cfg.require("linear_attn_config")
-        one_based = cfg.model_type == "kimi_linear"  # kimi_linear.py:158-182 vs glm5_next.py:245-268
+        one_based = cfg.model_type in rules.KDA_ONE_BASED_MODEL_TYPES
+        if not isinstance(linear_cfg, dict):
+            raise ConfigError(f"{cfg.source}: field 'linear_attn_config' must be an object")
         kda = {int(i) - (1 if one_based else 0) for i in linear_cfg.get("kda_layers", [])}
         linear = tuple(i for i in layers if i in kda)
-        conv, temporal = _kda_shapes(int(linear_cfg["num_heads"]), int(linear_cfg["head_dim"]),
-                                     int(linear_cfg.get("short_conv_kernel_size", 4)), tp, cfg.source)  # fmt: skip
+        heads, head_dim = linear_cfg.get("num_heads"), linear_cfg.get("head_dim")
+        if not (isinstance(heads, int) and isinstance(head_dim, int) and heads > 0 and head_dim > 0):
+            raise ConfigError(f"{cfg.source}: linear_attn_config needs positive integer num_heads and head_dim")
+        conv, temporal = _kda_shapes(heads, head_dim, int(linear_cfg.get("short_conv_kernel_size", 4)), tp,
+                                     cfg.source)  # fmt: skip
     full = tuple(i for i in layers if i not in linear)
     return LayerSplit(full, (), RecurrentGeometry(linear, conv, temporal,
                                                   *state_dtypes(cfg, from_config=False)))  # fmt: skip
@@ -275,8 +285,7 @@ def _kda(cfg: ModelConfig, tp: int) -> LayerSplit:
 def _lightning(cfg: ModelConfig, tp: int) -> LayerSplit:
     layers = _all(cfg)
     if cfg.model_type == "minicpm_sala":
-        kinds = list(cfg.get("mixer_types") or [])
-        linear = _where(kinds, {"lightning", "lightning_attn", "lightning-attn"})
+        linear = _where(minicpm_mixer_types(cfg), {rules.LIGHTNING_MIXER})
         heads = int(cfg.get("lightning_nkv") or cfg.positive_int("num_key_value_heads"))
         head_dim = int(cfg.get("lightning_head_dim") or default_head_dim(cfg))
     else:
@@ -305,7 +314,8 @@ def _inkling(cfg: ModelConfig, tp: int, *, scattered_sconv: bool = False) -> Lay
     k = cfg.positive_int("sconv_kernel_size", 4) - 1
     conv = ((k, full_dim), (k, full_dim), (k, local_dim), (k, local_dim), (k, stream), (k, stream))
     full = tuple(i for i in layers if i not in local)
-    return LayerSplit(full, local, RecurrentGeometry(layers, conv, (0, 0, 0), "bfloat16", "bfloat16"))
+    dtype = rules.INKLING_STATE_DTYPE
+    return LayerSplit(full, local, RecurrentGeometry(layers, conv, (0, 0, 0), dtype, dtype))
 
 
 RECURRENT_SPLITS: dict[str, Callable[[ModelConfig, int], LayerSplit]] = {
@@ -331,18 +341,27 @@ def recurrent_split(family: str, cfg: ModelConfig, tp: int, *, scattered_sconv: 
 
 
 def swa_split(cfg: ModelConfig, rule: str) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """(full, swa) layer ids of a hybrid-SWA model, by its architecture's rule."""
+    """(full, swa) layer ids of a hybrid-SWA model, by its architecture's rule (get_hybrid_layer_ids)."""
     layers = _all(cfg)
+    if rule == SWA_LAYER_DEFAULT_RULE and cfg.get("hybrid_layer_pattern") is not None:
+        rule = "hybrid_layer_pattern"
     if rule == "every_fourth_full":
         swa = tuple(i for i in layers if (i + 1) % 4 != 0)
     elif rule == "local_layer_ids":
         swa = tuple(i for i in layers if i in set(cfg.get("local_layer_ids") or []))
     elif rule == "hybrid_layer_pattern":
         pattern = cfg.require("hybrid_layer_pattern")
+        if not isinstance(pattern, list) or len(pattern) < len(layers):
+            raise ConfigError(f"{cfg.source}: hybrid_layer_pattern needs one entry per layer")
         swa = tuple(i for i in layers if pattern[i] == 1)
+    elif rule == "first_layer_swa":
+        return (), (0,)
+    elif rule == "all_swa":
+        return (), layers
     else:
-        kinds = list(cfg.get("layer_types") or [])
-        swa = _where(kinds, {"sliding_attention"})
-        full = _where(kinds, {"full_attention"})
-        return full, swa
+        kinds = cfg.get("layer_types")
+        if not isinstance(kinds, list):
+            raise ConfigError(f"{cfg.source}: field 'layer_types' must list each layer's attention kind")
+        kinds = kinds[: len(layers)]  # Step 3.5 lists MTP layers past num_hidden_layers
+        return _where(kinds, {"full_attention"}), _where(kinds, {"sliding_attention"})
     return tuple(i for i in layers if i not in swa), swa

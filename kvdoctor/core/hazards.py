@@ -11,7 +11,8 @@ from dataclasses import dataclass
 
 from kvdoctor.core import rules
 from kvdoctor.core.flags import ServerFlags
-from kvdoctor.core.policy import BackupDecision, PoolLayout, backup_carries
+from kvdoctor.core.policy import BackupDecision, PoolLayout, backup_carries, pd_state_types
+from kvdoctor.core.sizing import Sizing
 from kvdoctor.core.spec import StateSpec
 
 ERROR, WARNING, INFO = "error", "warning", "info"
@@ -32,6 +33,7 @@ class Context:
     layout: PoolLayout
     backup: BackupDecision
     flags: ServerFlags
+    sizing: Sizing
 
 
 def _lost_components(ctx: Context) -> list[str]:
@@ -83,11 +85,11 @@ def mxfp8_alignment(ctx: Context) -> Iterator[Hazard]:
         yield Hazard(ERROR, "KVD005-MXFP8-HEAD-DIM",
                      f"MXFP8 scales cover 32 elements of head_dim, but head_dim {bad} is not a multiple of 32: "
                      "SGLang refuses to build the pool.")  # fmt: skip
-    if ctx.flags.page_size % rules.MXFP8_ALIGNMENT:
-        yield Hazard(ERROR, "KVD006-MXFP8-PAGE-SIZE",
-                     f"MXFP8 KV needs --page-size a multiple of 32 (128 for the fused FA4 store), got "
-                     f"{ctx.flags.page_size}.")  # fmt: skip
     interleaved = ctx.flags.page_size == rules.MXFP8_INTERLEAVED_PAGE
+    if not interleaved:
+        yield Hazard(ERROR, "KVD006-MXFP8-PAGE-SIZE",
+                     "SGLang's MXFP8 KV writes assert the page-interleaved scale layout, which exists only at "
+                     f"--page-size 128 (got {ctx.flags.page_size}; --attention-backend fa4 forces 128).")  # fmt: skip
     if interleaved and dims - {rules.MXFP8_INTERLEAVED_HEAD_DIM}:
         yield Hazard(ERROR, "KVD010-MXFP8-INTERLEAVED-HEAD-DIM",
                      "at --page-size 128 SGLang stores MXFP8 scales page-interleaved, which packs exactly four "
@@ -105,6 +107,24 @@ def mxfp8_hardware(ctx: Context) -> Iterator[Hazard]:
                      "the server refuses it (kvdoctor's own kernels still run there).")  # fmt: skip
 
 
+def pd_scales_not_transferred(ctx: Context) -> Iterator[Hazard]:
+    scales = [c.name for c in ctx.spec.components if c.name.endswith("_scales")]
+    if ctx.flags.disaggregation_mode != "null" and scales and "BLOCK_SCALE" not in pd_state_types(ctx.spec, ctx.layout):
+        yield Hazard(ERROR, "KVD011-PD-BLOCK-SCALES-NOT-TRANSFERRED",
+                     f"a PD transfer from a {ctx.layout.kv_pool} registers no BLOCK_SCALE state: decode would "
+                     f"read {', '.join(scales)} that prefill never sent. Use a KV dtype without block scales "
+                     "here.")  # fmt: skip
+
+
+def swa_pool_too_small(ctx: Context) -> Iterator[Hazard]:
+    window, swa_tokens = ctx.spec.sliding_window, ctx.sizing.swa_tokens
+    if window is not None and swa_tokens is not None and window + ctx.flags.page_size >= swa_tokens:
+        yield Hazard(ERROR, "KVD012-SWA-POOL-TOO-SMALL",
+                     f"the SWA pool ({swa_tokens} tokens) cannot hold even one request's window ({window}) plus a "
+                     f"page ({ctx.flags.page_size}): SGLang refuses to start. Raise --max-total-tokens or "
+                     "--swa-full-tokens-ratio.")  # fmt: skip
+
+
 def not_modelled(ctx: Context) -> Iterator[Hazard]:
     if ctx.flags.not_modelled:
         yield Hazard(INFO, "KVD009-FLAGS-NOT-MODELLED",
@@ -117,8 +137,11 @@ RULES: tuple[Callable[[Context], Iterator[Hazard]], ...] = (
     other_state_lost,
     mxfp8_alignment,
     mxfp8_hardware,
+    pd_scales_not_transferred,
+    swa_pool_too_small,
     not_modelled,
 )
+
 
 
 def find_hazards(ctx: Context) -> tuple[Hazard, ...]:

@@ -65,7 +65,8 @@ class BackupDecision:
 
     backend: str
     applies: bool  # only a PD decode server backs retracted requests up
-    explicit: bool  # given by --disaggregation-decode-retraction-backup (no inference)
+    explicit: bool  # fixed by a flag, so the conditions below were not consulted
+    source: str  # "flag", "host-receive threshold" or "inferred"
     conditions: tuple[Condition, ...]
     hicache_ratio: float | None
     hicache_ratio_reason: str
@@ -74,9 +75,7 @@ class BackupDecision:
 def pool_layout(spec: StateSpec) -> PoolLayout:
     """kv_cache_configurator / memory_pool: the pool classes the spec lands in."""
     cls = spec.classification
-    kv_pool_class = spec.kv_dtype.mha_pool
-    if spec.full is not None and spec.full.mla:
-        kv_pool_class = "MLATokenToKVPoolFP4" if spec.kv_dtype.payload_bits == 4 else "MLATokenToKVPool"
+    kv_pool_class = "MLATokenToKVPool" if spec.full is not None and spec.full.mla else spec.kv_dtype.mha_pool
     full_pool = kv_pool_class if spec.full is not None else None
     swa_pool = spec.kv_dtype.mha_pool if spec.swa is not None else None
     if cls.is_hybrid_swa:
@@ -122,47 +121,75 @@ def _condition_values(
     }  # fmt: skip
 
 
-def _hicache_ratio(backend: str, flags: ServerFlags) -> tuple[float | None, str]:
+def _hicache_ratio(
+    backend: str, flags: ServerFlags, pool_tokens: int | None, context_len: int | None
+) -> tuple[float | None, str]:
     """kv_cache_builder.py:245-261: only a decode server resolves an unset ratio."""
     if flags.hicache_ratio is not None:
         return flags.hicache_ratio, "--hicache-ratio given"
     if not flags.is_decode:
         return None, "not resolved here (only a decode server resolves an unset ratio)"
-    if backend == "host_pool" and not flags.enable_hierarchical_cache:
-        reason = "backup-only host pool (BACKUP_ONLY_HICACHE_RATIO)"
-        if flags.hicache_size == 0:
-            reason += "; at least one max-length request (needs the device pool size at run time)"
-        return rules.BACKUP_ONLY_HICACHE_RATIO, reason
-    return rules.DEFAULT_HICACHE_RATIO, "standard HiCache default"
+    if backend != "host_pool" or flags.enable_hierarchical_cache:
+        return rules.DEFAULT_HICACHE_RATIO, "standard HiCache default"
+    floor = rules.BACKUP_ONLY_HICACHE_RATIO
+    if flags.hicache_size > 0:
+        return floor, "backup-only host pool (--hicache-size sets the host pool)"
+    if not pool_tokens or context_len is None:
+        return floor, "backup-only host pool: at least this, raised to fit one max-length request"
+    # decode_retraction_max_tokens: one max-length request, page-aligned; doubled when one request
+    # can receive while another is retracted.
+    page = flags.page_size
+    min_tokens = -(-min(context_len - 1, pool_tokens) // page) * page
+    if flags.disaggregation_decode_host_receive_threshold < 1:
+        min_tokens *= 2
+    ratio = max(floor, min_tokens / pool_tokens)
+    return ratio, f"backup-only host pool sized to {min_tokens} tokens of a {pool_tokens}-token pool"
 
 
 def decide_backup(
-    spec: StateSpec, layout: PoolLayout, flags: ServerFlags, platform: Platform = Platform()
+    spec: StateSpec,
+    layout: PoolLayout,
+    flags: ServerFlags,
+    platform: Platform = Platform(),
+    *,
+    pool_tokens: int | None = None,
+    context_len: int | None = None,
 ) -> BackupDecision:
     """resolve_decode_retraction_backup, with every condition's value kept."""
     values = _condition_values(spec, layout, flags, platform)
     conditions = tuple(
         Condition(c.name, c.meaning, c.source, *values[c.name]) for c in rules.BACKUP_CONDITIONS
     )
-    explicit = flags.disaggregation_decode_retraction_backup
     inferred = "host_pool" if all(c.passed for c in conditions) else "cpu_tensor"
-    backend = explicit if explicit is not None else inferred
-    ratio, reason = _hicache_ratio(backend, flags)
-    return BackupDecision(backend, flags.is_decode, explicit is not None, conditions, ratio, reason)
+    if flags.disaggregation_decode_retraction_backup is not None:
+        backend, source = flags.disaggregation_decode_retraction_backup, "flag"
+    elif flags.disaggregation_decode_host_receive_threshold < 1:
+        backend, source = rules.HOST_RECEIVE_BACKEND, "host-receive threshold"
+    else:
+        backend, source = inferred, "inferred"
+    ratio, reason = _hicache_ratio(backend, flags, pool_tokens, context_len)
+    return BackupDecision(backend, flags.is_decode, source != "inferred", source, conditions, ratio, reason)
 
 
-def pd_state_types(spec: StateSpec) -> tuple[str, ...]:
-    """The StateType members a PD transfer of this spec carries beside the main KV buffers."""
+def pd_state_types(spec: StateSpec, layout: PoolLayout) -> tuple[str, ...]:
+    """The StateType members a PD transfer registers beside the main KV buffers, in SGLang's order.
+
+    disaggregation/utils.py:1513-1631, 1860-1890: block scales only for MXFP8 pools (a top-level
+    one, or the sub-pools of an SWAKVPool); a HybridLinearKVPool registers MAMBA alone; the
+    request pool's MAMBA comes last.
+    """
     types: list[str] = []
-    if spec.swa is not None:
+    block_scaled = rules.PD_BLOCK_SCALE_POOLS
+    if layout.kv_pool in block_scaled:
+        types.append("BLOCK_SCALE")
+    if layout.kv_pool == "SWAKVPool":
         types.append("SWA")
+        if layout.full_pool in block_scaled and spec.full is not None:
+            types.append("BLOCK_SCALE")
+        if layout.swa_pool in block_scaled:
+            types.append("BLOCK_SCALE_SWA")
     if spec.recurrent is not None:
         types.append("MAMBA")
-    if spec.kv_dtype.block_scaled:
-        if spec.component("full_kv_scales") is not None:
-            types.append("BLOCK_SCALE")
-        if spec.swa is not None:
-            types.append("BLOCK_SCALE_SWA")
     return tuple(types)
 
 
@@ -177,8 +204,7 @@ def backup_carries(backend: str, spec: StateSpec, layout: PoolLayout, page_size:
             carried |= scales & set(spec.names)
         return frozenset(carried)
     carried = set(spec.names)
-    pools = {layout.full_pool, layout.swa_pool}
-    if pools & rules.CPU_COPY_DROPS_SCALES:
+    if spec.kv_dtype.flag not in rules.CPU_COPY_CARRIES_SCALES:
         carried -= scales
     if spec.recurrent is not None and not (layout.cpu_copy_carries_mamba or layout.caller_backs_up_mamba):
         carried -= {"conv_state", "temporal_state"}

@@ -58,6 +58,8 @@ FAMILY_RULES: tuple[FamilyRule, ...] = (
     FamilyRule("mamba1", ("mamba", "falcon_mamba"), "mamba2_config",
                "srt/configs/hybrid_arch.py:78-90"),
     FamilyRule("kda", ("kimi_linear",), "kimi_linear_config", "srt/configs/hybrid_arch.py:111-123"),
+    FamilyRule("kda", ("kimi_k3",), "kimi_linear_config",
+               "srt/configs/hybrid_arch.py:120-122 (text_config is a KimiLinearConfig; kimi_k3.py:80-95)"),
     FamilyRule("kda", ("bailing_hybrid",), "kimi_linear_config",
                "srt/configs/hybrid_arch.py:111-123", condition="bailing_uses_kda"),
     FamilyRule("lightning", ("bailing_hybrid",), "hybrid_lightning_config",
@@ -77,6 +79,24 @@ ATTENTION_ONLY_MODEL_TYPES: frozenset[str] = frozenset({
     "deepseek_v2", "deepseek_v3", "deepseek_v32", "kimi_k2", "minicpm", "minicpm3", "phi3",
     "glm4", "glm4_moe", "olmo2", "exaone", "granite", "granitemoe", "step3p5", "mimo_v2_flash",
 })  # fmt: skip
+
+
+# --- Config normalisations SGLang's config classes apply before any rule reads them ---
+# granitemoehybrid.py:29-32 (transformers >= 5.15 spellings) and 185-193 (default pattern).
+GRANITE_LAYER_ALIASES = {"linear_attention": "mamba", "full_attention": "attention"}
+GRANITE_DEFAULT_ATTENTION_EVERY = 6
+# minicpm.py:6-15 and 95-104 (aliases, then tiled over num_hidden_layers).
+MINICPM_MIXER_ALIASES = {
+    "minicpm4": "minicpm4", "minicpm": "minicpm4", "standard": "minicpm4", "attention": "minicpm4",
+    "attn": "minicpm4", "lightning": "lightning-attn", "lightning_attn": "lightning-attn",
+    "lightning-attn": "lightning-attn",
+}  # fmt: skip
+LIGHTNING_MIXER = "lightning-attn"
+# InklingStateDType is fixed (inkling.py:253, 418-422): no env or flag changes it.
+INKLING_STATE_DTYPE = "bfloat16"
+# Kimi-Linear numbers kda_layers from 1 (kimi_linear.py:158-182); GLM-5-Next from 0 (glm5_next.py:245-268).
+KDA_ONE_BASED_MODEL_TYPES = frozenset({"kimi_linear", "kimi_k3"})
+# Mamba2StateShape.create pads n_groups so every TP shard holds whole groups (mamba_utils.py:25-38).
 
 
 # --- Hybrid SWA and MLA: srt/configs/model_config.py ---
@@ -103,8 +123,14 @@ SWA_LAYER_RULES: dict[str, str] = {
     "InklingForConditionalGeneration": "local_layer_ids",
     "MiMoV2ForCausalLM": "hybrid_layer_pattern",
     "MiMoV2FlashForCausalLM": "hybrid_layer_pattern",
+    "MiMoV2MTP": "first_layer_swa",
+    "Step3p5MTP": "first_layer_swa",
+    "UnlimitedOCRForCausalLM": "all_swa",
 }
-SWA_LAYER_DEFAULT_RULE = "layer_types"  # gpt-oss, Gemma 4, Step 3.5, …: "sliding_attention" entries
+# Everything else lists "sliding_attention" / "full_attention" in layer_types (gpt-oss, Gemma 4,
+# Step 3.5, …; entries past num_hidden_layers ignored), unless it opts in with a
+# hybrid_layer_pattern (1 = SWA, 0 = full), the generic fallback.
+SWA_LAYER_DEFAULT_RULE = "layer_types"
 
 # attention_arch = MLA by architecture name (model_config.py:1366-1515).
 MLA_ARCHS: frozenset[str] = frozenset({
@@ -128,22 +154,32 @@ class KVDtypeRule:
     """How one ``--kv-cache-dtype`` is stored: payload bits per element, and its block scales."""
 
     payload_bits: int
-    storage: str  # what the pool buffer holds (SGLang stores fp8 as uint8)
+    storage: str  # what the pool buffer holds, for people
+    store_dtype: str  # the torch dtype of the pool buffer (SGLang stores plain fp8 as uint8)
     scale_block: int | None = None  # elements per scale byte, None when not block-scaled
     mha_pool: str = "MHATokenToKVPool"
 
 
 KV_DTYPES: dict[str, KVDtypeRule] = {
-    "bf16": KVDtypeRule(16, "bfloat16"),
-    "bfloat16": KVDtypeRule(16, "bfloat16"),
-    "fp8_e4m3": KVDtypeRule(8, "float8_e4m3fn as uint8"),
-    "fp8_e5m2": KVDtypeRule(8, "float8_e5m2 as uint8"),
-    "mxfp8": KVDtypeRule(8, "float8_e4m3fn", 32, "MHATokenToKVPoolMXFP8"),  # memory_pool.py:3900
-    "nvfp4": KVDtypeRule(4, "packed fp4 as uint8", 16, "MHATokenToKVPoolFP4"),
-    "fp4_mx_block16": KVDtypeRule(4, "packed fp4 as uint8", 16, "MHATokenToKVPoolFP4"),
+    "bf16": KVDtypeRule(16, "bfloat16", "bfloat16"),
+    "bfloat16": KVDtypeRule(16, "bfloat16", "bfloat16"),
+    "fp8_e4m3": KVDtypeRule(8, "float8_e4m3fn as uint8", "uint8"),
+    "fp8_e5m2": KVDtypeRule(8, "float8_e5m2 as uint8", "uint8"),
+    # memory_pool.py:3900 (store dtype e4m3fn), scale buffers k_scale_buffer / v_scale_buffer.
+    "mxfp8": KVDtypeRule(8, "float8_e4m3fn", "float8_e4m3fn", 32, "MHATokenToKVPoolMXFP8"),
+    # FP4 runs on the plain MHA pool with an FP4 quant method (kv_cache_configurator.py:1905-1919).
+    "nvfp4": KVDtypeRule(4, "packed fp4 as uint8", "uint8", 16),
+    "fp4_mx_block16": KVDtypeRule(4, "packed fp4 as uint8", "uint8", 16),
 }
+# Spellings SGLang's _STR_DTYPE_TO_TORCH_DTYPE accepts for the model dtype (model_config.py).
+DTYPE_ALIASES = {"half": "float16", "float": "float32", "bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
 KV_DTYPES_SOURCE = "srt/mem_cache/kv_cache_dtype.py; memory_pool.py (MXFP8 and FP4 pools)"
-MXFP8_ALIGNMENT = 32  # head_dim and page_size multiples (memory_pool.py MHATokenToKVPoolMXFP8)
+MXFP8_POOL = "MHATokenToKVPoolMXFP8"  # the only MXFP8 pool class: MHA rows, no MLA variant
+MXFP8_ALIGNMENT = 32  # head_dim multiple (memory_pool.py MHATokenToKVPoolMXFP8)
+# FA4 on SM100 forces page size 128 for non-MLA models (arg_groups/overrides.py:1273-1297),
+# except DiffusionGemma (page 1).
+FA4_PAGE_SIZE = 128
+FA4_PAGE_EXEMPT_ARCHS = frozenset({"DiffusionGemmaForBlockDiffusion"})
 MXFP8_MIN_SM = 100  # SGLang's MXFP8 KV path needs SM100+ and the FA4 backend
 
 
@@ -201,6 +237,10 @@ HOST_POOL_SCALES_SOURCE = "srt/mem_cache/pool_host/mha.py:1684-1698, pool_host/m
 
 
 # --- PD state types: srt/disaggregation/base/conn.py (class StateType) ---
+# Pools whose block scales a PD transfer registers (disaggregation/utils.py:1513-1518, 1561-1568).
+PD_BLOCK_SCALE_POOLS = frozenset({"MHATokenToKVPoolMXFP8"})
+# A decode host-receive threshold below 1 declares this backend (arg_groups/pd_disaggregation_hook.py:68-80).
+HOST_RECEIVE_BACKEND = "host_pool"
 PD_STATE_TYPES_SOURCE = "srt/disaggregation/base/conn.py:14-41; disaggregation/utils.py"
 
 
@@ -222,8 +262,19 @@ RATIO_OVERRIDES: dict[str, dict[str, float]] = {
 MAMBA_SLOTS_RADIX_OFF = 1
 MAMBA_SLOTS_RADIX_BASE = 3
 MAMBA_TRACKING_SLOTS = {"extra_buffer": 2, "extra_buffer_lazy": 1}
-# Families whose overrides pin --mamba-radix-cache-strategy extra_buffer when left at auto.
-EXTRA_BUFFER_FAMILIES = frozenset({"inkling"})  # model_overrides/inkling.py:55-56
+MAMBA_TRACKING_SLOTS_NO_OVERLAP = 1  # extra_buffer with --disable-overlap-schedule
+# --mamba-radix-cache-strategy auto resolves to extra_buffer for these architectures when the overlap
+# schedule is on or pages are larger than 1, else no_buffer (arg_groups/overrides.py:401-486).
+MAMBA_EXTRA_BUFFER_ARCHS = frozenset({
+    "KimiLinearForCausalLM", "Qwen3_5ForConditionalGeneration", "Qwen3_5MoeForConditionalGeneration",
+    "Qwen3_5MoeForCausalLM", "Qwen3_5ForCausalLM", "Qwen3NextForCausalLM", "Qwen4ExpForConditionalGeneration",
+    "InternS2PreviewForConditionalGeneration", "MiniCPMV4_6ForConditionalGeneration",
+    "MiniCPMV4_7ForConditionalGeneration", "BailingMoeV2_5ForCausalLM", "BailingMoeV3ForCausalLM",
+    "BailingMoeV3VLForConditionalGeneration", "FalconH1ForCausalLM", "GraniteMoeHybridForCausalLM",
+    "Glm5NextForConditionalGeneration", "NemotronHForCausalLM", "NemotronHPuzzleForCausalLM",
+    "NemotronH_Omni_Reasoning_V3", "KimiK3ForConditionalGeneration", "InklingForConditionalGeneration",
+    "InklingForConditionalGenerationMTP",
+})  # fmt: skip
 # The KV offload chunk of every pool's get_cpu_copy (memory_pool.py:2043-2044).
 CPU_OFFLOAD_CHUNK = 8192
 # MXFP8 scale planes are page-interleaved only at page size 128 (memory_pool.py:3918-3946), and the
@@ -231,5 +282,7 @@ CPU_OFFLOAD_CHUNK = 8192
 # (kernels/ops/kvcache/mxfp8_interleave_sf.py:73-77).
 MXFP8_INTERLEAVED_PAGE = 128
 MXFP8_INTERLEAVED_HEAD_DIM = 128
-# Pools whose get_cpu_copy leaves block scales behind (FP4 inherits the MHA copy, memory_pool.py:3621-3774).
-CPU_COPY_DROPS_SCALES = frozenset({"MHATokenToKVPoolFP4", "MLATokenToKVPoolFP4"})
+# KV dtypes whose pool CPU copy carries the block scales: only the MXFP8 pool overrides
+# get_cpu_copy (memory_pool.py:4131-4186); the plain MHA/MLA copies move k/v (or the latent row)
+# only (memory_pool.py:2791-2810, 5093-5111), leaving FP4 scales behind.
+CPU_COPY_CARRIES_SCALES = frozenset({"mxfp8"})

@@ -83,14 +83,21 @@ def _ratio(flag: float | None, family: str, key: str, fallback: float) -> tuple[
 
 
 def mamba_slots_per_request(spec: StateSpec, flags: ServerFlags) -> int:
-    """How many mamba slots one running request holds on this server."""
-    radix_on = not flags.is_decode or flags.disaggregation_decode_enable_radix_cache
+    """How many mamba slots one running request holds on this server (kv_cache_configurator.py:3062-3088)."""
+    radix_on = not flags.disable_radix_cache and (
+        not flags.is_decode or flags.disaggregation_decode_enable_radix_cache
+    )
     if not radix_on:
         return rules.MAMBA_SLOTS_RADIX_OFF
     strategy = flags.mamba_radix_cache_strategy
-    if strategy == "auto" and spec.classification.family in rules.EXTRA_BUFFER_FAMILIES:
-        strategy = "extra_buffer"
-    return rules.MAMBA_SLOTS_RADIX_BASE + rules.MAMBA_TRACKING_SLOTS.get(strategy, 0)
+    if strategy == "auto":
+        wants_buffer = not flags.disable_overlap_schedule or flags.page_size > 1
+        supported = bool(set(spec.architectures) & rules.MAMBA_EXTRA_BUFFER_ARCHS)
+        strategy = "extra_buffer" if wants_buffer and supported else "no_buffer"
+    tracking = rules.MAMBA_TRACKING_SLOTS.get(strategy, 0)
+    if strategy == "extra_buffer" and flags.disable_overlap_schedule:
+        tracking = rules.MAMBA_TRACKING_SLOTS_NO_OVERLAP
+    return rules.MAMBA_SLOTS_RADIX_BASE + tracking
 
 
 def size_pools(spec: StateSpec, flags: ServerFlags) -> Sizing:

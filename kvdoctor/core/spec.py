@@ -14,7 +14,7 @@ from kvdoctor.core import geometry, rules
 from kvdoctor.core.config import ModelConfig
 from kvdoctor.core.families import Classification
 from kvdoctor.core.flags import ServerFlags
-from kvdoctor.errors import FlagError
+from kvdoctor.errors import ConfigError, FlagError
 
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "uint8": 1}
 PER_TOKEN = "per_token"
@@ -49,6 +49,7 @@ class KVDtype:
 
     flag: str
     payload: str
+    store_dtype: str  # torch dtype name of the pool buffers
     payload_bits: int
     scale_block: int | None
     mha_pool: str
@@ -71,6 +72,7 @@ class StateSpec:
     tp_size: int
     num_layers: int
     components: tuple[Component, ...]
+    architectures: tuple[str, ...] = ()
 
     def component(self, name: str) -> Component | None:
         return next((c for c in self.components if c.name == name), None)
@@ -87,26 +89,35 @@ class StateSpec:
         return sum(c.bytes for c in self.components if c.index == PER_REQUEST)
 
 
-def model_dtype(cfg: ModelConfig) -> str:
-    """The checkpoint dtype SGLang's "auto" KV dtype follows (model_config.py:2288-2320)."""
-    raw = str(cfg.get("dtype") or cfg.get("torch_dtype") or "bfloat16").removeprefix("torch.")
-    return {"float": "float32", "half": "float16", "bf16": "bfloat16"}.get(raw, raw)
+def model_dtype(cfg: ModelConfig, requested: str = "auto") -> str:
+    """The dtype SGLang serves the model in, which an "auto" KV dtype follows.
+
+    _get_and_verify_dtype (model_config.py:2288-2325): a float32 or missing config dtype is served in
+    float16, except Gemma in bfloat16; ``--dtype`` other than auto wins.
+    """
+    if requested != "auto":
+        return rules.DTYPE_ALIASES.get(requested, requested)
+    raw = str(cfg.get("dtype") or cfg.get("torch_dtype") or "float32").removeprefix("torch.")
+    dtype = rules.DTYPE_ALIASES.get(raw, raw)
+    if dtype == "float32":
+        return "bfloat16" if cfg.model_type.startswith("gemma") else "float16"
+    return dtype
 
 
-def resolve_kv_dtype(cfg: ModelConfig, flag: str) -> KVDtype:
+def resolve_kv_dtype(cfg: ModelConfig, flag: str, requested_dtype: str = "auto") -> KVDtype:
     if flag == "auto":
-        dtype = model_dtype(cfg)
+        dtype = model_dtype(cfg, requested_dtype)
         if dtype not in DTYPE_BYTES:
             raise FlagError(f"{cfg.source}: model dtype '{dtype}' is not a KV dtype kvdoctor models")
-        return KVDtype(flag, dtype, DTYPE_BYTES[dtype] * 8, None, "MHATokenToKVPool")
+        return KVDtype(flag, dtype, dtype, DTYPE_BYTES[dtype] * 8, None, "MHATokenToKVPool")
     rule = rules.KV_DTYPES[flag]
-    return KVDtype(flag, rule.storage, rule.payload_bits, rule.scale_block, rule.mha_pool)
+    return KVDtype(flag, rule.storage, rule.store_dtype, rule.payload_bits, rule.scale_block, rule.mha_pool)
 
 
 def _kv_components(name: str, sub_pool: str, geo: geometry.AttentionGeometry, kv: KVDtype) -> list[Component]:
     parts = [Component(name, sub_pool, PER_TOKEN, kv.payload, geo.layers, geo.shapes, kv.payload_bits)]
-    # SGLang has no MXFP8 MLA pool (hazard KVD007); FP4 MLA keeps scales beside the latent row.
-    if kv.scale_block is not None and not (geo.mla and kv.flag == "mxfp8"):
+    # An MXFP8 MLA pool does not exist (hazard KVD007); FP4 MLA keeps scales beside the latent row.
+    if kv.scale_block is not None and not (geo.mla and kv.mha_pool == rules.MXFP8_POOL):
         scale_shapes = tuple((h, max(1, d // kv.scale_block)) for h, d in geo.shapes)
         parts.append(Component(f"{sub_pool}_kv_scales", sub_pool, PER_TOKEN, "uint8 (e8m0)",
                                geo.layers, scale_shapes, 8))  # fmt: skip
@@ -167,7 +178,7 @@ def sliding_window(cfg: ModelConfig) -> int | None:
 
 def build_spec(cfg: ModelConfig, cls: Classification, flags: ServerFlags) -> StateSpec:
     """Derive the state spec of CFG (classified as CLS) under FLAGS."""
-    kv = resolve_kv_dtype(cfg, flags.kv_cache_dtype)
+    kv = resolve_kv_dtype(cfg, flags.kv_cache_dtype, flags.dtype)
     full, swa, recurrent = _attention_geometry(cfg, cls, flags)
     parts: list[Component] = []
     if full is not None:
@@ -176,6 +187,8 @@ def build_spec(cfg: ModelConfig, cls: Classification, flags: ServerFlags) -> Sta
         parts += _kv_components("swa_kv", "swa", swa, kv)
     if recurrent is not None:
         parts += _recurrent_components(recurrent)
+    if not parts:
+        raise ConfigError(f"{cfg.source}: no attention or recurrent layers found (check the layer fields)")
     return StateSpec(
         classification=cls,
         kv_dtype=kv,
@@ -186,4 +199,5 @@ def build_spec(cfg: ModelConfig, cls: Classification, flags: ServerFlags) -> Sta
         tp_size=flags.tp_size,
         num_layers=cfg.positive_int("num_hidden_layers"),
         components=tuple(parts),
+        architectures=cfg.architectures,
     )

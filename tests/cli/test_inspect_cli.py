@@ -35,7 +35,7 @@ def test_inkling_mxfp8_decode_report() -> None:
     assert (backup["backend"], backup["applies"], backup["hicache_ratio"]) == ("cpu_tensor", True, 2.0)
     failed = [r["name"] for r in backup["reasons"] if not r["passed"]]
     assert failed == ["no_recurrent_state"]
-    assert report["pd_state_types"] == ["SWA", "MAMBA", "BLOCK_SCALE", "BLOCK_SCALE_SWA"]
+    assert report["pd_state_types"] == ["SWA", "BLOCK_SCALE", "BLOCK_SCALE_SWA", "MAMBA"]
     assert report["rules_revision"].startswith("sglang==0.5.23")
     assert all(h["severity"] != "error" for h in report["hazards"])
 
@@ -67,15 +67,20 @@ def test_table_output_names_the_decision() -> None:
         (["inspect", "{tmp}/notype.json"], "'model_type' is missing"),
         (["inspect", "{tmp}/unknown.json"], "is not one SGLang knows"),
         (["inspect", "inkling-small", "--disaggregation-mode", "prefill",
-          "--disaggregation-decode-retraction-backup", "host_pool"], "applies only to a PD decode server"),
+          "--disaggregation-decode-retraction-backup", "host_pool"], "only supported on a PD decode server"),
         (["inspect", "inkling-small", "--swa-full-tokens-ratio", "2"], "must be in (0, 1]"),
         (["inspect", "inkling-small", "--max-total-tokens", "-1"], "must be a positive integer"),
+        (["inspect", "{tmp}/badfield.json"], "unusable config"),
+        (["inspect", "foo/bar baz"], "no such file"),  # not a valid Hub repo id either
     ],
 )  # fmt: skip
 def test_bad_input_is_one_line_and_exit_code_2(tmp_path: Path, args: list[str], message: str) -> None:
     (tmp_path / "broken.json").write_text("{")
     (tmp_path / "notype.json").write_text("{}")
     (tmp_path / "unknown.json").write_text('{"model_type": "frob", "architectures": ["Frob"]}')
+    llama = {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "num_hidden_layers": 2,
+             "num_attention_heads": 4, "hidden_size": 64, "head_dim": "x"}  # fmt: skip
+    (tmp_path / "badfield.json").write_text(json.dumps(llama))
     out = kvdoctor(*[a.format(tmp=tmp_path) for a in args])
     assert out.returncode == 2
     assert message in out.stderr

@@ -26,18 +26,38 @@ def test_unset_ratios_stay_unset_so_model_overrides_can_apply() -> None:
     ("argv", "message"),
     [
         (["--swa-full-tokens-ratio", "1.5"], r"must be in \(0, 1\]"),
-        (["--mamba-full-memory-ratio", "0"], r"must be in \(0, 1\]"),
+        (["--mamba-full-memory-ratio", "0"], "must be a finite number > 0"),
+        (["--hicache-ratio", "inf"], "must be a finite number > 0"),
         (["--max-total-tokens", "-5"], "must be a positive integer"),
+        (["--max-total-tokens", "1.5Ki"], "decimals are not allowed"),
         (["--page-size", "0"], "must be a positive integer"),
         (["--hicache-size", "-1"], "must not be negative"),
         (["--kv-cache-dtype", "int8_g64"], "invalid choice"),
         (["--tp", "2", "--tp-size", "4"], "given twice"),
         (["--disaggregation-mode", "prefill", "--disaggregation-decode-retraction-backup", "host_pool"],
-         "applies only to a PD decode server"),
-        (["--disaggregation-decode-retraction-backup", "cpu_tensor"], "applies only to a PD decode server"),
-        (["--disaggregation-decode-enable-radix-cache"], "needs --disaggregation-mode decode"),
+         "only supported on a PD decode server"),
+        (["--disaggregation-mode", "decode", "--disaggregation-decode-retraction-backup", "host_pool",
+          "--dcp-size", "2"], "does not support --dcp-size > 1"),
+        (["--disaggregation-mode", "decode", "--disaggregation-decode-retraction-backup", "host_pool",
+          "--enable-priority-scheduling"], "requires --disable-priority-preemption"),
+        (["--disaggregation-decode-enable-offload-kvcache"], "only supported for decode side"),
+        (["--disaggregation-mode", "decode", "--disaggregation-decode-host-receive-threshold", "0.5",
+          "--disaggregation-decode-retraction-backup", "cpu_tensor"], "requires host_pool retraction"),
+        (["--disaggregation-decode-host-receive-threshold", "0.5"], "only supported on a PD decode server"),
+        (["--enable-hierarchical-cache", "--disable-radix-cache"], "mutually exclusive"),
     ],
 )  # fmt: skip
 def test_bad_and_contradictory_flags_raise_flag_errors(argv: list[str], message: str) -> None:
     with pytest.raises(FlagError, match=message):
         parse_flags(argv)
+
+
+def test_what_sglang_accepts_is_accepted() -> None:
+    assert parse_flags(["--max-total-tokens", "64k"]).max_total_tokens == 64_000
+    assert parse_flags(["--max-total-tokens", "64Ki"]).max_total_tokens == 65_536
+    assert parse_flags(["--mamba-full-memory-ratio", "1.5"]).mamba_full_memory_ratio == 1.5
+    # cpu_tensor on a prefill server is not refused (it simply never applies).
+    assert parse_flags(["--disaggregation-decode-retraction-backup", "cpu_tensor"]).disaggregation_mode == "null"
+    allowed = ["--disaggregation-mode", "decode", "--disaggregation-decode-retraction-backup", "host_pool",
+               "--enable-priority-scheduling", "--disable-priority-preemption"]  # fmt: skip
+    assert parse_flags(allowed).enable_priority_scheduling

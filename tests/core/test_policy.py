@@ -116,10 +116,13 @@ def test_pool_layout_and_mamba_contract() -> None:
 @pytest.mark.parametrize(
     ("model", "dtype", "types"),
     [
-        ("inkling-small", "mxfp8", ("SWA", "MAMBA", "BLOCK_SCALE", "BLOCK_SCALE_SWA")),
+        # SGLang's registration order: SWA, each MXFP8 sub-pool's scales, the request pool's MAMBA last.
+        ("inkling-small", "mxfp8", ("SWA", "BLOCK_SCALE", "BLOCK_SCALE_SWA", "MAMBA")),
         ("inkling-small", "bf16", ("SWA", "MAMBA")),
         ("llama-3.1-8b", "mxfp8", ("BLOCK_SCALE",)),
+        ("llama-3.1-8b", "nvfp4", ()),  # FP4 scales live in the plain MHA pool: never registered
         ("qwen3-next-80b-a3b", "auto", ("MAMBA",)),
+        ("qwen3-next-80b-a3b", "mxfp8", ("MAMBA",)),  # a HybridLinearKVPool registers MAMBA alone
         ("deepseek-v3", "fp8_e4m3", ()),
     ],
 )

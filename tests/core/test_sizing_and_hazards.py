@@ -37,8 +37,23 @@ def test_mamba_slots_bound_requests_when_given() -> None:
     a = run("qwen3-next-80b-a3b", *DECODE, "--max-total-tokens", "1000000", "--max-mamba-cache-size", "16")
     assert a.sizing.mamba_slots_per_request == 1  # decode without radix cache
     assert a.sizing.requests_fit(1000, None) == 16
-    assert run("qwen3-next-80b-a3b", "--max-mamba-cache-size", "16").sizing.mamba_slots_per_request == 3
-    assert run("inkling-small", "--max-mamba-cache-size", "16").sizing.mamba_slots_per_request == 5
+
+
+
+@pytest.mark.parametrize(
+    ("model", "flags", "slots"),
+    [
+        ("qwen3-next-80b-a3b", (), 5),  # auto -> extra_buffer (overlap schedule on): 3 + 2 tracking
+        ("qwen3-next-80b-a3b", ("--disable-overlap-schedule",), 3),  # page 1, no overlap -> no_buffer
+        ("qwen3-next-80b-a3b", ("--disable-overlap-schedule", "--page-size", "64"), 4),  # 1 tracking slot
+        ("qwen3-next-80b-a3b", ("--mamba-radix-cache-strategy", "extra_buffer_lazy"), 4),
+        ("qwen3-next-80b-a3b", ("--disable-radix-cache",), 1),
+        ("mamba2-2.7b", (), 3),  # not an extra_buffer architecture
+        ("inkling-small", (), 5),
+    ],
+)
+def test_mamba_slots_per_request(model: str, flags: tuple[str, ...], slots: int) -> None:
+    assert run(model, *flags).sizing.mamba_slots_per_request == slots
 
 
 def test_host_pool_on_a_recurrent_model_is_an_error() -> None:
