@@ -56,7 +56,8 @@ def _components_table(r: dict[str, Any]) -> Table:
 def _backup_table(r: dict[str, Any]) -> Table:
     b = r["retraction_backup"]
     applies = "applies" if b["applies"] else "does not apply (not a PD decode server)"
-    how = "explicit flag" if b["explicit"] else "inferred"
+    how = {"flag": "explicit flag", "host-receive threshold": "declared by the host-receive threshold"}.get(
+        b["source"], "inferred")
     title = f"Retraction backup: {b['backend']} ({how}; {applies}); hicache_ratio {b['hicache_ratio']}"
     t = Table(title=title, title_justify="left")
     for col in ("host_pool needs", "holds", "value"):

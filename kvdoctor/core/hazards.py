@@ -45,10 +45,14 @@ def _lost_components(ctx: Context) -> list[str]:
 
 def ssm_on_host_pool(ctx: Context) -> Iterator[Hazard]:
     if ctx.backup.applies and ctx.backup.backend == "host_pool" and ctx.spec.recurrent is not None:
+        fix = {
+            "flag": "Drop --disaggregation-decode-retraction-backup host_pool (SGLang then picks cpu_tensor).",
+            "host-receive threshold": "Keep --disaggregation-decode-host-receive-threshold at 1: below 1 it "
+            "declares host_pool retraction.",
+        }.get(ctx.backup.source, "")
         yield Hazard(ERROR, "KVD001-SSM-ON-HOST-POOL",
                      "recurrent state (conv/SSM) is not carried by the host_pool retraction backup: every "
-                     "retracted request resumes on another request's state. Drop "
-                     "--disaggregation-decode-retraction-backup host_pool (SGLang then picks cpu_tensor).")  # fmt: skip
+                     f"retracted request resumes on another request's state. {fix}")  # fmt: skip
 
 
 def block_scales_dropped(ctx: Context) -> Iterator[Hazard]:

@@ -64,6 +64,7 @@ def inspect_report(a: Analysis, request_tokens: int, concurrent: int) -> dict[st
             "backend": a.backup.backend,
             "applies": a.backup.applies,
             "explicit": a.backup.explicit,
+            "source": a.backup.source,
             "reasons": [asdict(c) for c in a.backup.conditions],
             "hicache_ratio": a.backup.hicache_ratio,
             "hicache_ratio_reason": a.backup.hicache_ratio_reason,
