@@ -61,12 +61,43 @@ def render(report: dict[str, Any]) -> None:
     )
     for row in report["components"]:
         if not row["ok"]:
-            why = _where(row) or "bytes agree"
-            if not row["ledger_ok"]:
-                why += f"; ledger: copied out {row['copies_out']}x, in {row['copies_in']}x per request"
-            console.print(f"[red]{row['name']}[/]: first mismatch {why}", highlight=False)
+            console.print(f"[red]{row['name']}[/]: {_why(row)}", highlight=False)
+    for hazard in report.get("hazards", []):
+        console.print(f"[bold red]{hazard['code']}[/] ({hazard['severity']}): {hazard['message']} "
+                      "SGLang would refuse this launch line; the round trip above tests the pool's copy path only.",
+                      highlight=False)  # fmt: skip
+    mismatch = inject_mismatch(report)
+    if mismatch:
+        console.print(f"[bold yellow]injected fault mismatch:[/] {mismatch}", highlight=False)
     if not report["ok"]:
         console.print(f"[bold red]verdict: red[/] — differs: {', '.join(report['failing'])}")
+
+
+def _why(row: dict[str, Any]) -> str:
+    if row["name"] == "slot_reuse" and row.get("first_request") is None:
+        return "no restored slot was captured: nothing shows the restore landed in fresh slots"
+    if row["name"] == "slot_reuse":
+        return (
+            f"req {row['first_request']} was restored into slot {row['first_slot']} of {row['first_plane']}, "
+            "a slot it held before retraction: the round trip proves nothing about reuse"
+        )
+    why = "first mismatch " + (_where(row) or "bytes agree")
+    if not row["ledger_ok"]:
+        why += f"; ledger: copied out {row['copies_out']}x, in {row['copies_in']}x per request"
+    return why
+
+
+def inject_mismatch(report: dict[str, Any]) -> str | None:
+    """A sentence when --inject broke something other than (or more than) what the fault targets."""
+    if report.get("inject_matched") is not False:
+        return None
+    expected, failing = set(report["expected_red"]), set(report["failing"])
+    parts = [f"--inject {report['injected']} should turn red exactly {', '.join(sorted(expected)) or 'nothing'}"]
+    if failing - expected:
+        parts.append(f"but also broke {', '.join(sorted(failing - expected))}")
+    if expected - failing:
+        parts.append(f"and left {', '.join(sorted(expected - failing))} green (the fault went undetected there)")
+    return "; ".join(parts)
 
 
 def roundtrip(

@@ -129,6 +129,13 @@ def swa_pool_too_small(ctx: Context) -> Iterator[Hazard]:
                      "--swa-full-tokens-ratio.")  # fmt: skip
 
 
+def all_swa_paged(ctx: Context) -> Iterator[Hazard]:
+    if ctx.spec.full is None and ctx.spec.swa is not None and ctx.flags.page_size != rules.ALL_SWA_PAGE_SIZE:
+        yield Hazard(ERROR, "KVD013-ALL-SWA-PAGED",
+                     "a model whose every attention layer is sliding-window runs on SGLang's pure-SWA allocator, "
+                     f"which only supports --page-size 1 (got {ctx.flags.page_size}).")  # fmt: skip
+
+
 def not_modelled(ctx: Context) -> Iterator[Hazard]:
     if ctx.flags.not_modelled:
         yield Hazard(INFO, "KVD009-FLAGS-NOT-MODELLED",
@@ -143,6 +150,7 @@ RULES: tuple[Callable[[Context], Iterator[Hazard]], ...] = (
     mxfp8_hardware,
     pd_scales_not_transferred,
     swa_pool_too_small,
+    all_swa_paged,
     not_modelled,
 )
 

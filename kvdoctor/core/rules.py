@@ -179,6 +179,9 @@ MXFP8_ALIGNMENT = 32  # head_dim multiple (memory_pool.py MHATokenToKVPoolMXFP8)
 # FA4 on SM100 forces page size 128 for non-MLA models (arg_groups/overrides.py:1273-1297),
 # except DiffusionGemma (page 1).
 FA4_PAGE_SIZE = 128
+# A hybrid-SWA model without full-attention layers runs on PureSWATokenToKVPoolAllocator, which
+# asserts page_size == 1 (mem_cache/allocator/swa.py:727-740).
+ALL_SWA_PAGE_SIZE = 1
 FA4_PAGE_EXEMPT_ARCHS = frozenset({"DiffusionGemmaForBlockDiffusion"})
 MXFP8_MIN_SM = 100  # SGLang's MXFP8 KV path needs SM100+ and the FA4 backend
 

@@ -17,7 +17,9 @@ from kvdoctor.state.host_copy import CopyLedger
 from kvdoctor.state.pools import PADDING_SLOT, Plane, Pools, Request, token_slots
 
 PADDING = "padding_slot"
+FREE = "free_slots"
 RESIDENT = "resident_requests"
+SLOT_REUSE = "slot_reuse"
 
 
 @dataclass
@@ -30,6 +32,12 @@ class Capture:
     @property
     def nbytes(self) -> int:
         return sum(t.numel() for t in self.planes.values())
+
+
+def _host(t: torch.Tensor) -> torch.Tensor:
+    """A host COPY: on a CPU device ``.cpu()`` returns the tensor itself, and a capture that aliases
+    ``req_to_token`` would silently change when the row is handed to the next request."""
+    return t.to("cpu", copy=True)
 
 
 def _read(plane: Plane, slots: torch.Tensor) -> torch.Tensor:
@@ -47,12 +55,12 @@ def capture_request(pools: Pools, req: Request) -> dict[str, Capture]:
             mapped = pools.full_to_swa[slots]
             where = mapped[mapped > 0]
         for plane in sub.planes:
-            cap = out.setdefault(plane.component, Capture({}, where.cpu()))
+            cap = out.setdefault(plane.component, Capture({}, _host(where)))
             cap.planes[plane.name] = _read(plane, where)
     if pools.mamba is not None and req.mamba_slot is not None:
         slot = torch.tensor([req.mamba_slot], dtype=torch.int64, device=pools.device)
         for plane in pools.mamba.planes:
-            cap = out.setdefault(plane.component, Capture({}, slot.cpu()))
+            cap = out.setdefault(plane.component, Capture({}, _host(slot)))
             cap.planes[plane.name] = _read(plane, slot)
     return out
 
@@ -61,10 +69,37 @@ def capture_padding(pools: Pools) -> Capture:
     """Slot 0 of every plane, row 0 of the request table, and the mapping entry of slot 0."""
     zero = torch.tensor([PADDING_SLOT], dtype=torch.int64, device=pools.device)
     planes = {f"{p.component}.{p.name}": _read(p, zero) for p in pools.all_planes()}
-    planes["req_to_token[0]"] = pools.req_to_token[0:1].view(torch.uint8).reshape(1, 1, -1).cpu()
+    planes["req_to_token[0]"] = _host(pools.req_to_token[0:1].view(torch.uint8).reshape(1, 1, -1))
     if pools.full_to_swa is not None:
-        planes["full_to_swa[0]"] = pools.full_to_swa[0:1].view(torch.uint8).reshape(1, 1, -1).cpu()
+        planes["full_to_swa[0]"] = _host(pools.full_to_swa[0:1].view(torch.uint8).reshape(1, 1, -1))
     return Capture(planes, zero.cpu())
+
+
+def capture_free(
+    pools: Pools, held: Iterable[dict[str, Capture]], states: list[torch.Tensor]
+) -> dict[str, tuple[Capture, Capture]]:
+    """Every slot no request ever held (slot 0 aside: ``padding_slot`` judges it), per component:
+    what ``fill_background`` wrote there, redrawn from STATES, and what it holds now."""
+    from kvdoctor.state.fill import background
+
+    touched: dict[str, set[int]] = {}
+    for caps in held:
+        for comp, cap in caps.items():
+            touched.setdefault(comp, set()).update(cap.slots.tolist())
+    out: dict[str, tuple[Capture, Capture]] = {}
+    for plane, state in zip(pools.all_planes(), states, strict=True):
+        free = torch.ones(plane.data.shape[1] // plane.units_per_slot, dtype=torch.bool)
+        free[PADDING_SLOT] = False
+        free[sorted(touched.get(plane.component, ()))] = False
+        slots = free.nonzero().flatten()
+        if slots.numel() == 0:
+            continue
+        units = plane.units_of(slots.to(pools.device)).cpu()
+        expected = background(plane, state)[:, units].reshape(plane.layers, slots.numel(), -1)
+        was, now = out.setdefault(plane.component, (Capture({}, slots), Capture({}, slots)))
+        was.planes[plane.name] = expected
+        now.planes[plane.name] = _read(plane, slots.to(pools.device))
+    return out
 
 
 @dataclass
@@ -118,6 +153,7 @@ class Observations:
     padding_after: Capture
     components: list[str]  # in StateSpec order
     layer_ids: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    free: dict[str, tuple[Capture, Capture]] = field(default_factory=dict)  # capture_free
 
 
 def _ledger_counts(ledger: CopyLedger, component: str, rids: Iterable[int]) -> dict[str, object]:
@@ -163,8 +199,40 @@ def _row(name: str, tally: Tally, ledger: dict[str, object] | None, layer_ids: t
     return row
 
 
+def reused_slot(obs: Observations) -> Mismatch | None:
+    """The first slot a restored request got back from before its retraction, if any.
+
+    A restore into the very slots the request already held passes even when the backup lost
+    everything (the old bytes are still there), so such a run proves nothing and is red.
+    """
+    for rid in obs.retracted:
+        for comp, before in obs.before[rid].items():
+            after = obs.after[rid].get(comp)
+            if after is None:
+                continue
+            old = set(before.slots.tolist())
+            for pos, slot in enumerate(after.slots.tolist()):
+                if slot in old:
+                    return Mismatch(rid, comp, 0, pos, int(slot))
+    return None
+
+
+def _slot_reuse_row(obs: Observations) -> dict:
+    hit = reused_slot(obs)
+    checked = sum(c.slots.numel() for rid in obs.retracted for c in obs.after[rid].values())
+    row = _row(SLOT_REUSE, Tally(), None, ())
+    fresh = hit is None and (checked > 0 or not obs.retracted)
+    row.update(bytes=0, mismatched_bytes=0, equal=fresh, ok=fresh)
+    if hit is not None:
+        row.update(first_request=hit.rid, first_plane=hit.plane, first_position=hit.position,
+                   first_slot=hit.slot)  # fmt: skip
+    return row
+
+
 def diff(obs: Observations, ledger: CopyLedger) -> pd.DataFrame:
-    """One row per component of the retracted requests, then the padding slot and the residents."""
+    """One row per component of the retracted requests, then the padding slot, the slots no request
+    ever held, the residents, and whether every restored request landed in slots it did not hold
+    before (``slot_reuse``)."""
     rows = []
     for comp in obs.components:
         tally = Tally()
@@ -179,11 +247,16 @@ def diff(obs: Observations, ledger: CopyLedger) -> pd.DataFrame:
     pad = Tally()
     pad.add(None, obs.padding_before, obs.padding_after)
     rows.append(_row(PADDING, pad, None, ()))
+    free = Tally()
+    for comp, (was, now) in obs.free.items():
+        free.add(None, was, now, prefix=f"{comp}.")
+    rows.append(_row(FREE, free, None, ()))
     resident = Tally()
     for rid in obs.residents:
         for comp, before in obs.before[rid].items():
             resident.add(rid, before, obs.after[rid].get(comp, Capture({}, before.slots)), prefix=f"{comp}.")
     rows.append(_row(RESIDENT, resident, None, ()))
+    rows.append(_slot_reuse_row(obs))
     frame = pd.DataFrame(rows)
     for col in ("first_request", "first_layer", "first_position", "first_slot"):
         frame[col] = frame[col].astype("Int64")

@@ -8,6 +8,11 @@ page), so one copy engine moves payload, scales and recurrent state alike.
 
 Sizes are chosen so that the protocol cannot dodge reuse: the pools hold exactly the live
 requests, the intruders that reuse a retracted request's slots, and the restored requests.
+
+An all-SWA model (every layer sliding, no full-attention pool) gets SGLang's
+``PureSWATokenToKVPoolAllocator`` shape (allocator/swa.py:727-770): one allocator whose token
+slots *are* SWA slots, and an identity full->SWA mapping over ``size_swa + page_size`` rows, so
+each request still owns its own token index space.
 """
 
 from __future__ import annotations
@@ -32,7 +37,7 @@ TORCH_DTYPES = {
     "float32": torch.float32,
     "uint8": torch.uint8,
 }
-SCALE_BLOCK = 32
+FP8_STORE_DTYPES = frozenset({"float8_e4m3fn", "float8_e5m2"})  # held as bytes: a codec writes them
 
 
 @dataclass(frozen=True)
@@ -113,8 +118,9 @@ class ScaleLayout:
     """Where an MXFP8 sub-pool keeps a slot's E8M0 bytes (memory_pool.py:3921-3946)."""
 
     heads: int
-    sf: int
+    sf: int  # scale bytes per head: head_dim // block
     page_size: int
+    block: int  # elements per E8M0 scale (core.rules.KV_DTYPES[flag].scale_block)
 
     @property
     def interleaved(self) -> bool:
@@ -128,7 +134,7 @@ class ScaleLayout:
         """
         from kvdoctor.mxfp8 import scale_offsets
 
-        offsets = scale_offsets(slots, self.heads, self.sf * SCALE_BLOCK, self.page_size)
+        offsets = scale_offsets(slots, self.heads, self.sf * self.block, self.page_size)
         return (offsets[..., 0] // self.sf).reshape(-1)
 
 
@@ -173,11 +179,14 @@ class MambaPool:
 class PageAllocator:
     """Hands out pages; a freed page goes to the FRONT, so the next request reuses it at once.
 
-    Page 0 holds the padding slot and is never handed out (SGLang's allocators start at 1).
+    Page 0 holds the padding slot and is never handed out (SGLang's allocators start at 1). With a
+    generator the free list starts shuffled, like a server's after some churn, so a request's
+    pages — and its slots — are scattered rather than one contiguous run.
     """
 
-    def __init__(self, pages: int) -> None:
-        self.free_pages: list[int] = list(range(1, pages + 1))
+    def __init__(self, pages: int, scatter: torch.Generator | None = None) -> None:
+        order = torch.randperm(pages, generator=scatter) + 1 if scatter is not None else range(1, pages + 1)
+        self.free_pages: list[int] = [int(p) for p in order]
 
     def alloc(self, count: int) -> list[int]:
         if count > len(self.free_pages):
@@ -200,13 +209,18 @@ class Pools:
     full: KVSubPool | None
     swa: KVSubPool | None
     mamba: MambaPool | None
-    full_to_swa: torch.Tensor | None  # (full rows,) int64; 0 = not mapped (out of window)
+    full_to_swa: torch.Tensor | None  # (token rows,) int64; 0 = not mapped (out of window)
     req_to_token: torch.Tensor  # (requests + 1, max tokens) int64; row 0 is padding
-    full_alloc: PageAllocator
-    swa_alloc: PageAllocator | None
+    full_alloc: PageAllocator  # the token allocator (for an all-SWA model, the SWA allocator itself)
+    swa_alloc: PageAllocator | None  # a separate SWA allocator: hybrid models with a full pool only
     mamba_alloc: PageAllocator | None  # "pages" of one slot
     req_alloc: PageAllocator
     window: int | None
+
+    @property
+    def pure_swa(self) -> bool:
+        """Every attention layer slides: token slots are SWA slots (PureSWATokenToKVPoolAllocator)."""
+        return self.full is None and self.swa is not None
 
     @property
     def sub_pools(self) -> list[KVSubPool]:
@@ -217,19 +231,23 @@ class Pools:
         return planes + (self.mamba.planes if self.mamba else [])
 
 
-def storage_dtype(flag_payload: str) -> torch.dtype:
-    """fp8 payloads are held as bytes (SGLang stores plain fp8 as uint8, MXFP8 as e4m3fn: same bytes)."""
-    if "float8" in flag_payload or "as uint8" in flag_payload:
+def storage_dtype(store_dtype: str) -> torch.dtype:
+    """The element dtype of a KV buffer, from core's ``KVDtype.store_dtype`` (a torch dtype name).
+
+    fp8 payloads are held as bytes: SGLang stores plain fp8 as uint8 and MXFP8 as e4m3fn, which
+    are the same bytes, and the fill writes them through a codec rather than a typed view.
+    """
+    if store_dtype in FP8_STORE_DTYPES:
         return torch.uint8
-    if flag_payload not in TORCH_DTYPES:
-        raise InputError(f"KV payload dtype '{flag_payload}' is not one roundtrip models")
-    return TORCH_DTYPES[flag_payload]
+    if store_dtype not in TORCH_DTYPES:
+        raise InputError(f"KV store dtype '{store_dtype}' is not one roundtrip models")
+    return TORCH_DTYPES[store_dtype]
 
 
 def _kv_sub_pool(label: str, pool_class: str, geo: AttentionGeometry, analysis: Analysis,
                  size: int, page: int, device: torch.device) -> KVSubPool:  # fmt: skip
     kv = analysis.spec.kv_dtype
-    dtype = storage_dtype(kv.payload)
+    dtype = storage_dtype(kv.store_dtype)
     rows = size + page
     layers = geo.layers
     component = "mla_kv" if geo.mla else f"{label}_kv"
@@ -240,12 +258,13 @@ def _kv_sub_pool(label: str, pool_class: str, geo: AttentionGeometry, analysis: 
         data = torch.empty((layers, rows, heads * dim * dtype.itemsize), dtype=torch.uint8, device=device)
         planes.append(Plane(component, name, data, _rows))
     if kv.block_scaled and not geo.mla:
-        if kv.scale_block != SCALE_BLOCK:
+        block = kv.scale_block
+        if kv.flag not in rules.CPU_COPY_CARRIES_SCALES or block is None:
             raise InputError(f"--kv-cache-dtype {kv.flag}: roundtrip supports MXFP8 block scales only")
         for name, (heads, dim) in zip(("k", "v"), geo.shapes, strict=True):
-            if dim % SCALE_BLOCK:
-                raise InputError(f"MXFP8 KV cache requires head_dim divisible by 32, got {dim}")
-            layout = ScaleLayout(heads, dim // SCALE_BLOCK, page)
+            if dim % block:
+                raise InputError(f"MXFP8 KV cache requires head_dim divisible by {block}, got {dim}")
+            layout = ScaleLayout(heads, dim // block, page, block)
             if layout.interleaved:
                 data = torch.empty((layers, rows * heads, layout.sf), dtype=torch.uint8, device=device)
                 plane = Plane(f"{label}_kv_scales", f"{name}_scale", data, layout.units,
@@ -304,26 +323,33 @@ def plan_sizes(requests: int, retracted: int, max_tokens: int, page: int, window
 def check_supported(analysis: Analysis) -> None:
     """Refuse what roundtrip cannot model faithfully, naming the reason."""
     kv = analysis.spec.kv_dtype
-    if kv.mha_pool in rules.CPU_COPY_DROPS_SCALES:
+    if kv.block_scaled and kv.flag not in rules.CPU_COPY_CARRIES_SCALES:
         raise InputError(
-            f"--kv-cache-dtype {kv.flag}: FP4 pools ({kv.mha_pool}) are not modelled by roundtrip "
-            "(their CPU copy drops the block scales; see `kvdoctor inspect`)"
+            f"--kv-cache-dtype {kv.flag}: {kv.payload_bits}-bit block-scaled pools are not modelled by "
+            "roundtrip (their CPU copy leaves the block scales behind; see `kvdoctor inspect`)"
         )
     if analysis.spec.full is None and analysis.spec.swa is None and analysis.spec.recurrent is None:
         raise InputError("the model carries no per-request state to round-trip")
 
 
-def build_pools(analysis: Analysis, geo: Geometry, sizing: Sizing, device: torch.device) -> Pools:
-    """Allocate every pool for GEO at SIZING on DEVICE (contents are filled by ``fill``)."""
+def build_pools(analysis: Analysis, geo: Geometry, sizing: Sizing, device: torch.device,
+                scatter: torch.Generator | None = None) -> Pools:  # fmt: skip
+    """Allocate every pool for GEO at SIZING on DEVICE (contents are filled by ``fill``).
+
+    SCATTER, when given, shuffles every allocator's free list (see ``PageAllocator``).
+    """
     check_supported(analysis)
     layout = analysis.layout
     page = sizing.page_size
     full = swa = mamba = mapping = None
     if geo.full is not None:
         full = _kv_sub_pool("full", layout.full_pool or "", geo.full, analysis, sizing.full_pages * page, page, device)
-    if geo.swa is not None:
+    if geo.swa is not None and full is None:  # all-SWA: one token space, identity mapping
+        swa = _kv_sub_pool("swa", layout.swa_pool or "", geo.swa, analysis, sizing.full_pages * page, page, device)
+        mapping = torch.arange(swa.rows, dtype=torch.int64, device=device)
+    elif geo.swa is not None and full is not None:
         swa = _kv_sub_pool("swa", layout.swa_pool or "", geo.swa, analysis, sizing.swa_pages * page, page, device)
-        mapping = torch.zeros(full.rows if full else 1, dtype=torch.int64, device=device)
+        mapping = torch.zeros(full.rows, dtype=torch.int64, device=device)
     if geo.recurrent is not None:
         mamba = _mamba_pool(geo.recurrent, sizing.mamba_slots + 1, device)
     table = torch.zeros((sizing.live_requests + 1, sizing.max_tokens), dtype=torch.int64, device=device)
@@ -337,9 +363,9 @@ def build_pools(analysis: Analysis, geo: Geometry, sizing: Sizing, device: torch
         mamba=mamba,
         full_to_swa=mapping,
         req_to_token=table,
-        full_alloc=PageAllocator(sizing.full_pages),
-        swa_alloc=PageAllocator(sizing.swa_pages) if swa is not None else None,
-        mamba_alloc=PageAllocator(sizing.mamba_slots) if mamba is not None else None,
+        full_alloc=PageAllocator(sizing.full_pages, scatter),
+        swa_alloc=PageAllocator(sizing.swa_pages, scatter) if swa is not None and full is not None else None,
+        mamba_alloc=PageAllocator(sizing.mamba_slots, scatter) if mamba is not None else None,
         req_alloc=PageAllocator(sizing.live_requests),
         window=geo.window,
     )
@@ -383,11 +409,12 @@ def admit(pools: Pools, rid: int, seqlen: int) -> Request:
     page, device = pools.page_size, pools.device
     row = pools.req_alloc.alloc(1)[0]
     positions = torch.arange(seqlen, dtype=torch.int64, device=device)
-    full_pages = pools.full_alloc.alloc(-(-seqlen // page)) if pools.full else []
-    slots = _slots(full_pages, positions, page, device) if pools.full else positions * 0
+    has_tokens = pools.full is not None or pools.pure_swa
+    full_pages = pools.full_alloc.alloc(-(-seqlen // page)) if has_tokens else []
+    slots = _slots(full_pages, positions, page, device) if has_tokens else positions * 0
     pools.req_to_token[row, :seqlen] = slots
     swa_pages: list[int] = []
-    if pools.swa is not None and pools.swa_alloc is not None and pools.full_to_swa is not None:
+    if pools.swa_alloc is not None and pools.full_to_swa is not None:
         start = swa_tail_start(seqlen, pools.window, page)
         swa_pages = pools.swa_alloc.alloc(-(-(seqlen - start) // page))
         pools.full_to_swa[slots[start:]] = _slots(swa_pages, positions[start:] - start, page, device)
@@ -406,8 +433,7 @@ def release(pools: Pools, req: Request) -> None:
         pools.full_to_swa[pools.req_to_token[req.row, : req.seqlen]] = 0
     if pools.swa_alloc is not None:
         pools.swa_alloc.free(req.swa_pages)
-    if pools.full is not None:
-        pools.full_alloc.free(req.full_pages)
+    pools.full_alloc.free(req.full_pages)
     if pools.mamba_alloc is not None and req.mamba_slot is not None:
         pools.mamba_alloc.free([req.mamba_slot])
     pools.req_alloc.free([req.row])

@@ -2,7 +2,9 @@
 
 The pools are sized so the intruders must take every slot the retracted requests freed (and write
 their own data there), and the restored requests land in slots they never held: a backup that
-missed anything cannot be rescued by stale bytes that happened to survive.
+missed anything cannot be rescued by stale bytes that happened to survive. The diff checks that
+last promise too (``slot_reuse``), and the allocators start shuffled, so requests hold scattered
+pages and the copy engine's gather/scatter path is exercised, not only whole contiguous runs.
 """
 
 from __future__ import annotations
@@ -66,11 +68,19 @@ class RoundtripResult:
     components: pd.DataFrame
     used: dict[str, object]
     expected_red: list[str] = field(default_factory=list)
+    hazards: list[dict[str, str]] = field(default_factory=list)  # the analysis's error hazards
     elapsed_s: float = 0.0
 
     @property
     def failing(self) -> list[str]:
         return diff_mod.failing(self.components)
+
+    @property
+    def inject_matched(self) -> bool | None:
+        """Did the injected fault turn exactly its own components red (None when nothing injected)?"""
+        if self.injected is None:
+            return None
+        return set(self.failing) == set(self.expected_red)
 
     def to_json(self) -> dict[str, object]:
         rows = self.components.astype(object).where(self.components.notna(), None).to_dict("records")
@@ -82,6 +92,8 @@ class RoundtripResult:
             "injected": self.injected,
             "failing": self.failing,
             "expected_red": self.expected_red,
+            "inject_matched": self.inject_matched,
+            "hazards": self.hazards,
             "components": rows,
             "used": self.used,
             "elapsed_s": round(self.elapsed_s, 3),
@@ -130,13 +142,24 @@ class _Run:
 
     def admit_and_fill(self, seqlens: dict[int, int]) -> None:
         reqs = [admit(self.pools, rid, n) for rid, n in seqlens.items()]
-        fill_requests(self.pools, reqs, self.gen, self.analysis.spec.kv_dtype.payload)
+        fill_requests(self.pools, reqs, self.gen, self.analysis.spec.kv_dtype)
         for req in reqs:
             self.live[req.rid] = req
             self.before[req.rid] = diff_mod.capture_request(self.pools, req)
 
     def on_visible(self, req: Request) -> None:
         self.at_visible[req.rid] = diff_mod.capture_request(self.pools, req)
+
+
+def admit_intruders(run: _Run, seqlens: dict[int, int], retracted: list[int]) -> None:
+    """New requests take (and overwrite) every slot the retracted requests freed."""
+    run.admit_and_fill({INTRUDER_BASE + rid: seqlens[rid] for rid in retracted})
+
+
+def error_hazards(analysis: Analysis) -> list[dict[str, str]]:
+    """Launch-line errors SGLang itself would refuse; the round trip still tests the pool's copy."""
+    return [{"severity": h.severity, "code": h.code, "message": h.message}
+            for h in analysis.hazards if h.severity == "error"]  # fmt: skip
 
 
 def run_roundtrip(analysis: Analysis, options: RoundtripOptions, progress: Progress | None = None) -> RoundtripResult:
@@ -165,7 +188,7 @@ def run_roundtrip(analysis: Analysis, options: RoundtripOptions, progress: Progr
 
     geo = reduced_geometry(analysis, options.reductions)
     sizing = plan_sizes(n, retract_count, tokens, analysis.flags.page_size, geo.window)
-    pools = build_pools(analysis, geo, sizing, device)
+    pools = build_pools(analysis, geo, sizing, device, scatter=gen)
     if fault is not None:
         fault.check(pools, analysis.config.source)
     protocol = default_protocol(analysis.layout, backend)
@@ -178,7 +201,7 @@ def run_roundtrip(analysis: Analysis, options: RoundtripOptions, progress: Progr
     run.session.on_visible = run.on_visible
     step("allocate pools")
 
-    fill_background(pools, gen)
+    background_states = fill_background(pools, gen)
     padding_before = diff_mod.capture_padding(pools)
     run.admit_and_fill(seqlens)
     step("fill requests")
@@ -190,7 +213,7 @@ def run_roundtrip(analysis: Analysis, options: RoundtripOptions, progress: Progr
         release(pools, req)
         step(f"offload request {rid}")
 
-    run.admit_and_fill({INTRUDER_BASE + rid: seqlens[rid] for rid in retracted})
+    admit_intruders(run, seqlens, retracted)
     step("intruders reuse the freed slots")
 
     for rid in retracted:
@@ -211,13 +234,11 @@ def run_roundtrip(analysis: Analysis, options: RoundtripOptions, progress: Progr
         padding_after=diff_mod.capture_padding(pools),
         components=_present_components(analysis, pools),
         layer_ids=_layer_ids(geo),
+        free=diff_mod.capture_free(
+            pools, [*run.before.values(), *run.at_visible.values(), *after.values()], background_states
+        ),
     )
     frame = diff_mod.diff(obs, ledger)
-    fresh = all(
-        not set(cap.slots.tolist()) & set(after[rid][comp].slots.tolist())
-        for rid in retracted
-        for comp, cap in run.before[rid].items()
-    )
     step("diff")
     present = set(frame["name"])
     result = RoundtripResult(
@@ -227,12 +248,30 @@ def run_roundtrip(analysis: Analysis, options: RoundtripOptions, progress: Progr
         backend=protocol.backend.name,
         injected=options.inject,
         components=frame,
-        used={**_used(analysis, options, sizing, pools, geo, protocol), "restored_into_new_slots": fresh},
+        used={
+            **_used(analysis, options, sizing, pools, geo, protocol),
+            "restored_into_new_slots": diff_mod.reused_slot(obs) is None,
+            "max_slot_runs": _max_slot_runs(after),
+        },
         expected_red=sorted(fault.expected(present)) if fault else [],
+        hazards=error_hazards(analysis),
         elapsed_s=time.perf_counter() - started,
     )
     step("done")
     return result
+
+
+def _max_slot_runs(after: dict[int, dict[str, diff_mod.Capture]]) -> int:
+    """The most contiguous runs any live request's slots of one component fall into."""
+    runs = [int((cap.slots.diff() != 1).sum()) + 1 for caps in after.values() for cap in caps.values()
+            if cap.slots.numel()]  # fmt: skip
+    return max(runs, default=0)
+
+
+def _token_index_space(pools: Pools) -> str:
+    if pools.pure_swa:
+        return "swa (all-SWA: identity full->SWA mapping)"
+    return "full" if pools.full is not None else "none"
 
 
 def _present_components(analysis: Analysis, pools: Pools) -> list[str]:
@@ -262,6 +301,7 @@ def _used(
     return {
         "model": analysis.config.source,
         "kv_pool": analysis.layout.kv_pool,
+        "token_index_space": _token_index_space(pools),
         "cpu_copy_carries_mamba": protocol.mamba.claimed,
         "caller_backs_up_mamba": analysis.layout.caller_backs_up_mamba,
         "requests": opts.requests,

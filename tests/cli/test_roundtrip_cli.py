@@ -39,7 +39,7 @@ def test_json_has_the_promised_keys() -> None:
     out = invoke("roundtrip", *INKLING, *SMALL, "--json")
     assert out.exit_code == 0, out.output
     report = json.loads(out.stdout)
-    assert {"ok", "device", "kv_cache_dtype", "injected", "components"} <= set(report)
+    assert {"ok", "device", "kv_cache_dtype", "injected", "components", "inject_matched", "hazards"} <= set(report)
     assert report["ok"] is True and report["device"] == "cpu" and report["kv_cache_dtype"] == "mxfp8"
     assert report["injected"] is None
     for comp in report["components"]:
@@ -54,6 +54,35 @@ def test_injected_fault_exits_one_and_names_the_component() -> None:
     report = json.loads(invoke("roundtrip", *INKLING, *SMALL, "--inject", "missing-mamba", "--json").stdout)
     assert report["ok"] is False and report["injected"] == "missing-mamba"
     assert report["failing"] == ["conv_state"]
+    assert report["inject_matched"] is True and report["expected_red"] == ["conv_state"]
+
+
+def test_fault_that_breaks_something_else_is_called_out(monkeypatch: pytest.MonkeyPatch) -> None:
+    import dataclasses
+
+    from kvdoctor.state.faults import FAULTS
+
+    monkeypatch.setitem(FAULTS, "drop-swa", dataclasses.replace(FAULTS["drop-swa"], targets=("full_kv",)))
+    out = invoke("roundtrip", *INKLING, *SMALL, "--page-size", "128", "--inject", "drop-swa")
+    assert out.exit_code == 1
+    text = " ".join(out.stdout.split())
+    assert "injected fault mismatch" in text
+    assert "but also broke swa_kv, swa_kv_scales" in text and "left full_kv green" in text
+    report = json.loads(invoke("roundtrip", *INKLING, *SMALL, "--page-size", "128", "--inject", "drop-swa",
+                               "--json").stdout)  # fmt: skip
+    assert report["inject_matched"] is False
+
+
+def test_launch_line_errors_are_shown_beside_the_round_trip() -> None:
+    # INKLING runs MXFP8 at page 1: SGLang refuses that (KVD006), the pool's copy still round-trips.
+    out = invoke("roundtrip", *INKLING, *SMALL)
+    assert out.exit_code == 0, out.output
+    assert "KVD006" in out.stdout and "SGLang would refuse this launch line" in " ".join(out.stdout.split())
+    report = json.loads(invoke("roundtrip", *INKLING, *SMALL, "--json").stdout)
+    assert [h["code"][:6] for h in report["hazards"]] == ["KVD006"]
+    assert {"severity", "code", "message"} <= set(report["hazards"][0])
+    clean = json.loads(invoke("roundtrip", *INKLING, *SMALL, "--page-size", "128", "--json").stdout)
+    assert clean["hazards"] == [] and clean["inject_matched"] is None
 
 
 @pytest.mark.parametrize("args", [

@@ -140,3 +140,10 @@ def test_malformed_recurrent_fields_are_config_errors() -> None:
         fixture_with("ring-mini-linear-2.0", layer_group_size=0)
     with pytest.raises(ConfigError, match="num_heads and head_dim"):
         fixture_with("kimi-linear-48b-a3b", linear_attn_config={"kda_layers": [1]})
+
+
+def test_all_swa_models_need_page_size_one() -> None:
+    top = {**load_config("gpt-oss-20b").top, "layer_types": ["sliding_attention"] * 24}
+    assert "KVD013" in _codes(_analyze(top, "--page-size", "64"))
+    assert "KVD013" not in _codes(_analyze(top))
+    assert "KVD013" not in _codes(run("gpt-oss-20b", "--page-size", "64"))

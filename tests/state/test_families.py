@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from kvdoctor.core.config import bundled_fixtures
-from kvdoctor.state.diff import PADDING, RESIDENT
+from kvdoctor.state.diff import FREE, PADDING, RESIDENT, SLOT_REUSE
 from tests.state.helpers import roundtrip, row
 
 FIXTURES = sorted(bundled_fixtures())
@@ -20,8 +20,9 @@ def test_fixture_round_trips_bit_exact(model: str, dtype: str, flags: tuple[str,
     result = roundtrip(model, dtype, *flags)
     assert result.ok, result.components.to_string()
     names = set(result.components["name"])
-    assert {PADDING, RESIDENT} <= names
-    for name in names - {PADDING, RESIDENT}:
+    assert {PADDING, FREE, RESIDENT, SLOT_REUSE} <= names
+    assert result.used["restored_into_new_slots"] is True
+    for name in names - {PADDING, FREE, RESIDENT, SLOT_REUSE}:
         r = row(result, name)
         assert r["bytes"] > 0 and r["mismatched_bytes"] == 0
         assert (r["copies_out"], r["copies_in"]) == (1, 1), name
@@ -44,6 +45,9 @@ def test_every_component_of_the_spec_is_diffed() -> None:
         "swa_kv_scales",
         "conv_state",
         PADDING,
+        FREE,
         RESIDENT,
+        SLOT_REUSE,
     ]
+    assert row(result, FREE)["bytes"] > 0
     assert result.used["scale_layout"].startswith("page-interleaved")

@@ -22,7 +22,7 @@ def _offload_one(model: str, dtype: str = "auto", *flags: str):
     gen = torch.Generator().manual_seed(0)
     fill_background(pools, gen)
     req = admit(pools, 0, 16)
-    fill_requests(pools, [req], gen, a.spec.kv_dtype.payload)
+    fill_requests(pools, [req], gen, a.spec.kv_dtype)
     proto = default_protocol(a.layout, "cpu_tensor")
     carries = frozenset(backup_carries("host_pool", a.spec, a.layout, a.flags.page_size))
     return proto.backend.offload(proto, Session(pools, Mover(pools.device), CopyLedger(), carries), req)
@@ -128,3 +128,27 @@ def test_bad_sizes_are_refused() -> None:
         roundtrip("llama-3.1-8b", requests=1)
     with pytest.raises(InputError, match="tokens"):
         roundtrip("llama-3.1-8b", tokens=1)
+
+
+def test_pools_use_cores_typed_store_dtype_not_its_display_string() -> None:
+    import dataclasses
+
+    from kvdoctor.state.pools import storage_dtype
+
+    assert storage_dtype("bfloat16") is torch.bfloat16 and storage_dtype("float8_e4m3fn") is torch.uint8
+    a = analysis("llama-3.1-8b", "bf16")
+    kv = dataclasses.replace(a.spec.kv_dtype, payload="bf16 (shown to people)", store_dtype="float16")
+    a = dataclasses.replace(a, spec=dataclasses.replace(a.spec, kv_dtype=kv))
+    geo = reduced_geometry(a, Reductions(layers=1, heads=1))
+    pools = build_pools(a, geo, plan_sizes(2, 1, 8, 1, geo.window), torch.device("cpu"))
+    assert pools.full is not None and pools.full.element_dtype is torch.float16
+
+
+def test_scale_block_comes_from_the_kv_dtype_rule() -> None:
+    a = analysis("inkling-small", "mxfp8", "--page-size", "128")
+    geo = reduced_geometry(a, Reductions(layers=1, heads=1))
+    pools = build_pools(a, geo, plan_sizes(2, 1, 8, 128, geo.window), torch.device("cpu"))
+    assert pools.full is not None and geo.full is not None
+    layout = pools.full.scale_layouts["k_scale"]
+    assert layout.block == a.spec.kv_dtype.scale_block
+    assert layout.sf * layout.block == geo.full.shapes[0][1]
