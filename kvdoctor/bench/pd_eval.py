@@ -9,7 +9,8 @@ run, side by side:
 
 each as wall time, questions/s and the client's CPU per request (``time.process_time`` of this
 process only). Data preparation and scoring are timed too. No number here is a pass/fail
-threshold; they are measurements to compare across machines and commits.
+threshold; they are measurements to compare across machines and commits. SIGTERM or Ctrl-C stops
+the instant server before the bench exits (128 + the signal number).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from kvdoctor.errors import DeploymentError, GateFailure
 from kvdoctor.pd import client, gsm8k
 from kvdoctor.pd.ports import free_ports
 from kvdoctor.pd.result import record, score
+from kvdoctor.pd.signals import signals_ignored, signals_raise
 
 
 @dataclass(frozen=True)
@@ -123,28 +125,38 @@ class InstantServer:
         self.process = ctx.Process(target=_serve, args=(self.port, str(data_path)), daemon=True)
 
     def __enter__(self) -> InstantServer:
-        self.process.start()
+        try:
+            self.process.start()
+            self._wait_ready()
+        except BaseException:  # a signal mid-start must not leave the server behind
+            self.__exit__()
+            raise
+        return self
+
+    def _wait_ready(self) -> None:
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             try:
                 if httpx.get(self.url + "/health", timeout=1.0).status_code == 200:
-                    return self
+                    return
             except httpx.HTTPError:
                 time.sleep(0.05)
-        self.__exit__()
         raise DeploymentError("the bench's instant server did not start")
 
     def __exit__(self, *exc: object) -> None:
-        self.process.terminate()
-        self.process.join(timeout=10)
-        if self.process.is_alive():
-            self.process.kill()
-            self.process.join()
+        if self.process.pid is None:
+            return
+        with signals_ignored():  # half a teardown would leave the server running
+            self.process.terminate()
+            self.process.join(timeout=10)
+            if self.process.is_alive():
+                self.process.kill()
+                self.process.join(timeout=10)
 
 
 # -- the loops ------------------------------------------------------------------------------
 async def _single_pool(url: str, prompts: Sequence[str], sampling: client.Sampling,
-                       parallel: int) -> list[client.Completion]:
+                       parallel: int, watchdog: Callable[[], None]) -> list[client.Completion]:
     """The naive client: one pool of ``parallel`` connections and a semaphore."""
     gate = asyncio.Semaphore(parallel)
     async with client.make_client(url, parallel, 60.0) as http:
@@ -153,7 +165,22 @@ async def _single_pool(url: str, prompts: Sequence[str], sampling: client.Sampli
             async with gate:
                 return await client.complete(http, prompt, sampling)
 
-        return list(await asyncio.gather(*(one(p) for p in prompts)))
+        async def watch() -> None:
+            while True:
+                await asyncio.sleep(0.1)
+                watchdog()
+
+        work = asyncio.gather(*(one(p) for p in prompts))
+        watcher = asyncio.ensure_future(watch())
+        try:
+            done, _ = await asyncio.wait({work, watcher}, return_when=asyncio.FIRST_COMPLETED)
+            if watcher in done:
+                watcher.result()  # re-raises the signal the watchdog saw
+            return list(work.result())
+        finally:
+            for task in (work, watcher):
+                task.cancel()
+            await asyncio.gather(work, watcher, return_exceptions=True)
 
 
 def _timed(name: str, run: Callable[[], list[client.Completion]]) -> LoopTiming:
@@ -171,17 +198,25 @@ def bench(data_path: Path, *, parallel: int = 128, num_questions: int | None = N
     sampling = client.Sampling(512, gsm8k.STOP, "bench")
     loops: dict[str, list[LoopTiming]] = {"sharded": [], "single pool": []}
     done: list[client.Completion] = []
-    with InstantServer(data_path) as server:
+    # SIGTERM/Ctrl-C become ``Interrupted`` (checked by each loop's watchdog, see
+    # kvdoctor.pd.signals), so the ``with`` unwinds and the instant server is stopped.
+    with signals_raise() as latch, InstantServer(data_path) as server:
         for _ in range(repeats):
             def sharded() -> list[client.Completion]:
                 nonlocal done
-                done = asyncio.run(client.complete_all(server.url, prompts, sampling,
-                                                       parallel=parallel, request_timeout_s=60))
+                with latch.deferred():
+                    done = asyncio.run(client.complete_all(
+                        server.url, prompts, sampling, parallel=parallel, request_timeout_s=60,
+                        watchdog=latch.check))
                 return done
 
+            def single() -> list[client.Completion]:
+                with latch.deferred():
+                    return asyncio.run(_single_pool(server.url, prompts, sampling, parallel,
+                                                    latch.check))
+
             loops["sharded"].append(_timed("sharded", sharded))
-            loops["single pool"].append(_timed("single pool", lambda: asyncio.run(
-                _single_pool(server.url, prompts, sampling, parallel))))
+            loops["single pool"].append(_timed("single pool", single))
     started = time.perf_counter()
     records = [record(q, c) for q, c in zip(questions, done, strict=True)]
     accuracy = score(records, 1.0).accuracy

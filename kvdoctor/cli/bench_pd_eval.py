@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -12,7 +13,7 @@ from kvdoctor.cli.errors import exit_on_error
 
 def bench_pd_eval(
     data_path: Annotated[Path | None, typer.Option(
-        "--data-path", help="GSM8K test.jsonl (default: sha256-checked cache/download).")] = None,
+        "--data-path", help="GSM8K test.jsonl (default: sha256-checked cache, bundled copy, download).")] = None,
     parallel: int = typer.Option(128, "--parallel", help="Requests in flight."),
     num_questions: int | None = typer.Option(
         None, "--num-questions", help="Scored questions (default: all after the shots)."),
@@ -28,14 +29,19 @@ def bench_pd_eval(
         from kvdoctor.bench.pd_eval import bench
         from kvdoctor.errors import InputError
         from kvdoctor.pd import gsm8k
+        from kvdoctor.pd.signals import Interrupted
         from kvdoctor.report import json as json_report
 
         if parallel < 1 or repeats < 1:
             raise InputError("--parallel and --repeats must be >= 1")
         data = gsm8k.resolve_data(data_path)
         assert data is not None
-        result = bench(data.path, parallel=parallel, num_questions=num_questions,
-                       repeats=repeats)
+        try:
+            result = bench(data.path, parallel=parallel, num_questions=num_questions,
+                           repeats=repeats)
+        except Interrupted as exc:  # the instant server is already stopped
+            print(f"kvdoctor: interrupted by {exc}", file=sys.stderr)
+            raise typer.Exit(128 + exc.signum) from None
         if json_out:
             print(json_report.dumps(result.to_dict()), end="")
             return

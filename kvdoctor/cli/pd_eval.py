@@ -6,7 +6,6 @@ failed (start, crash, timeout); 130/143 after Ctrl-C/SIGTERM (everything started
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -37,7 +36,7 @@ def pd_eval(
     api: str | None = typer.Option(
         None, "--api", help="completions (/v1/completions, as SGLang's gate) or generate."),
     data_path: Annotated[Path | None, typer.Option(
-        "--data-path", help="GSM8K test.jsonl (default: sha256-checked cache, download, bundled copy).")] = None,
+        "--data-path", help="GSM8K test.jsonl (default: sha256-checked cache, bundled copy, download).")] = None,
     launcher: str = typer.Option(DEFAULT_LAUNCHER, "--launcher", help="Server command."),
     router_launcher: str = typer.Option(
         DEFAULT_ROUTER_LAUNCHER, "--router-launcher", help="Router command."),
@@ -70,7 +69,6 @@ def pd_eval(
 
         from kvdoctor.pd import render, reporting
         from kvdoctor.pd.run import PdEvalOptions, prepare, run
-        from kvdoctor.report import github
         from kvdoctor.report import json as json_report
 
         options = PdEvalOptions(
@@ -83,9 +81,10 @@ def pd_eval(
             decode_port=decode_port, router_port=router_port, bootstrap_port=bootstrap_port,
             output_dir=output_dir, timeout_s=timeout, request_timeout_s=request_timeout,
             allow_no_retraction=allow_no_retraction, extra_args=tuple(ctx.args),
+            junit_path=junit_path,
         )  # fmt: skip
         console = Console(stderr=json_out)
-        prepared = prepare(options, download=not dry_run)
+        prepared = prepare(options, download=not dry_run, dry_run=dry_run)
         if dry_run:
             if json_out:
                 forecast = prepared.prediction.to_dict() if prepared.prediction else None
@@ -98,13 +97,7 @@ def pd_eval(
         with render.progress(console) as hook:
             result = run(prepared, progress=hook, notify=lambda m: console.print(
                 m, markup=False, highlight=False))
-        written = reporting.write_all(result, output_dir, junit_path=junit_path)
-        if json_out:
-            print(json_report.dumps(result.to_dict()), end="")
-        else:
-            render.summary(console, result, written)
-        if github.in_actions():
-            for line in reporting.annotations(result):
-                print(line, file=sys.stderr)
-        if result.exit_code:
-            raise typer.Exit(result.exit_code)
+        code = reporting.finish(result, output_dir, junit_path=junit_path, json_out=json_out,
+                                console=console)
+        if code:
+            raise typer.Exit(code)

@@ -29,6 +29,10 @@ GPU_CHUNK_ELEMENTS = 1 << 28  # on a GPU, chunks only bound the scratch memory
 
 _BITS = {torch.bfloat16: torch.int16, torch.float16: torch.int16, torch.float32: torch.int32}
 _ABS_MASK = {torch.bfloat16: 0x7FFF, torch.float16: 0x7FFF, torch.float32: 0x7FFFFFFF}
+# The one NaN ``dequantize`` writes per dtype: the positive quiet NaN the Triton kernel stores.
+# torch's own conversions would leave 0x7FF00000 (fp32), 0x7F80 (fp16) or 0xFFFF (bf16), signed
+# by the payload byte, so NaN bits would differ between backends for no meaning.
+CANONICAL_NAN_BITS = {torch.float32: F32_QNAN_BITS, torch.float16: 0x7E00, torch.bfloat16: 0x7FC0}
 
 
 def _f32(bits: torch.Tensor) -> torch.Tensor:
@@ -207,7 +211,8 @@ def quantize(x: torch.Tensor, scale_mode: str) -> tuple[torch.Tensor, torch.Tens
 
 
 def dequantize(payload: torch.Tensor, scales: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """Reference dequantize: E4M3(q) * 2^(byte - 127), exact, rounded once (RNE) to ``dtype``.
+    """Reference dequantize: E4M3(q) * 2^(byte - 127), exact, rounded once (RNE) to ``dtype``;
+    every NaN is ``CANONICAL_NAN_BITS[dtype]``.
 
     bf16 and fp32 multiply in the output dtype (E4M3 values and the power-of-two scale are exact
     there, so the product is rounded once, like the fp32 product cast); fp16 goes through fp32
@@ -218,9 +223,12 @@ def dequantize(payload: torch.Tensor, scales: torch.Tensor, dtype: torch.dtype) 
     scale = scale_value(scales.contiguous().view(-1)).unsqueeze(1).to(work)
     out = torch.empty(blocks.shape, dtype=dtype, device=payload.device)
     step = _step(blocks)
+    nan = torch.tensor(CANONICAL_NAN_BITS[dtype], dtype=_BITS[dtype], device=payload.device)
     for start in range(0, blocks.shape[0], step):
         values = blocks[start : start + step].to(work).mul_(scale[start : start + step])
         out[start : start + step].copy_(values)
+        chunk = out[start : start + step].view(_BITS[dtype])
+        chunk.copy_(torch.where(values.isnan(), nan, chunk))
     return out.view(payload.shape)
 
 

@@ -68,19 +68,39 @@ def request_for(prompt: str, s: Sampling) -> tuple[str, dict[str, object]]:
     return "/v1/completions", body
 
 
-def parse_reply(api: str, payload: dict[str, object]) -> tuple[str, int | None, str | None]:
-    """(text, completion tokens, finish reason) from either response shape."""
+class MalformedReply(ValueError):
+    """A 200 reply that is not the JSON shape SGLang answers with."""
+
+
+def parse_reply(api: str, payload: object) -> tuple[str, int | None, str | None]:
+    """(text, completion tokens, finish reason) from either response shape.
+
+    Raises ``MalformedReply`` for anything else (a proxy's HTML page, a list, ``choices: null``):
+    a router that answers 200 with garbage must cost a question, not the run.
+    """
+    if not isinstance(payload, dict):
+        raise MalformedReply(f"reply is a JSON {type(payload).__name__}, not an object")
     if api == "generate":
-        meta = payload.get("meta_info") or {}
-        finish = meta.get("finish_reason") if isinstance(meta, dict) else None
-        tokens = meta.get("completion_tokens") if isinstance(meta, dict) else None
-        kind = finish.get("type") if isinstance(finish, dict) else finish
-        return str(payload.get("text") or ""), tokens, kind
-    choices = payload.get("choices") or [{}]
-    choice = choices[0] if isinstance(choices, list) and choices else {}
-    usage = payload.get("usage") or {}
-    tokens = usage.get("completion_tokens") if isinstance(usage, dict) else None
-    return str(choice.get("text") or ""), tokens, choice.get("finish_reason")
+        meta = payload.get("meta_info")
+        meta = meta if isinstance(meta, dict) else {}
+        text, finish = payload.get("text"), meta.get("finish_reason")
+        finish = finish.get("type") if isinstance(finish, dict) else finish
+        tokens = meta.get("completion_tokens")
+    else:
+        choices = payload.get("choices")
+        if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+            raise MalformedReply(f"'choices' is {_short(choices)}, not a list of objects")
+        usage = payload.get("usage")
+        tokens = usage.get("completion_tokens") if isinstance(usage, dict) else None
+        text, finish = choices[0].get("text"), choices[0].get("finish_reason")
+    if not isinstance(text, str):
+        raise MalformedReply(f"the reply's text is {_short(text)}, not a string")
+    tokens = tokens if isinstance(tokens, int) and not isinstance(tokens, bool) else None
+    return text, tokens, finish if isinstance(finish, str) else None
+
+
+def _short(value: object) -> str:
+    return repr(value)[:80]
 
 
 async def complete(client: httpx.AsyncClient, prompt: str, s: Sampling) -> Completion:
@@ -104,7 +124,11 @@ async def complete(client: httpx.AsyncClient, prompt: str, s: Sampling) -> Compl
         if response.status_code >= 400:
             error = f"HTTP {response.status_code}: {response.text[:200]}"
             return Completion("", None, None, latency, error)
-        text, tokens, finish = parse_reply(s.api, response.json())
+        try:
+            text, tokens, finish = parse_reply(s.api, response.json())
+        except ValueError as exc:  # JSONDecodeError and MalformedReply
+            error = f"malformed reply from POST {path}: {exc}; body: {response.text[:200]!r}"
+            return Completion("", None, None, latency, error)
         return Completion(text, tokens, finish, latency)
     raise RequestFailed(f"POST {path} failed {RETRIES + 1} times; last: {last_error}")
 

@@ -13,7 +13,6 @@ import hashlib
 import json
 import os
 import re
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
@@ -30,6 +29,8 @@ OFFICIAL_SHA256 = "3730d312f6e3440559ace48831e51066acaca737f6eabec99bccb9e4b3c39
 URL_ENV = "KVDOCTOR_GSM8K_URL"
 CACHE_ENV = "KVDOCTOR_CACHE_DIR"
 CONVENTION = "sglang-simple-eval"
+DOWNLOAD_TIMEOUT_S = 60.0
+CONNECT_TIMEOUT_S = 5.0  # an unreachable host must fail fast, not after a minute
 STOP = ("Question", "Assistant:", "<|separator|>")
 # Mean len(question) + len(answer) over the 1,319 official test lines; used only when a dry run
 # has no local copy of the data to measure.
@@ -95,11 +96,12 @@ def bundled_copy() -> Path | None:
 
 
 def resolve_data(data_path: Path | None, *, download: bool = True) -> DataFile | None:
-    """Find the test set: ``--data-path``, else the sha-checked cache, else download once.
+    """Find the test set: ``--data-path``, the sha-checked cache, the bundled copy, a download.
 
-    A machine without network falls back to the byte-identical copy bundled with kvdoctor (the
-    result records which one was used). Returns None only when ``download`` is False and nothing
-    usable is on disk (dry runs never touch the network).
+    kvdoctor ships the byte-identical official split (sha256-checked), so a run never waits on
+    the network for it; the official URL is fetched into the cache only when no bundled copy is
+    installed. Returns None only when ``download`` is False and nothing usable is on disk (dry
+    runs never touch the network).
     """
     if data_path is not None:
         if not data_path.is_file():
@@ -109,14 +111,11 @@ def resolve_data(data_path: Path | None, *, download: bool = True) -> DataFile |
     if cached.is_file() and sha256_of(cached) == OFFICIAL_SHA256:
         return DataFile(cached, OFFICIAL_SHA256, "cache")
     bundled = bundled_copy()
-    if not download:
-        return None if bundled is None else DataFile(bundled, OFFICIAL_SHA256, "bundled")
-    try:
-        _download(os.environ.get(URL_ENV) or OFFICIAL_URL, cached)
-    except DownloadError:
-        if bundled is None:
-            raise
+    if bundled is not None:
         return DataFile(bundled, OFFICIAL_SHA256, "bundled")
+    if not download:
+        return None
+    _download(os.environ.get(URL_ENV) or OFFICIAL_URL, cached)
     return DataFile(cached, OFFICIAL_SHA256, "download")
 
 
@@ -125,9 +124,11 @@ def _download(url: str, dest: Path) -> None:
     import httpx
 
     from kvdoctor.pd import http
+    from kvdoctor.report.atomic import atomic_open
 
     try:
-        response = http.get(url, timeout_s=60.0, follow_redirects=True)
+        response = http.get(url, timeout_s=DOWNLOAD_TIMEOUT_S, connect_s=CONNECT_TIMEOUT_S,
+                            follow_redirects=True)
         response.raise_for_status()
     except httpx.HTTPError as exc:
         raise DownloadError(
@@ -137,29 +138,38 @@ def _download(url: str, dest: Path) -> None:
     got = hashlib.sha256(body).hexdigest()
     if got != OFFICIAL_SHA256:
         raise InputError(f"GSM8K from {url} has sha256 {got}, expected {OFFICIAL_SHA256}")
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=".test.jsonl.")
     try:
-        with os.fdopen(fd, "wb") as fh:
+        with atomic_open(dest, "wb") as fh:
             fh.write(body)
-        os.replace(tmp, dest)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    except OSError as exc:
+        raise InputError(f"cannot cache GSM8K at {dest}: {exc}") from None
 
 
 def load_records(path: Path) -> list[Record]:
+    """Every non-blank line as a record; anything else (bad UTF-8, JSON, fields) is bad input."""
     records = []
-    with path.open(encoding="utf-8") as fh:
-        for number, raw in enumerate(fh):
-            if not raw.strip():
-                continue
-            try:
-                obj = json.loads(raw)
-                records.append(Record(len(records), obj["question"], obj["answer"]))
-            except (json.JSONDecodeError, KeyError, TypeError) as exc:
-                raise InputError(f"{path}:{number + 1}: not a GSM8K record ({exc})") from exc
+    try:
+        with path.open(encoding="utf-8") as fh:
+            for number, raw in enumerate(fh):
+                if raw.strip():
+                    records.append(_record(path, number + 1, raw, len(records)))
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{path}: not UTF-8 text ({exc})") from None
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read ({exc})") from None
     return records
+
+
+def _record(path: Path, line: int, raw: str, index: int) -> Record:
+    try:
+        obj = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{path}:{line}: not a GSM8K record ({exc})") from None
+    fields = [obj.get(key) if isinstance(obj, dict) else None for key in ("question", "answer")]
+    if not all(isinstance(value, str) for value in fields):
+        raise InputError(f"{path}:{line}: not a GSM8K record (needs string 'question' and "
+                         f"'answer' fields)")
+    return Record(index, fields[0], fields[1])
 
 
 def shot_block(records: Sequence[Record]) -> str:

@@ -41,21 +41,32 @@ class RetractionCount:
     source: str
 
 
+FAMILY = COUNTER.removesuffix("_total")  # the name prometheus_client's parser gives the family
+
 
 def from_prometheus(text: str) -> int | None:
-    """The retraction counter in a ``/metrics`` page; None when the page does not carry it."""
+    """The retraction counter in a ``/metrics`` page; None when the page cannot say.
+
+    SGLang creates the counter's sample only at the first retraction (``.labels(...).inc(n)``),
+    so a fresh server's page carries only its HELP/TYPE lines. A page that declares the family,
+    or carries other ``sglang:`` metrics, therefore means 0 retractions, not "unknown".
+    """
     from prometheus_client.parser import text_string_to_metric_families
 
     groups: dict[tuple[tuple[str, str], ...], float] = defaultdict(float)
-    found = False
+    found = sglang_page = False
     for family in text_string_to_metric_families(text):
+        sglang_page = sglang_page or family.name.startswith("sglang:")
+        found = found or family.name == FAMILY
         for sample in family.samples:
             if sample.name != COUNTER:
                 continue
             found = True
             key = _group_key(sample.labels)
             groups[key] = max(groups[key], sample.value)
-    return int(sum(groups.values())) if found else None
+    if not found and not sglang_page:
+        return None
+    return int(sum(groups.values()))
 
 
 def _group_key(labels: Mapping[str, str]) -> tuple[tuple[str, str], ...]:

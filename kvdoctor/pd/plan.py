@@ -10,10 +10,25 @@ import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from kvdoctor.errors import InputError
 from kvdoctor.pd.presets import Preset
 
 DEFAULT_LAUNCHER = "python -m sglang.launch_server"
 DEFAULT_ROUTER_LAUNCHER = "python -m sglang_router.launch_router"
+ROLES = ("prefill", "decode", "router")
+# Readiness through the router (pd-eval.md §4): mini_lb's /health is always 200, so ask it to
+# fan /health_generate out to every worker; the Rust router has a real /readiness.
+MINI_LB_READY = "/health_generate"
+RUST_ROUTER_READY = "/readiness"
+# Server flags the plan sets per role; after ``--`` they would contradict it (the last value wins
+# in SGLang's argparse), e.g. ``--tp-size 4`` beside the plan's ``--tp 1`` and overlapping GPUs.
+PLAN_FLAGS: Mapping[str, str] = {
+    "--tp": "--tp", "--tp-size": "--tp", "--tensor-parallel-size": "--tp",
+    "--base-gpu-id": "--tp (decode's first GPU follows prefill's)",
+    "--port": "--prefill-port / --decode-port", "--host": "--host",
+    "--disaggregation-mode": "nothing (kvdoctor sets prefill and decode itself)",
+    "--disaggregation-bootstrap-port": "--bootstrap-port",
+}
 
 
 @dataclass(frozen=True)
@@ -85,12 +100,37 @@ class PlanOptions:
     extra_args: tuple[str, ...] = ()
 
 
+def split_command(option: str, command: str) -> list[str]:
+    """``shlex.split`` with the option named in the error (an unbalanced quote is bad input)."""
+    try:
+        words = shlex.split(command)
+    except ValueError as exc:
+        raise InputError(f"{option} {command!r}: {exc}") from None
+    if not words:
+        raise InputError(f"{option} is empty")
+    return words
+
+
+def check_extra_args(args: Sequence[str]) -> None:
+    """Reject server flags after ``--`` that the plan already sets, naming the option to use."""
+    for flag, instead in PLAN_FLAGS.items():
+        if _has(args, flag):
+            raise InputError(f"{flag} after -- would contradict the launch plan; "
+                             f"use kvdoctor's {instead} instead")
+
+
+def base_url(host: str, port: int) -> str:
+    """``http://host:port``, with an IPv6 literal in brackets."""
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
 def build(options: PlanOptions, ports: Ports) -> LaunchPlan:
     """Prefill, then decode, then the router — the order SGLang's PD fixture waits in."""
     o, p = options, options.preset
-    prefill_url = f"http://{o.host}:{ports.prefill}"
-    decode_url = f"http://{o.host}:{ports.decode}"
-    router_url = f"http://{o.host}:{ports.router}"
+    check_extra_args(o.extra_args)
+    prefill_url = base_url(o.host, ports.prefill)
+    decode_url = base_url(o.host, ports.decode)
+    router_url = base_url(o.host, ports.router)
     bound: tuple[str, ...] = ()
     user_bound = _has(o.extra_args, "--max-total-tokens")
     if not p.bounds_pool and o.pool_tokens is not None and not user_bound:
@@ -99,21 +139,23 @@ def build(options: PlanOptions, ports: Ports) -> LaunchPlan:
     if o.ib_device:
         transfer += ("--disaggregation-ib-device", o.ib_device)
 
+    launcher = split_command("--launcher", o.launcher)
+
     def server(mode: str, tail: tuple[str, ...], port: int) -> tuple[str, ...]:
         return (
-            *shlex.split(o.launcher), "--model-path", o.model, *p.leading,
+            *launcher, "--model-path", o.model, *p.leading,
             "--disaggregation-mode", mode, "--disaggregation-bootstrap-port", str(ports.bootstrap),
             *p.common, *bound, *tail, *transfer, *o.extra_args,
             "--host", o.host, "--port", str(port),
         )  # fmt: skip
 
     router_argv: tuple[str, ...] = (
-        *shlex.split(o.router_launcher), "--pd-disaggregation",
+        *split_command("--router-launcher", o.router_launcher), "--pd-disaggregation",
         *(("--mini-lb",) if o.mini_lb else ()),
         "--prefill", prefill_url, "--decode", decode_url,
         "--host", o.host, "--port", str(ports.router),
     )  # fmt: skip
-    if not o.mini_lb and p.name == "generic":
+    if not o.mini_lb:
         # The Rust router binds a Prometheus port (29000) by default: parallel jobs would collide.
         router_argv += ("--prometheus-port", str(ports.router_metrics))
     steps = (
@@ -121,7 +163,7 @@ def build(options: PlanOptions, ports: Ports) -> LaunchPlan:
              dict(p.env)),
         Step("decode", server("decode", p.decode_tail, ports.decode), decode_url, "/health",
              dict(p.env)),
-        Step("router", router_argv, router_url, "/health"),
+        Step("router", router_argv, router_url, MINI_LB_READY if o.mini_lb else RUST_ROUTER_READY),
     )
     return LaunchPlan(o.model, p.name, steps, ports.bootstrap, external=False)
 

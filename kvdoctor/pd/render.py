@@ -26,7 +26,9 @@ def plan_text(prepared: Prepared) -> str:
         f"# eval: GSM8K {s.num_shots}-shot, {s.num_questions or 'all'} questions, "
         f"threshold {s.threshold:.2f}, max {s.max_new_tokens} new tokens, "
         f"{s.parallel} in flight, /{'generate' if s.api == 'generate' else 'v1/completions'}",
-        f"# data: {data.path} (sha256 {data.sha256[:12]}…, {data.source})" if data
+        f"# data: {data.path} (sha256 {data.sha256[:12]}…, {data.source}, "
+        f"{'the official test split' if data.official else 'NOT the official test split'})"
+        if data
         else "# data: not available offline; it will be downloaded and sha256-checked",
     ]
     if prepared.prediction is not None:

@@ -2,15 +2,25 @@
 
 from __future__ import annotations
 
+import os
+import sys
 from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from kvdoctor.errors import InputError
 from kvdoctor.pd.gate import FAILED
-from kvdoctor.pd.result import EXIT_DEPLOYMENT, PdEvalResult
+from kvdoctor.pd.result import EXIT_DEPLOYMENT, EXIT_INPUT, PdEvalResult
 from kvdoctor.report import github, junit, tables
 from kvdoctor.report import json as json_report
 
+if TYPE_CHECKING:
+    from rich.console import Console
+
 SUITE = "kvdoctor pd-eval"
+RESULT_FILE = "result.json"
+TABLE_FILES = ("questions.csv", "questions.parquet")
+OUTPUT_FILES = (RESULT_FILE, *TABLE_FILES)  # what a run writes into --output-dir (beside logs)
 
 
 def _fmt(value: float | None, spec: str = ".3f") -> str:
@@ -76,22 +86,86 @@ def annotations(result: PdEvalResult) -> list[str]:
     return [github.annotation("error", g.message, title=f"pd-eval {g.reason}") for g in failed]
 
 
+def check_writable(output_dir: Path, junit_path: Path | None,
+                   env: Mapping[str, str] | None = None) -> None:
+    """Fail before launching anything when a report could not be written afterwards.
+
+    Creates nothing: it finds the nearest existing ancestor of each target and checks it is a
+    directory this process may write into.
+    """
+    _check_dir("--output-dir", output_dir)
+    if junit_path is not None:
+        _check_file("--junit", junit_path)
+    target = (os.environ if env is None else env).get(github.STEP_SUMMARY_ENV)
+    if target:
+        _check_file(f"${github.STEP_SUMMARY_ENV}", Path(target))
+
+
+def _check_dir(what: str, path: Path) -> None:
+    existing = path
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise InputError(f"{what} {path}: {existing} is not a directory")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise InputError(f"{what} {path}: {existing} is not writable")
+
+
+def _check_file(what: str, path: Path) -> None:
+    if path.is_dir():
+        raise InputError(f"{what} {path} is a directory")
+    if path.exists() and not os.access(path, os.W_OK):
+        raise InputError(f"{what} {path} is not writable")
+    _check_dir(what, path.parent)
+
+
 def write_all(result: PdEvalResult, output_dir: Path, *, junit_path: Path | None,
               env: Mapping[str, str] | None = None) -> dict[str, Path]:
-    """Write every report; returns what was written where."""
+    """Write every report; returns what was written where.
+
+    The same contract as ``kvdoctor.report.verdicts.publish``: a file that cannot be written is
+    an ``InputError`` ("cannot write a report: …"), never an OSError traceback.
+    """
     written: dict[str, Path] = {}
-    written["json"] = output_dir / "result.json"
-    json_report.write(written["json"], result.to_dict())
-    if result.records:
-        rows = result.record_dicts()
-        for suffix in (".csv", ".parquet"):
-            path = output_dir / f"questions{suffix}"
-            tables.write(path, rows)
-            written[suffix[1:]] = path
-    if junit_path is not None:
-        junit.write(junit_path, SUITE, junit_cases(result), classname="kvdoctor.pd_eval")
-        written["junit"] = junit_path
-    summary = github.append_step_summary(step_summary(result), env)
+    try:
+        written["json"] = output_dir / RESULT_FILE
+        json_report.write(written["json"], result.to_dict())
+        if result.records:
+            rows = result.record_dicts()
+            for name in TABLE_FILES:
+                path = output_dir / name
+                tables.write(path, rows)
+                written[path.suffix[1:]] = path
+        if junit_path is not None:
+            junit.write(junit_path, SUITE, junit_cases(result), classname="kvdoctor.pd_eval")
+            written["junit"] = junit_path
+        summary = github.append_step_summary(step_summary(result), env)
+    except OSError as exc:
+        raise InputError(f"cannot write a report: {exc}") from None
     if summary is not None:
         written["step_summary"] = summary
     return written
+
+
+def finish(result: PdEvalResult, output_dir: Path, *, junit_path: Path | None, json_out: bool,
+           console: Console, env: Mapping[str, str] | None = None) -> int:
+    """Write the reports, show the result, annotate in GitHub Actions; returns the exit code.
+
+    A report that cannot be written is one line on stderr and exit 2 (the result is still shown).
+    """
+    from kvdoctor.pd import render
+
+    exit_code = result.exit_code
+    try:
+        written = write_all(result, output_dir, junit_path=junit_path, env=env)
+    except InputError as exc:
+        print(f"kvdoctor: {type(exc).__name__}: {exc}", file=sys.stderr)
+        written, exit_code = {}, EXIT_INPUT
+    if json_out:
+        print(json_report.dumps(result.to_dict()), end="")
+    else:
+        render.summary(console, result, written)
+    if github.in_actions(env):
+        for line in annotations(result):
+            print(line, file=sys.stderr)
+    return exit_code

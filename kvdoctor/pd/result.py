@@ -12,7 +12,7 @@ from decimal import Decimal
 
 from kvdoctor.pd.client import Completion
 from kvdoctor.pd.gate import GateResult
-from kvdoctor.pd.gsm8k import Question, parse_number
+from kvdoctor.pd.gsm8k import CONVENTION, Question, parse_number
 
 EXIT_PASS, EXIT_GATE, EXIT_INPUT, EXIT_DEPLOYMENT = 0, 1, 2, 3
 
@@ -103,7 +103,7 @@ class PdEvalResult:
     server_versions: dict[str, str] = field(default_factory=dict)
     logs: dict[str, str] = field(default_factory=dict)
     records: list[QuestionRecord] = field(default_factory=list)
-    convention: str = "sglang-simple-eval"
+    convention: str = CONVENTION
     api: str = "completions"
     wall_s: float = 0.0
 

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import shlex
+import math
+import os
 import statistics
 import time
 from collections.abc import Callable
@@ -17,7 +18,7 @@ from pathlib import Path
 import httpx
 
 from kvdoctor.errors import DeploymentError, InputError
-from kvdoctor.pd import client, gate, gsm8k, http, plan, ports, prediction, presets
+from kvdoctor.pd import client, gate, gsm8k, http, plan, ports, prediction, presets, reporting
 from kvdoctor.pd.metrics import RetractionProbe
 from kvdoctor.pd.result import (
     EXIT_DEPLOYMENT,
@@ -66,6 +67,7 @@ class PdEvalOptions:
     grace_s: float = 10.0
     allow_no_retraction: bool = False
     extra_args: tuple[str, ...] = ()
+    junit_path: Path | None = None
 
 
 @dataclass(frozen=True)
@@ -114,16 +116,25 @@ def settings_for(o: PdEvalOptions, defaults: presets.EvalDefaults) -> Settings:
     return s
 
 
-def prepare(o: PdEvalOptions, *, download: bool) -> Prepared:
-    """Resolve preset, data, ports and plan; raises ``InputError`` for anything the user must fix."""
+def prepare(o: PdEvalOptions, *, download: bool, dry_run: bool = False) -> Prepared:
+    """Resolve preset, data, ports and plan; raises ``InputError`` for anything the user must fix.
+
+    A real run (not ``dry_run``) also proves every report can be written before anything starts:
+    an hour of GPU time must not end in "cannot write result.json".
+    """
+    if o.tp is not None and o.tp < 1:
+        raise InputError("--tp must be >= 1")
     base = presets.get(o.preset) if o.preset else presets.generic(o.tp or 1)
     if o.preset and o.tp is not None:
         base = presets.with_tp(base, o.tp)
-    if o.tp is not None and o.tp < 1:
-        raise InputError("--tp must be >= 1")
     settings = settings_for(o, base.eval)
-    if o.timeout_s <= 0:
-        raise InputError("--timeout must be > 0")
+    _check_seconds("--timeout", o.timeout_s)
+    _check_seconds("--request-timeout", o.request_timeout_s)
+    _check_seconds("grace period", o.grace_s, allow_zero=True)
+    _check_ports(o)
+    plan.check_extra_args(o.extra_args)
+    if not dry_run:
+        reporting.check_writable(o.output_dir, o.junit_path)
     data = gsm8k.resolve_data(o.data_path, download=download)
     questions = []
     if data is not None:
@@ -151,7 +162,7 @@ def prepare(o: PdEvalOptions, *, download: bool) -> Prepared:
         )  # fmt: skip
         decode = launch.step("decode")
         assert decode is not None
-        decode_args = list(decode.argv[len(shlex.split(o.launcher)):])
+        decode_args = list(decode.argv[len(plan.split_command("--launcher", o.launcher)):])
     forecast = None
     if decode_args:
         forecast = prediction.predict(o.model, decode_args, mean_prompt_chars=mean_chars,
@@ -168,6 +179,26 @@ def _external_plan(o: PdEvalOptions) -> plan.LaunchPlan:
                          "(or pass --allow-no-retraction)")
     return plan.external(o.model, router_url=o.router_url, decode_url=o.decode_url,
                          prefill_url=o.prefill_url)
+
+
+def _check_seconds(name: str, value: float, *, allow_zero: bool = False) -> None:
+    if not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
+        raise InputError(f"{name} must be a finite number of seconds > 0, got {value}")
+
+
+def _check_ports(o: PdEvalOptions) -> None:
+    pinned = {"--prefill-port": o.prefill_port, "--decode-port": o.decode_port,
+              "--router-port": o.router_port, "--bootstrap-port": o.bootstrap_port}
+    given = {name: port for name, port in pinned.items() if port is not None}
+    for name, port in given.items():
+        if not 1 <= port <= 65535:
+            raise InputError(f"{name} must be within 1..65535, got {port}")
+    by_port: dict[int, list[str]] = {}
+    for name, port in given.items():
+        by_port.setdefault(port, []).append(name)
+    for port, names in by_port.items():
+        if len(names) > 1:
+            raise InputError(f"{' and '.join(names)} are both {port}: each needs its own port")
 
 
 def _ports(o: PdEvalOptions) -> plan.Ports:
@@ -197,8 +228,9 @@ def run(prepared: Prepared, *, progress: ProgressHook | None = None,
     )  # fmt: skip
     started = time.monotonic()
     deadline = started + o.timeout_s
-    o.output_dir.mkdir(parents=True, exist_ok=True)
+    supervisor: Supervisor | None = None
     try:
+        clear_previous(o.output_dir)
         with signals_raise() as latch, Supervisor(o.output_dir, grace_s=o.grace_s,
                                                   latch=latch) as supervisor:
             _evaluate(prepared, supervisor, latch, deadline, result, progress, notify or _quiet)
@@ -211,8 +243,25 @@ def run(prepared: Prepared, *, progress: ProgressHook | None = None,
         result.exit_code = 128 + signum
         result.exit_reason = "interrupted"
         result.message = f"interrupted by {exc or 'SIGINT'}; every started process was stopped"
+    except Exception as exc:  # CI must get result.json and exit 3, never a traceback and exit 1
+        result.passed = False
+        result.exit_code = EXIT_DEPLOYMENT
+        result.exit_reason = "internal_error"
+        result.message = f"kvdoctor failed during the run: {type(exc).__name__}: {exc}"
+    if supervisor is not None and supervisor.survivors:
+        result.message += ("; still running after SIGKILL (stop them by hand): "
+                           + ", ".join(supervisor.survivors))
     result.wall_s = time.monotonic() - started
     return result
+
+
+def clear_previous(output_dir: Path) -> None:
+    """Remove what an earlier run wrote here, so no stale log or table sits beside a new result."""
+    output_dir.mkdir(parents=True, exist_ok=True)
+    names = [*reporting.OUTPUT_FILES, *(f"{role}.log" for role in plan.ROLES)]
+    for name in names:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(output_dir / name)
 
 
 def _quiet(_message: str) -> None:

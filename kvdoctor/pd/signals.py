@@ -35,8 +35,11 @@ class SignalLatch:
         self._deferring = False
 
     def handler(self, signum: int, _frame: object) -> None:
-        if self.signum is None:
-            self.signum = signum
+        if self.signum is not None:
+            # Already unwinding: a second Ctrl-C raised now would land in a ``__exit__`` and
+            # skip the teardown it interrupts.
+            return
+        self.signum = signum
         if not self._deferring:
             raise Interrupted(signum)
 

@@ -34,6 +34,11 @@ from kvdoctor.pd.signals import SignalLatch, signals_ignored
 RUN_MARKER_ENV = "KVDOCTOR_RUN_ID"
 POLL_INTERVAL_S = 0.1
 LOG_TAIL_LINES = 40
+# After SIGKILL a process in uninterruptible sleep (a hung GPU driver call) may never die:
+# teardown reports it instead of hanging the CI job.
+KILL_WAIT_S = 10.0
+# How each started process ended (``Managed.ended``).
+EXITED, SIGTERMED, SIGKILLED, SURVIVED = "exited", "sigterm", "sigkill", "survived"
 
 
 class ServerExited(DeploymentError):
@@ -57,6 +62,7 @@ class Managed:
     log_path: Path
     log_file: TextIO
     seen: dict[int, float] = field(default_factory=dict)  # pid -> create_time
+    ended: str = ""  # EXITED on its own, SIGTERMED, SIGKILLED, or SURVIVED SIGKILL
 
     @property
     def pid(self) -> int:
@@ -91,6 +97,7 @@ class Supervisor(contextlib.AbstractContextManager["Supervisor"]):
         self.run_id = uuid.uuid4().hex
         self.base_env = dict(os.environ if base_env is None else base_env)
         self.procs: list[Managed] = []
+        self.survivors: list[str] = []  # "role (pid N)" still running after SIGKILL
 
     # -- start and watch ---------------------------------------------------------------
     def start(self, role: str, argv: tuple[str, ...], env: Mapping[str, str]) -> Managed:
@@ -159,15 +166,23 @@ class Supervisor(contextlib.AbstractContextManager["Supervisor"]):
     def _teardown(self) -> None:
         for proc in self.procs:
             self._remember_descendants(proc)
+            if proc.popen.poll() is not None:
+                proc.ended = EXITED
         for proc in reversed(self.procs):
             _signal_group(proc.pid, signal.SIGTERM)
         deadline = time.monotonic() + self.grace_s
         for proc in reversed(self.procs):
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.popen.wait(timeout=max(0.0, deadline - time.monotonic()))
+                proc.ended = proc.ended or SIGTERMED
         for proc in reversed(self.procs):
-            _signal_group(proc.pid, signal.SIGKILL)
-            proc.popen.wait()
+            _signal_group(proc.pid, signal.SIGKILL)  # also the group's members, leader gone or not
+            try:
+                proc.popen.wait(timeout=KILL_WAIT_S)
+                proc.ended = proc.ended or SIGKILLED
+            except subprocess.TimeoutExpired:
+                proc.ended = SURVIVED
+                self.survivors.append(f"{proc.role} (pid {proc.pid})")
             proc.log_file.close()
         self.sweep_escaped()
 

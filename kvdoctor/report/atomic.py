@@ -22,6 +22,8 @@ def atomic_open(path: Path, mode: str = "w") -> Iterator[IO]:  # type: ignore[ty
         with os.fdopen(fd, mode, **({} if "b" in mode else {"encoding": "utf-8"})) as fh:
             yield fh
             fh.flush()
+            # mkstemp creates 0600; a report must get the mode open() would give it.
+            os.fchmod(fh.fileno(), 0o666 & ~_umask())
             os.fsync(fh.fileno())
         os.replace(tmp, path)
     except BaseException:
@@ -32,3 +34,10 @@ def atomic_open(path: Path, mode: str = "w") -> Iterator[IO]:  # type: ignore[ty
 def write_text(path: Path, text: str) -> None:
     with atomic_open(path) as fh:
         fh.write(text)
+
+
+def _umask() -> int:
+    """The process umask (reading it means setting it; restored at once)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask

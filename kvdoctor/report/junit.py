@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -9,6 +10,13 @@ from pathlib import Path
 from kvdoctor.report.atomic import write_text
 
 PASSED, FAILED, SKIPPED, ERROR = "passed", "failed", "skipped", "error"
+# Characters XML 1.0 cannot carry at all (not even escaped): a log tail's ANSI colour codes and
+# stray NULs would otherwise make the whole file unparseable.
+_NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+
+
+def xml_safe(text: str) -> str:
+    return _NOT_XML.sub("", text)
 
 
 @dataclass(frozen=True)
@@ -25,17 +33,18 @@ class Case:
 def render(suite: str, cases: Sequence[Case], *, classname: str = "kvdoctor") -> str:
     from junitparser import Error, Failure, JUnitXml, Skipped, TestCase, TestSuite
 
-    testsuite = TestSuite(suite)
+    testsuite = TestSuite(xml_safe(suite))
     for case in cases:
-        test = TestCase(case.name, classname=classname, time=case.time_s)
+        details = xml_safe(case.details)
+        test = TestCase(xml_safe(case.name), classname=xml_safe(classname), time=case.time_s)
         outcome = {FAILED: Failure, SKIPPED: Skipped, ERROR: Error}.get(case.status)
         if outcome is not None:
-            result = outcome(case.message)
-            if case.details:
-                result.text = case.details
+            result = outcome(xml_safe(case.message))
+            if details:
+                result.text = details
             test.result = [result]
-        elif case.details:
-            test.system_out = case.details
+        elif details:
+            test.system_out = details
         testsuite.add_testcase(test)
     testsuite.update_statistics()
     xml = JUnitXml()

@@ -117,3 +117,36 @@ def test_clamping_path_for_non_saturating_torch(monkeypatch: pytest.MonkeyPatch)
     assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
     # SGLang mode, Inf present: scale 254, Inf saturates to 448, the rest underflow (sign kept).
     assert got[1].tolist() == [[254]] and got[0][0, :4].tolist() == [0x00, 0x80, 0x7E, 0x00]
+
+
+@pytest.mark.parametrize(("dtype", "bits", "nan_bits"), [
+    (torch.float32, torch.int32, 0x7FC00000),
+    (torch.float16, torch.int16, 0x7E00),
+    (torch.bfloat16, torch.int16, 0x7FC0),
+])
+def test_dequantize_writes_one_canonical_nan(dtype: torch.dtype, bits: torch.dtype,
+                                             nan_bits: int) -> None:
+    """Payload NaN of either sign and a NaN scale all become the kernel's positive quiet NaN."""
+    payload = torch.full((2, 64), 0x38, dtype=torch.uint8)  # 1.0
+    payload[0, :4] = torch.tensor([0x7F, 0xFF, 0xB8, 0x00], dtype=torch.uint8)
+    scales = torch.tensor([[127, 255], [255, 127]], dtype=torch.uint8)
+    out = reference.dequantize(payload, scales, dtype)
+    nan = out.isnan()
+    assert nan.sum() == 2 + 32 + 32
+    assert (out.view(bits)[nan].to(torch.int64) & (1 << 8 * out.element_size()) - 1).unique(
+        ).tolist() == [nan_bits]
+    assert out[~nan].eq(torch.tensor([-1.0, 0.0, 1.0], dtype=dtype).unsqueeze(1)).any(0).all()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_kernel_dequantize_bits_equal_the_reference_including_nan(dtype: torch.dtype) -> None:
+    """Raw 0x7F / 0xFF payload bytes (never produced by quantize) and NaN scales, kernel vs reference."""
+    from kvdoctor.mxfp8 import MXFP8Tensor, dequantize
+
+    payload = torch.arange(256, dtype=torch.uint8).repeat(2).reshape(4, 128)
+    scales = torch.tensor([[0, 127, 254, 255]] * 4, dtype=torch.uint8)
+    t = MXFP8Tensor(payload=payload.view(torch.float8_e4m3fn), scales=scales)
+    kernel = dequantize(t, dtype, backend="triton")
+    ref = dequantize(t, dtype, backend="torch")
+    width = torch.int32 if dtype == torch.float32 else torch.int16
+    assert torch.equal(kernel.view(width), ref.view(width))

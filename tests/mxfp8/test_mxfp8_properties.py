@@ -55,9 +55,7 @@ def test_dequant_kernel_matches_reference(x: torch.Tensor, mode: str, out: torch
     ref = mxfp8.dequantize(t, out, backend="torch")
     on_device = mxfp8.MXFP8Tensor(t.payload.to(KERNEL_DEVICE), t.scales.to(KERNEL_DEVICE))
     got = mxfp8.dequantize(on_device, out, backend="triton").cpu()
-    nan = torch.isnan(ref)
-    assert torch.equal(torch.isnan(got), nan)  # NaN's sign bit carries no meaning
-    assert torch.equal(got[~nan].view(torch.uint8), ref[~nan].view(torch.uint8))
+    assert torch.equal(got.view(torch.uint8), ref.view(torch.uint8))  # NaN bits included
 
 
 def _finite_blocks(x: torch.Tensor) -> torch.Tensor:
@@ -110,3 +108,19 @@ def test_rceil_bytes_are_not_idempotent() -> None:
     again = mxfp8.quantize(mxfp8.dequantize(t, torch.float32), scale_mode="rceil", backend="torch")
     assert again.scales.tolist() == [[127]]  # 448 -> 2^0 exactly: one exponent lower
     assert not torch.equal(again.payload.view(torch.uint8), t.payload.view(torch.uint8))
+
+
+def test_dequant_kernel_and_reference_write_the_same_nan_bits() -> None:
+    """NaN payloads and NaN-scale blocks (an Inf in FLOOR/RCEIL) with negative neighbours."""
+    x = -torch.ones(3, 64)
+    x[0, 3], x[1, 40], x[2, 7] = float("nan"), float("inf"), -float("nan")
+    # sglang: two NaN payloads (0x7F) only; rceil: NaN and Inf make three NaN-scale blocks.
+    for mode, nans in (("sglang", 2), ("rceil", 3 * 32)):
+        for dtype in DTYPES:
+            t = mxfp8.quantize(x.to(dtype), scale_mode=mode, backend="torch")
+            on_device = mxfp8.MXFP8Tensor(t.payload.to(KERNEL_DEVICE), t.scales.to(KERNEL_DEVICE))
+            for out in DTYPES:
+                ref = mxfp8.dequantize(t, out, backend="torch")
+                got = mxfp8.dequantize(on_device, out, backend="triton").cpu()
+                assert ref.isnan().sum() == nans
+                assert torch.equal(got.view(torch.uint8), ref.view(torch.uint8)), (mode, dtype, out)

@@ -46,6 +46,24 @@ def run_one(handler: httpx.MockTransport) -> client.Completion:
     return asyncio.run(go())
 
 
+@pytest.mark.parametrize(
+    "body",
+    [b"<html>bad gateway</html>", b"[1, 2]", b'{"choices": null}', b'{"choices": [1]}',
+     b'{"choices": [{"text": 5}]}', b"\xff\xfe"],
+    ids=["html", "list", "null-choices", "int-choice", "int-text", "not-utf8"],
+)
+def test_malformed_200_reply_is_a_per_question_error(body: bytes) -> None:
+    done = run_one(httpx.MockTransport(lambda r: httpx.Response(200, content=body)))
+    assert done.text == "" and done.error is not None
+    assert done.error.startswith("malformed reply from POST /v1/completions")
+
+
+def test_generate_reply_without_text_is_malformed() -> None:
+    with pytest.raises(client.MalformedReply):
+        client.parse_reply("generate", {"meta_info": None})
+    assert client.parse_reply("generate", {"text": "x", "meta_info": [1]}) == ("x", None, None)
+
+
 def test_client_error_scores_as_unanswered(monkeypatch: pytest.MonkeyPatch) -> None:
     done = run_one(httpx.MockTransport(lambda r: httpx.Response(400, text="prompt too long")))
     assert done.text == "" and done.error == "HTTP 400: prompt too long"

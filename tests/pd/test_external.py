@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -69,3 +71,46 @@ def test_external_decode_without_metrics_cannot_prove_retraction(
     assert run.exit_code == 1
     data = json.loads((tmp_path / "result.json").read_text())
     assert data["exit_reason"] == "retraction_unknown" and data["retractions"] is None
+
+
+def wait_healthy(*urls: str) -> None:
+    """Poll until each URL answers 200 (synchronising on state, with a generous deadline)."""
+    deadline = time.monotonic() + 60
+    for url in urls:
+        while True:
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(url, timeout=5).status_code == 200:
+                    break
+            assert time.monotonic() < deadline, f"{url} never became healthy"
+            time.sleep(0.05)
+
+
+@pytest.mark.parametrize(("hang_after", "where"), [(1, "the eval"), (0, "the first request")])
+def test_timeout(tmp_path: Path, deploy: Deploy, knobs: Callable[..., None], hang_after: int,
+                 where: str) -> None:
+    # Against a deployment that is already up, --timeout covers only the requests, so the
+    # outcome cannot flip to "unhealthy" on a loaded machine. hang_after=1: the smoke request
+    # passes and the eval hangs; 0: the smoke request hangs.
+    knobs(DECODE_HANG_SECONDS="120", DECODE_HANG_AFTER=str(hang_after))
+    urls = deploy("--enable-metrics")
+    wait_healthy(urls["decode"] + "/health", urls["router"] + "/health")
+    run = invoke([*pd_args(tmp_path, "--timeout", "3"), "--router-url", urls["router"],
+                  "--decode-url", urls["decode"]])
+    data = json.loads((tmp_path / "result.json").read_text())
+    assert run.exit_code == 3, run.output
+    assert data["exit_reason"] == "timeout"
+    assert data["message"].startswith(where) and "--timeout 3 s" in data["message"]
+
+
+def test_fresh_decode_without_retraction_counts_zero_not_unknown(
+    tmp_path: Path, deploy: Deploy, knobs: Callable[..., None]
+) -> None:
+    # SGLang's /metrics carries only HELP/TYPE for the counter until the first retraction.
+    knobs(DECODE_RETRACT_EVERY="0")
+    urls = deploy("--enable-metrics")
+    run = invoke([*pd_args(tmp_path), "--router-url", urls["router"], "--decode-url",
+                  urls["decode"]])
+    data = json.loads((tmp_path / "result.json").read_text())
+    assert run.exit_code == 1
+    assert data["exit_reason"] == "no_retraction"
+    assert data["retractions"] == 0 and data["retraction_source"] == "metrics"

@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import hashlib
+import os
+import stat
 import threading
 from collections.abc import Iterator
 from decimal import Decimal
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+import httpx
 import pytest
 
 from kvdoctor.errors import InputError
 from kvdoctor.pd import gsm8k
+from kvdoctor.pd import http as gsm8k_http
 from tests.pd.helpers import GSM8K
 
 
@@ -72,8 +76,10 @@ def test_missing_data_path_is_an_input_error(tmp_path: Path) -> None:
 
 
 @pytest.fixture
-def served(tmp_path: Path) -> Iterator[tuple[str, Path]]:
-    """A local HTTP server for the download tests (the internet is never used)."""
+def served(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[str, Path]]:
+    """A local HTTP server for the download tests (the internet is never used), on an install
+    without the bundled copy (else it would be used and nothing downloaded)."""
+    monkeypatch.setattr(gsm8k, "bundled_copy", lambda: None)
     root = tmp_path / "www"
     root.mkdir()
     (root / "test.jsonl").write_bytes(GSM8K.read_bytes())
@@ -142,14 +148,66 @@ def test_dry_run_resolution_never_downloads(tmp_path: Path, monkeypatch: pytest.
     assert gsm8k.resolve_data(None, download=False) is None
 
 
-def test_offline_machine_falls_back_to_the_bundled_copy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_bundled_copy_wins_over_the_network(served: tuple[str, Path], tmp_path: Path,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    url, _ = served
+    monkeypatch.undo()  # the bundled copy is installed again
     monkeypatch.setenv(gsm8k.CACHE_ENV, str(tmp_path / "cache"))
-    monkeypatch.setenv(gsm8k.URL_ENV, "http://127.0.0.1:9/unreachable")
+    monkeypatch.setenv(gsm8k.URL_ENV, f"{url}/test.jsonl")  # would serve the same bytes
     data = gsm8k.resolve_data(None)
     assert data is not None and data.source == "bundled" and data.official
+    assert not (tmp_path / "cache").exists()  # nothing was downloaded
+
+
+def test_offline_without_a_bundled_copy_names_the_way_out(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(gsm8k.CACHE_ENV, str(tmp_path / "cache"))
+    monkeypatch.setenv(gsm8k.URL_ENV, "http://127.0.0.1:9/unreachable")
     monkeypatch.setattr(gsm8k, "bundled_copy", lambda: None)
     with pytest.raises(InputError, match="pass --data-path"):
         gsm8k.resolve_data(None)
+
+
+def test_download_has_a_short_connect_timeout(monkeypatch: pytest.MonkeyPatch,
+                                              tmp_path: Path) -> None:
+    seen: dict[str, object] = {}
+
+    def fake_get(url: str, **kwargs: object) -> object:
+        seen.update(kwargs)
+        raise httpx.ConnectTimeout("no route")
+
+    monkeypatch.setattr(gsm8k_http, "get", fake_get)
+    with pytest.raises(gsm8k.DownloadError):
+        gsm8k._download("http://192.0.2.1/test.jsonl", tmp_path / "t.jsonl")
+    assert seen["connect_s"] == gsm8k.CONNECT_TIMEOUT_S <= 10
+
+
+@pytest.mark.parametrize(
+    ("content", "match"),
+    [(b"\xff\xfe\x00q", "not UTF-8"), (b'{"question": 1, "answer": "#### 1"}\n', "string"),
+     (b'{"question": "q", "answer": null}\n', "string"), (b"[1, 2]\n", "string"),
+     (b"{not json\n", "not a GSM8K record")],
+    ids=["not-utf8", "int-question", "null-answer", "list", "not-json"],
+)
+def test_bad_data_file_is_an_input_error(tmp_path: Path, content: bytes, match: str) -> None:
+    path = tmp_path / "bad.jsonl"
+    path.write_bytes(content)
+    with pytest.raises(InputError, match=match):
+        gsm8k.load_records(path)
+
+
+def test_cached_download_is_readable_by_others(served: tuple[str, Path], tmp_path: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    url, _ = served
+    monkeypatch.setenv(gsm8k.CACHE_ENV, str(tmp_path / "cache"))
+    monkeypatch.setenv(gsm8k.URL_ENV, f"{url}/test.jsonl")
+    old = os.umask(0o022)
+    try:
+        data = gsm8k.resolve_data(None)
+    finally:
+        os.umask(old)
+    assert data is not None and stat.S_IMODE(data.path.stat().st_mode) == 0o644
 
 
 def test_a_tampered_bundled_copy_is_not_used(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

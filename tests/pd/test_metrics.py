@@ -30,6 +30,15 @@ def test_data_parallel_groups_add_up() -> None:
 
 def test_page_without_the_counter_is_unknown() -> None:
     assert metrics.from_prometheus("# TYPE x counter\nx_total 1.0\n") is None
+    assert metrics.from_prometheus("") is None
+
+
+def test_fresh_sglang_page_means_zero_retractions() -> None:
+    # SGLang creates the sample only at the first retraction: until then HELP/TYPE only.
+    declared = "\n".join(PAGE.splitlines()[:2]) + "\n"
+    assert metrics.from_prometheus(declared) == 0
+    others = '# TYPE sglang:num_running_reqs gauge\nsglang:num_running_reqs{tp_rank="0"} 2.0\n'
+    assert metrics.from_prometheus(others) == 0
 
 
 FULL = "KV cache pool is full. Retract requests. #retracted_reqs: 2, #new_tokens_gained: 10, "

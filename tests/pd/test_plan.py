@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shlex
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -159,6 +160,19 @@ def test_external_servers_start_nothing() -> None:
         ["--prefill-url", "http://x:1"],  # no router
         ["--router-url", "http://x:1"],  # no decode to read retractions from
         ["--data-path", "/nonexistent/test.jsonl"],
+        ["--timeout", "nan"],
+        ["--timeout", "inf"],
+        ["--timeout", "0"],
+        ["--timeout", "-5"],
+        ["--request-timeout", "0"],
+        ["--request-timeout", "nan"],
+        ["--prefill-port", "0"],
+        ["--router-port", "70000"],
+        ["--prefill-port", "21000", "--decode-port", "21000"],
+        ["--bootstrap-port", "21000", "--router-port", "21000"],
+        ["--host", "no-such-host.invalid"],
+        ["--launcher", "python 'unbalanced"],
+        ["--router-launcher", 'router "unbalanced'],
     ],
 )
 def test_bad_input_exits_2(args: list[str]) -> None:
@@ -183,3 +197,55 @@ def test_dry_run_needs_no_torch_and_no_server() -> None:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=60, check=False)
     assert done.returncode == 0, done.stderr
+
+
+@pytest.mark.parametrize(
+    ("flags", "instead"),
+    [
+        (["--tp-size", "4"], "--tp"),
+        (["--tp=4"], "--tp"),
+        (["--tensor-parallel-size", "2"], "--tp"),
+        (["--base-gpu-id", "3"], "--tp"),
+        (["--port", "30000"], "--prefill-port"),
+        (["--host", "0.0.0.0"], "--host"),
+        (["--disaggregation-mode", "null"], "kvdoctor sets prefill and decode"),
+        (["--disaggregation-bootstrap-port", "8998"], "--bootstrap-port"),
+    ],
+)
+def test_extra_flags_that_contradict_the_plan_are_refused(flags: list[str], instead: str) -> None:
+    run = invoke(["pd-eval", "m", "--dry-run", "--data-path", str(GSM8K), "--", *flags])
+    assert run.exit_code == 2, run.output
+    assert "would contradict the launch plan" in run.stderr and instead in run.stderr
+
+
+def test_bad_data_files_exit_2(tmp_path: Path) -> None:
+    binary = tmp_path / "latin1.jsonl"
+    binary.write_bytes(b'{"question": "caf\xe9", "answer": "#### 1"}\n')
+    typed = tmp_path / "typed.jsonl"
+    typed.write_text('{"question": 1, "answer": ["#### 1"]}\n')
+    for path in (binary, typed):
+        run = invoke(["pd-eval", "m", "--dry-run", "--data-path", str(path)])
+        assert run.exit_code == 2, run.output
+        assert str(path) in run.stderr and "Traceback" not in run.output
+
+
+def test_ipv6_host_gets_bracketed_urls() -> None:
+    if not socket.has_ipv6:
+        pytest.skip("no IPv6 on this machine")
+    prepared = prepare(PdEvalOptions(model="m", data_path=GSM8K, host="::1"), download=False)
+    assert all(s.url.startswith("http://[::1]:") for s in prepared.plan.steps)
+    assert plan.flag_value(prepared.plan.steps[0].argv, "--host") == "::1"
+
+
+@pytest.mark.parametrize(
+    ("mini_lb", "ready", "metrics_port"),
+    [(True, "/health_generate", None), (False, "/readiness", "29001")],
+)
+def test_router_readiness_and_metrics_port_follow_the_router_kind(
+    mini_lb: bool, ready: str, metrics_port: str | None
+) -> None:
+    for preset in (presets.generic(1), presets.INKLING_MXFP8):
+        options = plan.PlanOptions(model="m", preset=preset, mini_lb=mini_lb)
+        router = plan.build(options, PORTS).step("router")
+        assert router is not None and router.health_path == ready
+        assert plan.flag_value(router.argv, "--prometheus-port") == metrics_port

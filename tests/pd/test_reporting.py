@@ -2,6 +2,14 @@
 
 from __future__ import annotations
 
+import io
+import json
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from kvdoctor.errors import InputError
 from kvdoctor.pd import gate, reporting
 from kvdoctor.pd.metrics import RetractionCount
 from kvdoctor.pd.result import PdEvalResult, Score
@@ -35,3 +43,51 @@ def test_gate_failure_annotates_each_failed_gate() -> None:
     assert rows["accuracy"].status == "failed" and rows["accuracy"].value == "0.500"
     assert rows["output throughput"].value == "50.0 token/s"
     assert "**FAILED** (accuracy_below_threshold)" in reporting.step_summary(result)
+
+
+def test_finish_returns_the_results_exit_code(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    result = base()
+    result.exit_code, result.exit_reason = 3, "server_exited"
+    code = reporting.finish(result, tmp_path, junit_path=tmp_path / "j.xml", json_out=True,
+                            console=Console(stderr=True), env={"GITHUB_ACTIONS": "true"})
+    assert code == 3
+    out, err = capsys.readouterr()
+    assert json.loads(out)["exit_reason"] == "server_exited"
+    assert json.loads((tmp_path / "result.json").read_text())["exit_code"] == 3
+    assert "::error title=pd-eval server_exited::" in err  # annotations in GitHub Actions
+
+
+def test_unwritable_report_is_one_line_and_exit_2(tmp_path: Path,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    result = base()
+    result.exit_code = 0
+    for out_dir, junit_path in ((blocker / "out", None), (tmp_path, blocker / "junit.xml")):
+        with pytest.raises(InputError, match="cannot write a report"):
+            reporting.write_all(result, out_dir, junit_path=junit_path, env={})
+        code = reporting.finish(result, out_dir, junit_path=junit_path, json_out=False,
+                                console=Console(file=io.StringIO()), env={})
+        assert code == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and err.startswith("kvdoctor: InputError: cannot write")
+
+
+@pytest.mark.parametrize("case", ["output-under-file", "junit-dir", "junit-under-file",
+                                  "summary-dir"])
+def test_check_writable_refuses_what_would_fail_later(tmp_path: Path, case: str) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    out, junit_path, env = tmp_path / "new" / "out", None, {}
+    if case == "output-under-file":
+        out = blocker / "out"
+    elif case == "junit-dir":
+        junit_path = tmp_path
+    elif case == "junit-under-file":
+        junit_path = blocker / "deeper" / "j.xml"
+    else:
+        env = {"GITHUB_STEP_SUMMARY": str(tmp_path)}
+    reporting.check_writable(tmp_path / "ok", None, {})  # the happy path creates nothing
+    with pytest.raises(InputError):
+        reporting.check_writable(out, junit_path, env)
+    assert not (tmp_path / "new").exists() and not (tmp_path / "ok").exists()

@@ -18,7 +18,7 @@ import psutil
 import pytest
 
 from kvdoctor.pd import run as run_mod
-from kvdoctor.pd import supervisor
+from kvdoctor.pd import signals, supervisor
 from tests.pd.helpers import KVDOCTOR, ROOT, SERVER, invoke, pd_args, pid_alive
 
 pytestmark = pytest.mark.usefixtures("no_leftovers")
@@ -79,7 +79,7 @@ def test_only_the_marker_finds_a_double_forked_daemon(tmp_path: Path) -> None:
 
 
 def test_server_ignoring_sigterm_is_killed_after_grace(
-    tmp_path: Path, knobs: Callable[..., None]
+    tmp_path: Path, knobs: Callable[..., None], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     knobs(DECODE_IGNORE_SIGTERM="1", DECODE_RETRACT_EVERY="0")
     options = run_mod.PdEvalOptions(
@@ -87,9 +87,55 @@ def test_server_ignoring_sigterm_is_killed_after_grace(
         launcher=SERVER, router_launcher=SERVER.replace("server.py", "router.py"),
         output_dir=tmp_path, grace_s=0.3, allow_no_retraction=True,
     )  # fmt: skip
+    supervisors: list[supervisor.Supervisor] = []
+
+    class Recording(supervisor.Supervisor):
+        def __enter__(self) -> supervisor.Supervisor:
+            supervisors.append(self)
+            return self
+
+    monkeypatch.setattr(run_mod, "Supervisor", Recording)
     result = run_mod.run(run_mod.prepare(options, download=False))
-    assert result.exit_code == 0
-    assert "exited" not in result.message
+    assert result.exit_code == 0, result.message
+    ended = {proc.role: proc.ended for proc in supervisors[0].procs}
+    # decode ignored SIGTERM: the grace period expired and SIGKILL stopped it.
+    assert ended == {"prefill": supervisor.SIGTERMED, "decode": supervisor.SIGKILLED,
+                     "router": supervisor.SIGTERMED}
+    assert supervisors[0].survivors == []
+
+
+def test_a_process_surviving_sigkill_is_reported_not_waited_for(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A process in uninterruptible sleep never dies: teardown must not wait for it forever."""
+    with supervisor.Supervisor(tmp_path, grace_s=0.0) as sup:
+        proc = sup.start("decode", ("python", "-c", "import time; time.sleep(60)"), {})
+        real = proc.popen
+
+        class Unkillable:
+            pid = real.pid
+
+            def poll(self) -> None:
+                return None
+
+            def wait(self, timeout: float | None = None) -> int:
+                assert timeout is not None, "an unbounded wait would hang the CI job"
+                raise subprocess.TimeoutExpired("decode", timeout)
+
+        proc.popen = Unkillable()  # type: ignore[assignment]
+        monkeypatch.setattr(supervisor, "KILL_WAIT_S", 0.01)
+    real.wait(timeout=30)  # the real process did get SIGKILL
+    assert proc.ended == supervisor.SURVIVED
+    assert sup.survivors == [f"decode (pid {real.pid})"]
+
+
+def test_second_signal_while_unwinding_does_not_raise_again() -> None:
+    """A second Ctrl-C raised inside a ``__exit__`` would skip the teardown it interrupts."""
+    latch = signals.SignalLatch()
+    with pytest.raises(signals.Interrupted):
+        latch.handler(signal.SIGINT, None)
+    latch.handler(signal.SIGTERM, None)  # returns: the first signal is already unwinding
+    assert latch.signum == signal.SIGINT
 
 
 def wait_for(predicate: Callable[[], bool], timeout_s: float = 30.0) -> None:

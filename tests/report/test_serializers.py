@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import stat
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from decimal import Decimal
@@ -96,3 +98,24 @@ def test_tables_round_trip(tmp_path: Path, suffix: str) -> None:
 def test_tables_refuse_unknown_formats(tmp_path: Path) -> None:
     with pytest.raises(InputError):
         tables.write(tmp_path / "q.xlsx", [{"a": 1}])
+
+
+def test_junit_strips_characters_xml_cannot_carry(tmp_path: Path) -> None:
+    tail = "\x1b[31mTraceback\x1b[0m\x00 at \x0bline 3 \U0001f600"
+    target = tmp_path / "junit.xml"
+    junit.write(target, "s", [junit.Case("deployment\x00", junit.ERROR, f"boom {tail}",
+                                         details=tail)])
+    case = next(ET.parse(target).iter("testcase"))  # parses: no control character survived
+    assert case.get("name") == "deployment"
+    assert case[0].get("message") == "boom [31mTraceback[0m at line 3 \U0001f600"
+    assert case[0].text == "[31mTraceback[0m at line 3 \U0001f600"
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o027])
+def test_atomic_write_gets_the_mode_open_would_give(tmp_path: Path, umask: int) -> None:
+    old = os.umask(umask)
+    try:
+        atomic.write_text(tmp_path / "r.json", "{}")
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE((tmp_path / "r.json").stat().st_mode) == 0o666 & ~umask

@@ -1,9 +1,11 @@
 """Stand-in for ``python -m sglang_router.launch_router --pd-disaggregation [--mini-lb]``.
 
-Like mini_lb it answers ``/health`` with 200 whatever the backends do, fans ``/health_generate``
-out to every worker, and returns the decode worker's reply to ``/generate`` and
-``/v1/completions`` (it does not send to prefill: the stand-ins transfer no KV). Knobs (ROUTER
-role): CRASH_AFTER, EXIT_AT_START, NEVER_HEALTHY.
+Like both real routers it answers ``/health`` with 200 whatever the backends do; like mini_lb it
+fans ``/health_generate`` out to every worker, and like the Rust router (without ``--mini-lb``)
+it serves ``/readiness`` (200 only when every worker's ``/health`` is). It returns the decode
+worker's reply to ``/generate`` and ``/v1/completions`` (it does not send to prefill: the
+stand-ins transfer no KV). Knobs (ROUTER role): CRASH_AFTER, EXIT_AT_START, NEVER_HEALTHY,
+MALFORMED=html|list|null-choices (answer every request after MALFORMED_AFTER with that 200 body).
 """
 
 from __future__ import annotations
@@ -15,6 +17,10 @@ import threading
 import urllib.parse
 
 from common import FastServer, JsonHandler, Knobs, exit_now, log
+
+# 200 replies a broken proxy in front of the router could give (knob MALFORMED).
+MALFORMED = {"html": "<html>502 Bad Gateway</html>", "list": "[]",
+             "null-choices": '{"choices": null}'}
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
@@ -69,17 +75,22 @@ def main(argv: list[str]) -> None:
     prefill = [Upstream(p[0]) for p in args.prefill]
     decode = [Upstream(d[0]) for d in args.decode]
     crash_after = int(knobs.number("CRASH_AFTER", 0))
+    malformed = knobs.raw("MALFORMED")
+    malformed_after = int(knobs.number("MALFORMED_AFTER", 0))
     counter = {"n": 0}
     lock = threading.Lock()
 
     class Handler(JsonHandler):
         def do_GET(self) -> None:
             path = self.path.split("?", 1)[0]
-            if path in ("/health", "/liveness", "/readiness"):
-                self.send(503 if knobs.flag("NEVER_HEALTHY") else 200, {})
-            elif path == "/health_generate":
-                codes = [self.probe(w, path) for w in (*prefill, *decode)]
-                self.send(200 if all(c == 200 for c in codes) else 503, {})
+            if path in ("/health", "/liveness"):
+                self.send(200, {})  # says nothing about the workers (mini_lb: always 200)
+            elif path == "/health_generate" or (path == "/readiness" and not args.mini_lb):
+                # mini_lb fans /health_generate out; the Rust router's /readiness checks workers.
+                probe = "/health_generate" if path == "/health_generate" else "/health"
+                codes = [self.probe(w, probe) for w in (*prefill, *decode)]
+                ready = all(c == 200 for c in codes) and not knobs.flag("NEVER_HEALTHY")
+                self.send(200 if ready else 503, {})
             elif path == "/get_server_info":
                 self.send(200, {"prefill": [], "decode": [], "internal_states": []})
             elif path == "/flush_cache":
@@ -105,6 +116,9 @@ def main(argv: list[str]) -> None:
                 n = counter["n"]
             if crash_after and n > crash_after:
                 exit_now(3, f"stand-in router crashing after {crash_after} requests")
+            if malformed and n > malformed_after:
+                self.send(200, text=MALFORMED[malformed])
+                return
             try:
                 status, body, kind = decode[0].request("POST", path, raw)
             except (OSError, http.client.HTTPException) as exc:

@@ -133,7 +133,8 @@ class State:
             "# TYPE sglang:num_retracted_requests_total counter",
         ]
         engine = "decode" if self.is_decode else "prefill"
-        for rank in range(self.args.tp_size):
+        # Like SGLang: the sample exists only from the first retraction on (.labels().inc()).
+        for rank in range(self.args.tp_size if self.retracted else 0):
             labels = (f'engine_type="{engine}",model_name="{self.model}",moe_ep_rank="0",'
                       f'pp_rank="0",tp_rank="{rank}"')
             lines.append(f"sglang:num_retracted_requests_total{{{labels}}} {float(self.retracted)}")
