@@ -40,8 +40,7 @@ def inspect(
 
     failed = analysis.worst_severity == "error"
     with exit_on_error():
-        verdicts.publish("kvdoctor.inspect", f"kvdoctor inspect {model}", not failed,
-                         verdicts.inspect_cases(report), verdicts.inspect_rows(report),
-                         junit_path=junit_path)  # fmt: skip
+        summary = verdicts.summary(f"kvdoctor inspect {model}", not failed, verdicts.inspect_rows(report))
+        verdicts.publish("kvdoctor.inspect", verdicts.inspect_cases(report), summary, junit_path=junit_path)
     if strict and failed:
         raise typer.Exit(1)

@@ -143,9 +143,8 @@ def roundtrip(
     from kvdoctor.report import verdicts
 
     with exit_on_error():
-        verdicts.publish("kvdoctor.roundtrip", f"kvdoctor roundtrip {model}", result.ok,
-                         verdicts.roundtrip_cases(report), verdicts.roundtrip_rows(report),
-                         junit_path=junit_path)  # fmt: skip
+        summary = verdicts.summary(f"kvdoctor roundtrip {model}", result.ok, verdicts.roundtrip_rows(report))
+        verdicts.publish("kvdoctor.roundtrip", verdicts.roundtrip_cases(report), summary, junit_path=junit_path)
     if not result.ok:
         raise typer.Exit(1)
 

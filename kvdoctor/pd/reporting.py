@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from kvdoctor.errors import InputError
 from kvdoctor.pd.gate import FAILED
 from kvdoctor.pd.result import EXIT_DEPLOYMENT, EXIT_INPUT, PdEvalResult
-from kvdoctor.report import github, junit, tables
+from kvdoctor.report import github, junit, tables, verdicts
 from kvdoctor.report import json as json_report
 
 if TYPE_CHECKING:
@@ -123,8 +123,8 @@ def write_all(result: PdEvalResult, output_dir: Path, *, junit_path: Path | None
               env: Mapping[str, str] | None = None) -> dict[str, Path]:
     """Write every report; returns what was written where.
 
-    The same contract as ``kvdoctor.report.verdicts.publish``: a file that cannot be written is
-    an ``InputError`` ("cannot write a report: …"), never an OSError traceback.
+    JUnit and the step summary go through ``kvdoctor.report.verdicts.publish`` like every other
+    command's; a file that cannot be written is an ``InputError``, never an OSError traceback.
     """
     written: dict[str, Path] = {}
     try:
@@ -136,12 +136,12 @@ def write_all(result: PdEvalResult, output_dir: Path, *, junit_path: Path | None
                 path = output_dir / name
                 tables.write(path, rows)
                 written[path.suffix[1:]] = path
-        if junit_path is not None:
-            junit.write(junit_path, SUITE, junit_cases(result), classname="kvdoctor.pd_eval")
-            written["junit"] = junit_path
-        summary = github.append_step_summary(step_summary(result), env)
     except OSError as exc:
         raise InputError(f"cannot write a report: {exc}") from None
+    summary = verdicts.publish(SUITE, junit_cases(result), step_summary(result), junit_path=junit_path,
+                               classname="kvdoctor.pd_eval", env=env)  # fmt: skip
+    if junit_path is not None:
+        written["junit"] = junit_path
     if summary is not None:
         written["step_summary"] = summary
     return written

@@ -59,14 +59,21 @@ def roundtrip_rows(report: Mapping[str, Any]) -> list[github.Row]:
 
 
 def publish(
-    suite: str, title: str, passed: bool, cases: Sequence[junit.Case], rows: Sequence[github.Row],
-    *, junit_path: Path | None,
-) -> None:
-    """Write the JUnit file when asked, and the step summary when ``$GITHUB_STEP_SUMMARY`` is set."""
-    status = "**passed**" if passed else "**failed**"
+    suite: str, cases: Sequence[junit.Case], summary: str, *, junit_path: Path | None,
+    classname: str = "kvdoctor", env: Mapping[str, str] | None = None,
+) -> Path | None:
+    """Write the JUnit file when asked and append SUMMARY to ``$GITHUB_STEP_SUMMARY`` when it is set.
+
+    Returns the summary file written, if any. A path that cannot be written is the user's input
+    error (exit 2), never an OSError traceback; every command's reports share this contract.
+    """
     try:
         if junit_path is not None:
-            junit.write(junit_path, suite, cases)
-        github.append_step_summary(github.summary_markdown(title, status, rows))
+            junit.write(junit_path, suite, cases, classname=classname)
+        return github.append_step_summary(summary, env)
     except OSError as exc:
         raise InputError(f"cannot write a report: {exc}") from None
+
+
+def summary(title: str, passed: bool, rows: Sequence[github.Row]) -> str:
+    return github.summary_markdown(title, "**passed**" if passed else "**failed**", rows)
