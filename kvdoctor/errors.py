@@ -41,3 +41,8 @@ class DeploymentError(KvdoctorError):
     """A server or router failed to start, died, or timed out. Exit code 3."""
 
     exit_code = 3
+
+
+def one_line(exc: KvdoctorError) -> str:
+    """The single stderr line every command prints for a KvdoctorError."""
+    return f"kvdoctor: {type(exc).__name__}: {exc}"

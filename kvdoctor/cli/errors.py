@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import typer
 
-from kvdoctor.errors import KvdoctorError
+from kvdoctor.errors import KvdoctorError, one_line
 
 
 def debug_enabled() -> bool:
@@ -25,6 +25,5 @@ def exit_on_error() -> Iterator[None]:
     except KvdoctorError as exc:
         if debug_enabled():
             raise
-        kind = type(exc).__name__
-        print(f"kvdoctor: {kind}: {exc}", file=sys.stderr)
+        print(one_line(exc), file=sys.stderr)
         raise typer.Exit(exc.exit_code) from None

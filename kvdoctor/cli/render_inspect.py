@@ -7,17 +7,9 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from kvdoctor.cli.units import format_bytes
+
 SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
-
-
-def _bytes(n: int | None) -> str:
-    if n is None:
-        return "-"
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:,} B" if unit == "B" else f"{n:,.1f} {unit}"
-        n /= 1024  # type: ignore[assignment]
-    return str(n)
 
 
 def _model_table(r: dict[str, Any]) -> Table:
@@ -49,7 +41,7 @@ def _components_table(r: dict[str, Any]) -> Table:
         unit = "/token" if "bytes_per_token" in c else "/request"
         shapes = " + ".join("x".join(map(str, s)) for s in c["shape_per_layer"])
         t.add_row(c["name"], c["pool"], c["index"], c["dtype"], str(c["layers"]), shapes,
-                  f"{_bytes(size)}{unit}")  # fmt: skip
+                  f"{format_bytes(size)}{unit}")  # fmt: skip
     return t
 
 
@@ -73,10 +65,10 @@ def _sizing_table(r: dict[str, Any]) -> Table:
     f = s["forecast"]
     t = Table(title="Pool sizing", show_header=False, title_justify="left")
     full = s["full_tokens"] if s["full_tokens"] is not None else "from GPU memory"
-    t.add_row("full pool", f"{full} tokens, {_bytes(s['full_bytes'])}")
+    t.add_row("full pool", f"{full} tokens, {format_bytes(s['full_bytes'])}")
     if s["swa_tokens"] is not None:
         ratio = f"{s['swa_full_tokens_ratio']} of full, {s['swa_ratio_source']}"
-        t.add_row("SWA pool", f"{s['swa_tokens']} tokens ({ratio}), {_bytes(s['swa_bytes'])}")
+        t.add_row("SWA pool", f"{s['swa_tokens']} tokens ({ratio}), {format_bytes(s['swa_bytes'])}")
     if r["uses_ssm_state"]:
         slots = s["mamba_slots"] if s["mamba_slots"] is not None else "?"
         ratio = f"ratio {s['mamba_full_memory_ratio']} ({s['mamba_ratio_source']})"

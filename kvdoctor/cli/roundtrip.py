@@ -9,15 +9,7 @@ from typing import Annotated, Any
 import typer
 
 from kvdoctor.cli.errors import exit_on_error
-
-
-def _bytes(n: int) -> str:
-    value = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if value < 1024 or unit == "GiB":
-            return f"{int(value):,} B" if unit == "B" else f"{value:,.1f} {unit}"
-        value /= 1024
-    return str(n)
+from kvdoctor.cli.units import format_bytes
 
 
 def _where(row: dict[str, Any]) -> str:
@@ -47,7 +39,7 @@ def render(report: dict[str, Any]) -> None:
     for row in report["components"]:
         mark = "[green]equal[/]" if row["ok"] else "[bold red]RED[/]"
         ledger = "ok" if row["ledger_ok"] else "[red]BAD[/]"
-        table.add_row(row["name"], _bytes(row["bytes"]), f"{row['mismatched_bytes']:,}",
+        table.add_row(row["name"], format_bytes(row["bytes"]), f"{row['mismatched_bytes']:,}",
                       f"{row['copies_out']}/{row['copies_in']}", ledger, mark)  # fmt: skip
     console.print(table)
     console.print(
@@ -56,7 +48,7 @@ def render(report: dict[str, Any]) -> None:
         f"{used['full_layers']}/{used['swa_layers']}/{used['recurrent_layers']}, KV heads {used['kv_heads']}, "
         f"window {used['sliding_window']}; reductions: {used['reductions']}; pool {used['kv_pool']} "
         f"(cpu_copy_carries_mamba={used['cpu_copy_carries_mamba']}); scales: {used['scale_layout'] or '-'}; "
-        f"{_bytes(used['pool_bytes'])} of pools; {report['elapsed_s']} s",
+        f"{format_bytes(used['pool_bytes'])} of pools; {report['elapsed_s']} s",
         highlight=False,
     )
     for row in report["components"]:

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from kvdoctor.errors import InputError
+from kvdoctor.errors import InputError, one_line
 from kvdoctor.pd.gate import FAILED
 from kvdoctor.pd.result import EXIT_DEPLOYMENT, EXIT_INPUT, PdEvalResult
 from kvdoctor.report import github, junit, tables, verdicts
@@ -159,7 +159,7 @@ def finish(result: PdEvalResult, output_dir: Path, *, junit_path: Path | None, j
     try:
         written = write_all(result, output_dir, junit_path=junit_path, env=env)
     except InputError as exc:
-        print(f"kvdoctor: {type(exc).__name__}: {exc}", file=sys.stderr)
+        print(one_line(exc), file=sys.stderr)
         written, exit_code = {}, EXIT_INPUT
     if json_out:
         print(json_report.dumps(result.to_dict()), end="")
