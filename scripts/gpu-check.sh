@@ -86,6 +86,18 @@ for fault in missing-mamba double-mamba drop-block-scale drop-swa host-pool-on-s
   [[ $? -eq 1 ]] || status=1  # a fault must turn the verdict red (exit 1), never pass or crash
 done
 
+echo "== roundtrip --engine sglang: SGLang's own pools and retraction code on $DEVICE (real D2H copies,"
+echo "   compiled Triton: MXFP8 written by SGLang's quant_store_kv_mxfp8), then every injected fault"
+if [ ! -x .venv-sglang/bin/kvdoctor ]; then make sglang-env >"$OUT_DIR/sglang-env.log" 2>&1 || status=1; fi
+if [ -x .venv-sglang/bin/kvdoctor ]; then
+  .venv-sglang/bin/kvdoctor roundtrip "${ROUNDTRIP_INKLING[@]}" --engine sglang --device "$DEVICE" --json \
+    >"$OUT_DIR/roundtrip-engine-sglang.json" 2>"$OUT_DIR/roundtrip-engine-sglang.err" || status=1
+  for fault in missing-mamba double-mamba drop-block-scale drop-swa host-pool-on-ssm restore-order clobber-padding; do
+    .venv-sglang/bin/kvdoctor roundtrip "${ROUNDTRIP_INKLING[@]}" --engine sglang --device "$DEVICE" \
+      --inject "$fault" --json >"$OUT_DIR/roundtrip-engine-fault-$fault.json" 2>/dev/null
+  done
+fi
+
 echo "== bench roundtrip (64 requests x 2048 tokens, Inkling MXFP8 decode)"
 kvdoctor bench roundtrip --device "$DEVICE" --json \
   >"$OUT_DIR/bench-roundtrip.json" 2>"$OUT_DIR/bench-roundtrip.err" || status=1
@@ -177,6 +189,9 @@ tests("roundtrip suite (device)", out / "roundtrip-tests.xml")
 roundtrip("roundtrip inkling mxfp8", out / "roundtrip-inkling.json", True)
 for fault_file in sorted(out.glob("roundtrip-fault-*.json")):
     roundtrip(f"  --inject {fault_file.stem.removeprefix('roundtrip-fault-')}", fault_file, False)
+roundtrip("roundtrip --engine sglang", out / "roundtrip-engine-sglang.json", True)
+for fault_file in sorted(out.glob("roundtrip-engine-fault-*.json")):
+    roundtrip(f"  sglang --inject {fault_file.stem.removeprefix('roundtrip-engine-fault-')}", fault_file, False)
 bench_roundtrip("bench roundtrip", out / "bench-roundtrip.json")
 
 Console(width=140).print(table)

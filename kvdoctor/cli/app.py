@@ -6,19 +6,26 @@ Command modules import the floors below them lazily, inside the command function
 
 from __future__ import annotations
 
-import typer
+import sys
 
-from kvdoctor.cli import (
-    bench_mxfp8,
-    bench_pd_eval,
-    bench_roundtrip,
-    inspect_cmd,
-    pd_eval,
-    roundtrip,
-)
+from kvdoctor.cli.errors import debug_enabled, startup_guard
 
-# Commands that take SGLang server flags accept options kvdoctor itself does not define.
+with startup_guard():  # Ctrl-C while typer and the commands import: one line, exit 130
+    import typer
+
+    from kvdoctor.cli import (
+        bench_mxfp8,
+        bench_pd_eval,
+        bench_roundtrip,
+        inspect_cmd,
+        pd_eval,
+        roundtrip,
+    )
+
+# Commands that take SGLang server flags accept options kvdoctor itself does not define; each checks
+# them against SGLang's own flag list (kvdoctor.cli.server_args), so a typo is refused, not passed on.
 PASSTHROUGH = {"allow_extra_args": True, "ignore_unknown_options": True}
+HELP_OPTIONS = ["-h", "--help"]
 
 app = typer.Typer(
     name="kvdoctor",
@@ -26,6 +33,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    context_settings={"help_option_names": HELP_OPTIONS},
 )
 bench = typer.Typer(help="Side-by-side benchmarks (ratios measured in one run).", no_args_is_help=True)
 
@@ -38,6 +46,40 @@ bench.command("roundtrip", context_settings=PASSTHROUGH)(bench_roundtrip.bench_r
 bench.command("pd-eval")(bench_pd_eval.bench_pd_eval)
 
 
+def _usage_line(exc: Exception) -> str:
+    """A usage error (bad option value, unknown command) as kvdoctor's one line, with where to look."""
+    from kvdoctor.errors import InputError, one_line
+
+    ctx = getattr(exc, "ctx", None)
+    hint = f" (see '{ctx.command_path} -h')" if ctx is not None else ""
+    return one_line(InputError(f"{exc.format_message()}{hint}"))  # type: ignore[attr-defined]
+
+
 def main() -> None:
-    """Console-script entry point."""
-    app()
+    """Console-script entry point: every outcome is an exit code, every failure one stderr line."""
+    from typer._click.exceptions import NoArgsIsHelpError
+
+    from kvdoctor.errors import InternalError, one_line
+
+    try:
+        code = app(standalone_mode=False)
+    except NoArgsIsHelpError as exc:  # `kvdoctor` alone: typer's own help screen, as standalone shows it
+        from typer import rich_utils
+
+        rich_utils.rich_format_error(exc)
+        code = exc.exit_code
+    except typer.Abort:
+        print("kvdoctor: aborted", file=sys.stderr)
+        code = 1
+    except Exception as exc:
+        from typer.exceptions import TyperException
+
+        if isinstance(exc, TyperException) and hasattr(exc, "format_message"):  # a click usage error
+            print(_usage_line(exc), file=sys.stderr)
+            code = getattr(exc, "exit_code", 2)
+        elif debug_enabled():
+            raise
+        else:  # escaped every command's exit_on_error: still a kvdoctor bug, still one line
+            print(one_line(InternalError.wrap(exc)), file=sys.stderr)
+            code = InternalError.exit_code
+    sys.exit(code if isinstance(code, int) else 0)

@@ -8,6 +8,8 @@ from typing import Any
 import typer
 
 from kvdoctor.cli.errors import exit_on_error
+from kvdoctor.cli.launch import launch_line
+from kvdoctor.cli.text import safe
 
 
 def render(report: dict[str, Any]) -> None:
@@ -15,7 +17,7 @@ def render(report: dict[str, Any]) -> None:
     from rich.table import Table
 
     console = Console()
-    title = (f"bench roundtrip: {report['model']} | kv {report['kv_cache_dtype']} | {report['device']} | "
+    title = (f"bench roundtrip: {safe(report['model'])} | kv {report['kv_cache_dtype']} | {report['device']} | "
              f"{report['requests']} requests x {report['tokens']} tokens | "
              f"{report['bytes_per_round'] / 2**20:,.1f} MiB per round")  # fmt: skip
     console.print(title, highlight=False)
@@ -55,8 +57,9 @@ def bench_roundtrip(
         from kvdoctor.core.analysis import analyze
         from kvdoctor.state.pools import Reductions
 
-        flags = list(ctx.args) or ["--kv-cache-dtype", "mxfp8", "--disaggregation-mode", "decode"]
-        analysis = analyze(model, flags)
+        line = launch_line(ctx, model, default_model="inkling-small")
+        flags = list(line.server_argv) or ["--kv-cache-dtype", "mxfp8", "--disaggregation-mode", "decode"]
+        analysis = analyze(line.model, flags)
         options = BenchOptions(device=device, requests=requests, tokens=tokens, repeats=repeats,
                                reductions=Reductions(layers=layers, heads=heads))  # fmt: skip
         result = run(analysis, options)

@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from kvdoctor.cli.errors import exit_on_error
+from kvdoctor.cli.launch import launch_line
 
 
 def inspect(
@@ -22,13 +23,20 @@ def inspect(
 ) -> None:
     """Which state a model carries, where it lives, and how SGLang backs it up at retraction.
 
-    Any SGLang server flag (e.g. --kv-cache-dtype mxfp8 --disaggregation-mode decode) may follow MODEL.
+    Any SGLang server flag (e.g. --kv-cache-dtype mxfp8 --disaggregation-mode decode) may follow MODEL,
+    or paste a whole launch line after `--` (python -m sglang.launch_server --model-path X ...).
+    An option that is neither kvdoctor's nor SGLang's is refused (exit 2) with a did-you-mean.
     """
     from kvdoctor.core.analysis import analyze
     from kvdoctor.core.report import inspect_report
 
     with exit_on_error():
-        analysis = analyze(model, ctx.args)
+        from kvdoctor.report.preflight import check_outputs
+
+        check_outputs(junit_path=junit_path)  # before any work: a red verdict must not end as exit 2
+        line = launch_line(ctx, model)
+        model = line.model
+        analysis = analyze(model, line.server_argv)
         report = inspect_report(analysis, request_tokens, concurrent)
     if json_output:
         typer.echo(json.dumps(report, indent=2))

@@ -1,7 +1,9 @@
 """``kvdoctor pd-eval MODEL [options] [-- SERVER FLAGS]``: the PD accuracy gate with a retraction guard.
 
-Exit codes: 0 pass, 1 a gate failed (accuracy or retraction guard), 2 bad input, 3 the deployment
-failed (start, crash, timeout); 130/143 after Ctrl-C/SIGTERM (everything started was stopped).
+Exit codes: 0 pass, 1 a gate failed (accuracy or retraction guard), 2 bad input (including an
+unwritable report path, a malformed --*-url or a pinned port already in use, all refused before
+anything starts), 3 the deployment failed (start, crash, timeout, a foreign server on our port, a
+process that survived teardown); 130/143 after Ctrl-C/SIGTERM (everything started was stopped).
 """
 
 from __future__ import annotations
@@ -52,7 +54,8 @@ def pd_eval(
     bootstrap_port: int | None = typer.Option(
         None, "--bootstrap-port", help="Shared by prefill and decode. Default: a free port."),
     output_dir: Annotated[Path, typer.Option(
-        "--output-dir", help="Logs, result.json, per-question rows.")] = DEFAULT_OUTPUT_DIR,
+        "--output-dir", help="Each run writes its logs, result.json and per-question rows into a new "
+                             "run-<time>-<id>/ directory here.")] = DEFAULT_OUTPUT_DIR,
     timeout: float = typer.Option(3600.0, "--timeout", help="Seconds for the whole run."),
     request_timeout: float = typer.Option(600.0, "--request-timeout", help="Seconds per request."),
     allow_no_retraction: bool = typer.Option(
@@ -95,9 +98,8 @@ def pd_eval(
             return
         render.print_plan(console, prepared)
         with render.progress(console) as hook:
-            result = run(prepared, progress=hook, notify=lambda m: console.print(
-                m, markup=False, highlight=False))
-        code = reporting.finish(result, output_dir, junit_path=junit_path, json_out=json_out,
+            result = run(prepared, progress=hook, notify=lambda m: render.event(console, m))
+        code = reporting.finish(result, Path(result.run_dir), junit_path=junit_path, json_out=json_out,
                                 console=console)
         if code:
             raise typer.Exit(code)

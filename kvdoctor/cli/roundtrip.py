@@ -9,7 +9,10 @@ from typing import Annotated, Any
 import typer
 
 from kvdoctor.cli.errors import exit_on_error
+from kvdoctor.cli.launch import launch_line
+from kvdoctor.cli.text import safe
 from kvdoctor.cli.units import format_bytes
+from kvdoctor.engines import Engine, GpuArch
 
 
 def _where(row: dict[str, Any]) -> str:
@@ -25,13 +28,16 @@ def render(report: dict[str, Any]) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    console = Console()
+    console = Console(emoji=False)
     used = report["used"]
+    engine = report.get("engine") or {}
+    who = f"engine {engine['name']} {engine['version']}" if engine.get("version") else "engine kvdoctor"
     console.print(
-        f"[bold]kvdoctor roundtrip[/] {used['model']} | kv {report['kv_cache_dtype']} | backend "
-        f"{report['backend']} | {report['device']} | injected: {report['injected'] or 'none'}",
+        "[bold]kvdoctor roundtrip[/] " + safe(f"{used['model']} | {who} | kv {report['kv_cache_dtype']} | backend "
+                                              f"{report['backend']} | {report['device']} | injected: "
+                                              f"{report['injected'] or 'none'}"),
         highlight=False,
-    )
+    )  # fmt: skip
     verdict = "[bold green]OK[/]" if report["ok"] else "[bold red]DIFFERS[/]"
     table = Table(title=f"Round trip {verdict}", title_justify="left")
     for col in ("component", "bytes", "differ", "out/in", "ledger", "verdict"):
@@ -39,33 +45,65 @@ def render(report: dict[str, Any]) -> None:
     for row in report["components"]:
         mark = "[green]equal[/]" if row["ok"] else "[bold red]RED[/]"
         ledger = "ok" if row["ledger_ok"] else "[red]BAD[/]"
-        table.add_row(row["name"], format_bytes(row["bytes"]), f"{row['mismatched_bytes']:,}",
+        table.add_row(safe(row["name"]), format_bytes(row["bytes"]), f"{row['mismatched_bytes']:,}",
                       f"{row['copies_out']}/{row['copies_in']}", ledger, mark)  # fmt: skip
     console.print(table)
-    console.print(
+    if (report.get("engine") or {}).get("name") == "sglang":
+        _render_engine_used(console, report)
+    else:
+        _render_model_used(console, report)
+    for row in report["components"]:
+        if not row["ok"]:
+            console.print(f"[red]{safe(row['name'])}[/]: {safe(_why(row))}", highlight=False)
+    for hazard in report.get("hazards", []):
+        console.print(f"[bold red]{safe(hazard['code'])}[/] ({safe(hazard['severity'])}): {safe(hazard['message'])} "
+                      "SGLang would refuse this launch line; the round trip above tests the pool's copy path only.",
+                      highlight=False)  # fmt: skip
+    mismatch = inject_mismatch(report)
+    if mismatch:
+        console.print(f"[bold yellow]injected fault mismatch:[/] {safe(mismatch)}", highlight=False)
+    if not report["ok"]:
+        console.print(f"[bold red]verdict: red[/] — differs: {safe(', '.join(report['failing']))}")
+
+
+def _render_model_used(console: Any, report: dict[str, Any]) -> None:
+    used = report["used"]
+    console.print(safe(
         f"used: {used['requests']} requests ({used['retracted']} retracted) up to {used['max_tokens']} tokens, "
         f"page {used['page_size']}, seed {used['seed']}; layers full/swa/recurrent "
         f"{used['full_layers']}/{used['swa_layers']}/{used['recurrent_layers']}, KV heads {used['kv_heads']}, "
         f"window {used['sliding_window']}; reductions: {used['reductions']}; pool {used['kv_pool']} "
         f"(cpu_copy_carries_mamba={used['cpu_copy_carries_mamba']}); scales: {used['scale_layout'] or '-'}; "
-        f"{format_bytes(used['pool_bytes'])} of pools; {report['elapsed_s']} s",
+        f"{format_bytes(used['pool_bytes'])} of pools; {report['elapsed_s']} s"),
         highlight=False,
-    )
-    for row in report["components"]:
-        if not row["ok"]:
-            console.print(f"[red]{row['name']}[/]: {_why(row)}", highlight=False)
-    for hazard in report.get("hazards", []):
-        console.print(f"[bold red]{hazard['code']}[/] ({hazard['severity']}): {hazard['message']} "
-                      "SGLang would refuse this launch line; the round trip above tests the pool's copy path only.",
-                      highlight=False)  # fmt: skip
-    mismatch = inject_mismatch(report)
-    if mismatch:
-        console.print(f"[bold yellow]injected fault mismatch:[/] {mismatch}", highlight=False)
-    if not report["ok"]:
-        console.print(f"[bold red]verdict: red[/] — differs: {', '.join(report['failing'])}")
+    )  # fmt: skip
+
+
+def _render_engine_used(console: Any, report: dict[str, Any]) -> None:
+    """What SGLang built and ran, what kvdoctor supplied, and every stub, one fact per line."""
+    used, engine = report["used"], report["engine"]
+    classes = ", ".join(f"{k} {v}" for k, v in used["pool_classes"].items())
+    lines = [
+        f"SGLang {engine['version']} from {engine['path']}",
+        f"pools (built by SGLang's KVCacheConfigurator): {classes}",
+        f"cpu_copy_carries_mamba: {'yes' if used['cpu_copy_carries_mamba'] else 'no'}; backup "
+        f"{report['backend']} ({used['backend_source']})",
+        f"run: {used['requests']} requests ({used['retracted']} retracted) up to {used['max_tokens']} tokens, "
+        f"page {used['page_size']}, seed {used['seed']}, {used['pool_tokens']} pool tokens, "
+        f"{report['elapsed_s']} s",
+        f"data: {used['data']}",
+        f"admission: {used['admission']}",
+        *(f"stub: {stub}" for stub in used["stubs"]),
+        *(f"note: {note}" for note in used["notes"]),
+    ]
+    for line in lines:
+        console.print(safe(line), highlight=False)
 
 
 def _why(row: dict[str, Any]) -> str:
+    if row["name"] == "backup_aliasing":
+        return (f"the backup of {row['first_plane']} for req {row['first_request']} is a view of the live pool, "
+                "not a copy: its bytes are lost as soon as another request reuses the slot")  # fmt: skip
     if row["name"] == "slot_reuse" and row.get("first_request") is None:
         return "no restored slot was captured: nothing shows the restore landed in fresh slots"
     if row["name"] == "slot_reuse":
@@ -109,24 +147,47 @@ def roundtrip(
     heads: int | None = typer.Option(None, "--heads", min=1, help="Reduce: at most N KV / recurrent heads."),
     json_output: bool = typer.Option(False, "--json", help="Print one JSON object instead of tables."),
     junit_path: Annotated[Path | None, typer.Option("--junit", help="Write JUnit XML: one case per component.")] = None,
+    engine: Annotated[Engine, typer.Option(
+        "--engine",
+        help="Whose pools and retraction code run: kvdoctor's model of SGLang, or the installed SGLang itself.",
+    )] = Engine.KVDOCTOR,
+    gpu_arch: Annotated[GpuArch, typer.Option(
+        "--gpu-arch", help="--engine sglang: the GPU SGLang is told it runs on (a platform stub)."
+    )] = GpuArch.SM100,
+    emulate_d2h: bool = typer.Option(
+        False,
+        "--emulate-d2h",
+        help="--engine sglang: copy backup tensors that alias a live pool, as a device-to-host copy would "
+        "(the aliasing row then reports without failing). Never the default.",
+    ),
 ) -> None:
     """Retract requests, let others reuse their slots, restore, and diff every state component bitwise.
 
     Any SGLang server flag (e.g. --kv-cache-dtype mxfp8 --disaggregation-mode decode) may follow MODEL.
+    With --engine sglang the installed SGLang builds the pools and runs backup_kv_cache/restore_kv_cache.
     Exit 0 when everything matches, 1 when anything differs, 2 on bad input.
     """
     with exit_on_error():
+        from kvdoctor.report.preflight import check_outputs
+
+        check_outputs(junit_path=junit_path)  # before any work: a red verdict must not end as exit 2
         from kvdoctor.core.analysis import analyze
         from kvdoctor.state.pools import Reductions
-        from kvdoctor.state.run import RoundtripOptions, run_roundtrip
+        from kvdoctor.state.run import RoundtripOptions, check_run, run_roundtrip
 
-        analysis = analyze(model, ctx.args)
+        line = launch_line(ctx, model)
+        model = line.model
         options = RoundtripOptions(device=device, requests=requests, tokens=tokens, seed=seed, inject=inject,
                                    reductions=Reductions(layers=layers, heads=heads))  # fmt: skip
-        if json_output:
-            result = run_roundtrip(analysis, options)
+        if engine is Engine.SGLANG:
+            result = _run_engine(model, list(line.server_argv), options, gpu_arch, emulate_d2h, json_output)
         else:
-            result = _run_with_progress(analysis, options, run_roundtrip)
+            analysis = analyze(model, line.server_argv)
+            check_run(analysis, options)  # bad input (memory budget included) refused before any output
+            if json_output:
+                result = run_roundtrip(analysis, options)
+            else:
+                result = _run_with_progress(analysis, options, run_roundtrip)
     report = result.to_json()
     if json_output:
         typer.echo(json.dumps(report, indent=2, default=str))
@@ -139,6 +200,16 @@ def roundtrip(
         verdicts.publish("kvdoctor.roundtrip", verdicts.roundtrip_cases(report), summary, junit_path=junit_path)
     if not result.ok:
         raise typer.Exit(1)
+
+
+def _run_engine(model: str, argv: list[str], options: Any, arch: GpuArch, emulate_d2h: bool, quiet: bool) -> Any:
+    """The round trip on the installed SGLang (imported here, never at CLI start-up)."""
+    from kvdoctor.engines.sglang.roundtrip import EngineOptions, run_roundtrip
+
+    engine = EngineOptions(arch=arch, emulate_d2h=emulate_d2h)
+    if quiet:
+        return run_roundtrip(model, argv, options, engine)
+    return _run_with_progress(model, options, lambda _, opts, update: run_roundtrip(model, argv, opts, engine, update))
 
 
 def _run_with_progress(analysis: Any, options: Any, run: Any) -> Any:

@@ -14,7 +14,7 @@ from kvdoctor.core.hazards import Context, Hazard, find_hazards
 from kvdoctor.core.policy import BackupDecision, PoolLayout, decide_backup, pd_state_types, pool_layout
 from kvdoctor.core.sizing import Sizing, size_pools
 from kvdoctor.core.spec import StateSpec, build_spec
-from kvdoctor.errors import ConfigError
+from kvdoctor.core.validate import check_launch
 
 
 @dataclass(frozen=True)
@@ -50,17 +50,15 @@ def context_length(config: ModelConfig, flags: ServerFlags) -> int | None:
 
 
 def analyze_config(config: ModelConfig, flags: ServerFlags) -> Analysis:
-    try:
-        return _analyze(config, flags)
-    except (ValueError, TypeError, KeyError, IndexError, ZeroDivisionError, AttributeError) as exc:
-        # A config whose fields have the wrong type or length: the user's input, named, exit 2.
-        raise ConfigError(f"{config.source}: unusable config ({type(exc).__name__}: {exc})") from exc
+    """Every verdict for CONFIG (validated when it was parsed) under FLAGS.
 
-
-def _analyze(config: ModelConfig, flags: ServerFlags) -> Analysis:
+    Bad input is refused where it enters (``config``/``validate``, ``flags``) with the field or flag
+    named; an exception raised past that point is a kvdoctor bug and is left to surface as one (exit 4).
+    """
     cls = classify(config, disable_hybrid_swa_memory=flags.disable_hybrid_swa_memory)
     flags = resolve_flags(config, cls, flags)
     spec = build_spec(config, cls, flags)
+    check_launch(config, flags, mla=cls.is_mla)
     layout = pool_layout(spec)
     sizing = size_pools(spec, flags)
     pool_tokens = sizing.full_tokens or sizing.swa_tokens

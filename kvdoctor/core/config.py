@@ -3,6 +3,10 @@
 Four places are accepted, in this order: a path to a JSON file, a directory holding
 ``config.json``, the name of a bundled fixture, and a Hub repo id already in the local Hugging Face
 cache (looked up offline; kvdoctor never downloads weights or configs at run time).
+
+Everything here is the user's input: a name the file system cannot take (too long, ``~nouser``), a
+file too large or nested too deep to be a config, an integer too long to convert, and every field
+``validate.py`` refuses are ``ConfigError`` (exit 2), each naming the file and the field.
 """
 
 from __future__ import annotations
@@ -14,7 +18,9 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from kvdoctor.core import validate
 from kvdoctor.errors import ConfigError
+from kvdoctor.text import shown
 
 # SGLang's ``get_hf_text_config`` looks for the language model's config under these keys, in
 # this priority (sglang/srt/utils/hf_transformers/common.py, 0.5.23).
@@ -28,6 +34,7 @@ class ModelConfig:
     source: str
     top: Mapping[str, Any]
     text: Mapping[str, Any] = field(repr=False)
+    text_path: str = ""  # where the text config sits in the file ("text_config"), "" when it is the top
 
     @property
     def model_type(self) -> str:
@@ -48,6 +55,10 @@ class ModelConfig:
     def architecture(self) -> str:
         return self.architectures[0] if self.architectures else ""
 
+    def where(self, key: str) -> str:
+        """KEY as a path in the file, for error messages: ``text_config.head_dim`` or ``head_dim``."""
+        return f"{self.text_path}.{key}" if self.text_path and key in self.text else key
+
     def get(self, key: str, default: Any = None) -> Any:
         """A text-config field, falling back to the top level (how HF configs are read)."""
         if key in self.text:
@@ -66,22 +77,25 @@ class ModelConfig:
         value = self.get(key, default)
         if value is None:
             raise ConfigError(f"{self.source}: field '{key}' is missing (needed for the state spec)")
-        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-            raise ConfigError(f"{self.source}: field '{key}' must be a positive integer, got {value!r}")
-        return value
+        return validate.check_count(self.source, self.where(key), value, validate.bound_for(key))
 
 
 def unwrap_text_config(top: Mapping[str, Any]) -> Mapping[str, Any]:
     """The language model's config, as SGLang's ``get_hf_text_config`` picks it."""
+    return _text_config(top)[0]
+
+
+def _text_config(top: Mapping[str, Any]) -> tuple[Mapping[str, Any], str]:
+    """(the text config, its path in the file)."""
     thinker = top.get("thinker_config")
     if isinstance(thinker, Mapping):
         sub = thinker.get("text_config")
-        return sub if isinstance(sub, Mapping) else thinker
+        return (sub, "thinker_config.text_config") if isinstance(sub, Mapping) else (thinker, "thinker_config")
     for key in TEXT_CONFIG_KEYS[1:]:
         sub = top.get(key)
         if isinstance(sub, Mapping):
-            return sub
-    return top
+            return sub, key
+    return top, ""
 
 
 def bundled_fixtures() -> dict[str, Path]:
@@ -109,14 +123,19 @@ def _hf_cache_config(repo_id: str) -> Path | None:
 
 def resolve_config_path(model: str) -> Path:
     """Where MODEL's ``config.json`` is; an InputError naming every place that was tried."""
-    path = Path(model).expanduser()
-    if path.is_file():
-        return path
-    if path.is_dir():
-        candidate = path / "config.json"
-        if candidate.is_file():
-            return candidate
-        raise ConfigError(f"{model}: directory has no config.json")
+    try:
+        path = Path(model).expanduser()
+        if path.is_file():
+            return path
+        if path.is_dir():
+            candidate = path / "config.json"
+            if candidate.is_file():
+                return candidate
+            raise ConfigError(f"{shown(model)}: directory has no config.json")
+    except RuntimeError as exc:  # expanduser: "~nouser/x" names no home directory
+        raise ConfigError(f"{shown(model)}: cannot expand the home directory ({exc})") from None
+    except (OSError, ValueError) as exc:  # a name too long for the file system, a NUL byte
+        raise ConfigError(f"{shown(model)}: not a usable path ({getattr(exc, 'strerror', None) or exc})") from None
     fixtures = bundled_fixtures()
     if model in fixtures:
         return fixtures[model]
@@ -124,29 +143,46 @@ def resolve_config_path(model: str) -> Path:
     if cached is not None:
         return cached
     raise ConfigError(
-        f"{model}: no such file or directory, bundled fixture, or Hub repo in the local HF cache "
+        f"{shown(model)}: no such file or directory, bundled fixture, or Hub repo in the local HF cache "
         f"(fixtures: {', '.join(sorted(fixtures))})"
     )
 
 
 def parse_config(text: str, source: str) -> ModelConfig:
-    """Parse config JSON text; every failure names the source."""
+    """Parse and validate config JSON text; every failure names the source."""
     try:
         top = json.loads(text)
     except json.JSONDecodeError as exc:
         raise ConfigError(f"{source}: malformed JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
+    except RecursionError:
+        raise ConfigError(f"{source}: JSON nested deeper than {validate.MAX_JSON_DEPTH} levels") from None
+    except ValueError as exc:  # an integer past Python's 4,300-digit conversion limit
+        raise ConfigError(f"{source}: unreadable JSON value ({exc})") from None
     if not isinstance(top, dict):
         raise ConfigError(f"{source}: a config must be a JSON object, got {type(top).__name__}")
+    if validate.json_depth(top) > validate.MAX_JSON_DEPTH:
+        raise ConfigError(f"{source}: JSON nested deeper than {validate.MAX_JSON_DEPTH} levels")
     if not top.get("model_type"):
         raise ConfigError(f"{source}: field 'model_type' is missing")
-    return ModelConfig(source=source, top=top, text=unwrap_text_config(top))
+    config = ModelConfig(source, top, *_text_config(top))
+    validate.validate_config(config)
+    return config
+
+
+def read_config_text(path: Path) -> str:
+    """PATH's text, refusing a file larger than any config (a model's weights given by mistake)."""
+    limit = validate.MAX_CONFIG_BYTES
+    try:
+        with path.open("rb") as fh:
+            data = fh.read(limit + 1)
+        if len(data) > limit:
+            raise ConfigError(f"{path}: larger than {limit // 2**20} MiB, not a config.json")
+        return data.decode("utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: cannot read: {exc}") from None
 
 
 def load_config(model: str) -> ModelConfig:
     """Resolve MODEL and parse its config."""
     path = resolve_config_path(model)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{path}: cannot read: {exc}") from None
-    return parse_config(text, str(path))
+    return parse_config(read_config_text(path), str(path))

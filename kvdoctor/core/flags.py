@@ -1,19 +1,34 @@
 """SGLang server flags, in SGLang's own spellings, parsed into one frozen ``ServerFlags``.
 
 A user pastes their launch line; kvdoctor models the flags that change where state lives or how
-retraction backs it up, and lists every other flag as "not modelled" rather than dropping it.
+retraction backs it up, and lists every other SGLang flag as "not modelled" rather than dropping it.
+An option that is neither kvdoctor's own nor one of SGLang's (``sglang_server_flags``, generated from
+the wheel) is refused with a did-you-mean: a typo such as ``--strcit`` must not pass as a server flag
+and silently switch a gate off. Unique prefixes are expanded as SGLang's argparse does (``--tp``).
+A whole launch line may be pasted: ``python -m sglang.launch_server ...`` or ``sglang serve ...``,
+with ``--model-path`` / ``--model`` (or serve's positional) naming MODEL.
 Spellings and defaults follow ``sglang/srt/server_args.py`` of the revision in ``rules.py``.
 """
 
 from __future__ import annotations
 
 import argparse
+import difflib
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, fields
+from pathlib import PurePath
 
+from kvdoctor.core.sglang_server_flags import (
+    SGLANG_MULTI_VALUE,
+    SGLANG_OPTIONAL_VALUE,
+    SGLANG_SERVER_FLAGS,
+    SGLANG_SWITCHES,
+    SGLANG_VERSION,
+)
 from kvdoctor.errors import FlagError
+from kvdoctor.text import shown
 
 # arg_groups/fields/model.py:197-221, disagg.py:95-108, exec_.py:483-519.
 KV_CACHE_DTYPES = (
@@ -177,17 +192,6 @@ def _build_parser() -> _Parser:
     return p
 
 
-def _group_unknown(tokens: Sequence[str]) -> tuple[str, ...]:
-    """Unknown tokens as whole flags: ``--quantization modelopt_fp4`` stays one entry."""
-    groups: list[str] = []
-    for token in tokens:
-        if token.startswith("-") or not groups:
-            groups.append(token)
-        else:
-            groups[-1] = f"{groups[-1]} {token}"
-    return tuple(groups)
-
-
 def _check_consistency(flags: ServerFlags) -> None:
     """Flags that parse one by one but that SGLang refuses together.
 
@@ -221,10 +225,165 @@ def _check_consistency(flags: ServerFlags) -> None:
             raise FlagError(f"server flags: {message}")
 
 
-def parse_flags(argv: Sequence[str]) -> ServerFlags:
-    """Parse a pasted SGLang launch line (flags only) into ``ServerFlags``."""
+# --- Reading a pasted command line: options, their values, and positional words ---
+
+MODEL_FLAGS = ("--model-path", "--model")  # SGLang's spellings of MODEL (arg_groups/fields/model.py)
+_PYTHON = re.compile(r"python[0-9.]*")
+_ENV_ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=.*")
+_NUMBER = re.compile(r"-\.?[0-9]")  # "-1", "-0.5": a value, as argparse reads it, not an option
+
+
+@dataclass(frozen=True)
+class Option:
+    """One option of a command line: the SGLang flag it means, and the values it took."""
+
+    name: str  # SGLang's full spelling (a unique prefix expanded)
+    values: tuple[str, ...]
+
+    @property
+    def argv(self) -> list[str]:
+        return [self.name, *self.values]
+
+
+@dataclass(frozen=True)
+class Scan:
+    options: tuple[Option, ...] = ()
+    positionals: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class LaunchLine:
+    """MODEL and the server flags of a command line, however the user wrote them."""
+
+    model: str
+    server_argv: tuple[str, ...] = ()
+    launcher: str | None = None  # "python -m sglang.launch_server" or "sglang serve" when pasted
+
+
+def is_option(token: str) -> bool:
+    return token.startswith("-") and len(token) > 1 and not _NUMBER.match(token)
+
+
+def _suggest(word: str, own_options: Collection[str]) -> str:
+    candidates = sorted(set(own_options) | SGLANG_SERVER_FLAGS)
+    close = difflib.get_close_matches(word, candidates, n=1, cutoff=0.6)
+    return f"; did you mean {close[0]}?" if close else ""
+
+
+def resolve_option(word: str, own_options: Collection[str] = ()) -> str:
+    """WORD's SGLang spelling: itself, or the one flag it abbreviates (argparse's allow_abbrev).
+
+    kvdoctor's own options never reach here unless they follow ``--``; one that SGLang also spells
+    (``--device``) is then SGLang's, any other is refused rather than read as an abbreviation.
+    """
+    if word in SGLANG_SERVER_FLAGS:
+        return word
+    if word in own_options:
+        raise FlagError(f"{word} is kvdoctor's own option: put it before '--' (what follows '--' goes to SGLang)")
+    matches = sorted(f for f in SGLANG_SERVER_FLAGS if f.startswith(word)) if word.startswith("--") else []
+    if len(matches) == 1:
+        return matches[0]
+    if matches:
+        listed = ", ".join(matches[:5]) + (", ..." if len(matches) > 5 else "")
+        raise FlagError(f"server flags: ambiguous option: {shown(word)} could match {listed}")
+    raise FlagError(
+        f"unknown option {shown(word)}: neither kvdoctor's nor an SGLang {SGLANG_VERSION} server flag"
+        f"{_suggest(word, own_options)}"
+    )
+
+
+def scan(tokens: Sequence[str], own_options: Collection[str] = ()) -> Scan:
+    """Split TOKENS into options (with the values SGLang's parser would give them) and positionals."""
+    options: list[Option] = []
+    positionals: list[str] = []
+    i = 0
+    while i < len(tokens):
+        token = tokens[i]
+        i += 1
+        if not is_option(token):
+            positionals.append(token)
+            continue
+        word, eq, inline = token.partition("=")
+        name = resolve_option(word, own_options)
+        if eq and name in SGLANG_SWITCHES:
+            raise FlagError(f"server flags: argument {name}: ignored explicit argument {shown(inline)!r}")
+        if eq:
+            options.append(Option(name, (inline,)))
+            continue
+        values: list[str] = []
+        if name not in SGLANG_SWITCHES:
+            limit = len(tokens) if name in SGLANG_MULTI_VALUE else min(len(tokens), i + 1)
+            while i < limit and not is_option(tokens[i]):
+                values.append(tokens[i])
+                i += 1
+            if not values and name not in SGLANG_MULTI_VALUE | SGLANG_OPTIONAL_VALUE:
+                raise FlagError(f"server flags: argument {name}: expected one argument")
+        options.append(Option(name, tuple(values)))
+    return Scan(tuple(options), tuple(positionals))
+
+
+def _launcher_at(tokens: Sequence[str], i: int) -> int:
+    """How many words a launcher starting at TOKENS[i] spans (0 when none starts there)."""
+    base = PurePath(tokens[i]).name
+    if _PYTHON.fullmatch(base) and list(tokens[i + 1 : i + 3]) == ["-m", "sglang.launch_server"]:
+        return 3
+    if base == "sglang" and tokens[i + 1 : i + 2] == ["serve"]:
+        return 2
+    return 0
+
+
+def _split_launcher(tokens: Sequence[str]) -> tuple[list[str], list[str], str | None]:
+    """(words before a pasted launcher, words after it, the launcher); env assignments are dropped."""
+    for i in range(len(tokens)):
+        span = _launcher_at(tokens, i)
+        if span:
+            before = list(tokens[:i])
+            while before and _ENV_ASSIGNMENT.fullmatch(before[-1]):
+                before.pop()
+            return before, list(tokens[i + span :]), " ".join(tokens[i : i + span])
+    return [], list(tokens), None
+
+
+def parse_launch_line(
+    tokens: Sequence[str], *, own_options: Collection[str] = (), default_model: str | None = None
+) -> LaunchLine:
+    """MODEL and the server flags from what followed the command (MODEL first, or a pasted launch line).
+
+    MODEL comes from the one positional word, ``--model-path`` / ``--model``, or ``sglang serve``'s
+    positional; every option must be kvdoctor's own or SGLang's (abbreviations expanded).
+    """
+    before, after, launcher = _split_launcher(tokens)
+    head, tail = scan(before, own_options), scan(after, own_options)
+    positionals = [*head.positionals, *tail.positionals]
+    options = [o for o in (*head.options, *tail.options) if o.name not in MODEL_FLAGS]
+    named = [o.values[-1] for o in (*head.options, *tail.options) if o.name in MODEL_FLAGS and o.values]
+    if len(positionals) > 1:
+        raise FlagError(f"unexpected argument {shown(positionals[1])!r} after MODEL {shown(positionals[0])!r} "
+                        "(server flags start with --)")  # fmt: skip
+    model = named[-1] if named else positionals[0] if positionals else default_model
+    if named and positionals and positionals[0] != named[-1]:
+        raise FlagError(f"MODEL {shown(positionals[0])!r} and --model-path {shown(named[-1])!r} name different models")
+    if model is None:
+        raise FlagError("missing MODEL: give a config.json path, model directory, bundled fixture or cached Hub id "
+                        "(or --model-path, as in an SGLang launch line)")  # fmt: skip
+    argv = tuple(word for o in options for word in o.argv)
+    return LaunchLine(model, argv, launcher)
+
+
+def _modelled_options(parser: argparse.ArgumentParser) -> frozenset[str]:
+    return frozenset(s for action in parser._actions for s in action.option_strings)
+
+
+def parse_flags(argv: Sequence[str], *, own_options: Collection[str] = ()) -> ServerFlags:
+    """Parse SGLang server flags (no MODEL) into ``ServerFlags``; unmodelled SGLang flags are kept."""
+    found = scan(argv, own_options)
+    if found.positionals:
+        raise FlagError(f"unexpected argument {shown(found.positionals[0])!r} among the server flags "
+                        "(server flags start with --)")  # fmt: skip
+    parser = _build_parser()
+    modelled = _modelled_options(parser)
     try:
-        known, unknown = _build_parser().parse_known_args(list(argv))
+        known = parser.parse_args([w for o in found.options if o.name in modelled for w in o.argv])
     except ValueError as exc:  # a type converter that raised plain ValueError
         raise FlagError(f"server flags: {exc}") from None
     tp_values = set(known.tp_size or [1])
@@ -233,8 +392,7 @@ def parse_flags(argv: Sequence[str]) -> ServerFlags:
     values = vars(known)
     values["tp_size"] = tp_values.pop()
     names = {f.name for f in fields(ServerFlags)}
-    flags = ServerFlags(
-        **{k: v for k, v in values.items() if k in names}, not_modelled=_group_unknown(unknown)
-    )
+    not_modelled = tuple(" ".join(o.argv) for o in found.options if o.name not in modelled)
+    flags = ServerFlags(**{k: v for k, v in values.items() if k in names}, not_modelled=not_modelled)
     _check_consistency(flags)
     return flags

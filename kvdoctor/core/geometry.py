@@ -13,7 +13,13 @@ from dataclasses import dataclass
 
 from kvdoctor.core import rules
 from kvdoctor.core.config import ModelConfig
-from kvdoctor.core.layer_types import granite_layer_types, minicpm_mixer_types
+from kvdoctor.core.layer_types import (
+    granite_layer_types,
+    jet_layer_types,
+    lfm2_layer_types,
+    minicpm_mixer_types,
+    swa_layer_types,
+)
 from kvdoctor.core.rules import SWA_LAYER_DEFAULT_RULE
 from kvdoctor.errors import ConfigError
 
@@ -141,7 +147,7 @@ def _gdn(cfg: ModelConfig, tp: int) -> LayerSplit:
 
 
 def _jet_gdn(cfg: ModelConfig, tp: int) -> LayerSplit:
-    kinds = list(cfg.require("layer_types"))
+    kinds = jet_layer_types(cfg)
     jet = (cfg.get("efficient_attention_config") or {}).get("jet") or {}
     heads, dk = int(jet.get("num_heads", 0)), int(jet.get("head_dim", 0))
     if heads <= 0 or dk <= 0:
@@ -220,7 +226,7 @@ def _mamba1(cfg: ModelConfig, tp: int) -> LayerSplit:
 
 
 def _lfm2(cfg: ModelConfig, tp: int) -> LayerSplit:
-    kinds = list(cfg.require("layer_types"))
+    kinds = lfm2_layer_types(cfg)
     hidden = _per_rank(cfg.positive_int("hidden_size"), tp, "hidden_size", cfg.source)
     conv = ((hidden, cfg.positive_int("conv_L_cache", 3) - 1),)
     recurrent = RecurrentGeometry(_where(kinds, {"conv", "short_conv"}), conv, (1, hidden, 0),
@@ -359,9 +365,6 @@ def swa_split(cfg: ModelConfig, rule: str) -> tuple[tuple[int, ...], tuple[int, 
     elif rule == "all_swa":
         return (), layers
     else:
-        kinds = cfg.get("layer_types")
-        if not isinstance(kinds, list):
-            raise ConfigError(f"{cfg.source}: field 'layer_types' must list each layer's attention kind")
-        kinds = kinds[: len(layers)]  # Step 3.5 lists MTP layers past num_hidden_layers
+        kinds = swa_layer_types(cfg)  # one known kind per layer (Step 3.5's MTP entries dropped)
         return _where(kinds, {"full_attention"}), _where(kinds, {"sliding_attention"})
     return tuple(i for i in layers if i not in swa), swa

@@ -1,20 +1,61 @@
-"""Per-layer kind lists as SGLang's config classes normalise them before any rule reads them."""
+"""Per-layer kind lists as SGLang's config classes normalise them before any rule reads them.
+
+Every family that reads a per-layer list reads it through here, so each list is checked the same
+way before a layer is counted: a list of strings (a plain string is not), exactly one entry per layer
+(Step 3.5/3.7 list MTP layers past the end, which SGLang ignores), and only the kinds that family
+counts: SGLang silently drops a layer of any other name, which would be a wrong answer, not an error.
+"""
 
 from __future__ import annotations
+
+from collections.abc import Collection
 
 from kvdoctor.core import rules
 from kvdoctor.core.config import ModelConfig
 from kvdoctor.errors import ConfigError
 
 
+def layer_kinds(cfg: ModelConfig, key: str, kinds: Collection[str], *, aliases: dict[str, str] | None = None,
+                extra_ok: bool = False) -> list[str]:  # fmt: skip
+    """CFG's KEY list, one entry per layer, each (after ALIASES) one of KINDS; EXTRA_OK keeps entries
+    past ``num_hidden_layers`` out of the answer instead of refusing them."""
+    layers = cfg.positive_int("num_hidden_layers")
+    where = cfg.where(key)
+    value = _string_list(cfg, key, cfg.require(key))
+    if len(value) < layers or (len(value) > layers and not extra_ok):
+        raise ConfigError(f"{cfg.source}: field '{where}' has {len(value)} entries for {layers} layers "
+                          "(num_hidden_layers); one per layer is required")  # fmt: skip
+    value = [(aliases or {}).get(k, k) for k in value[:layers]]
+    unknown = sorted(set(value) - set(kinds))
+    if unknown:
+        raise ConfigError(f"{cfg.source}: field '{where}' names unknown layer kind(s) {unknown}; "
+                          f"{cfg.model_type} layers are one of {sorted(kinds)}")  # fmt: skip
+    return value
+
+
 def granite_layer_types(cfg: ModelConfig) -> list[str]:
     """GraniteMoeHybridConfig: transformers' newer spellings mapped back; a default when absent."""
-    kinds = cfg.get("layer_types")
-    if kinds is None:
+    if cfg.get("layer_types") is None:
         every = rules.GRANITE_DEFAULT_ATTENTION_EVERY
         layers = cfg.positive_int("num_hidden_layers")
         return ["attention" if (i + 1) % every == 0 else "mamba" for i in range(layers)]
-    return [rules.GRANITE_LAYER_ALIASES.get(k, k) for k in _string_list(cfg, "layer_types", kinds)]
+    return layer_kinds(cfg, "layer_types", rules.GRANITE_LAYER_KINDS, aliases=rules.GRANITE_LAYER_ALIASES)
+
+
+def lfm2_layer_types(cfg: ModelConfig) -> list[str]:
+    """Lfm2Config: full_attention layers hold KV, conv / short_conv layers a conv state."""
+    return layer_kinds(cfg, "layer_types", rules.LFM2_LAYER_KINDS)
+
+
+def jet_layer_types(cfg: ModelConfig) -> list[str]:
+    """JetNemotronConfig: attn / swa layers hold KV, jet layers recurrent state."""
+    return layer_kinds(cfg, "layer_types", rules.JET_LAYER_KINDS)
+
+
+def swa_layer_types(cfg: ModelConfig) -> list[str]:
+    """A hybrid-SWA model's full_attention / sliding_attention per layer (get_hybrid_layer_ids)."""
+    extra_ok = bool(set(cfg.architectures) & rules.LAYER_TYPES_LIST_MTP_ARCHS)
+    return layer_kinds(cfg, "layer_types", rules.SWA_LAYER_KINDS, extra_ok=extra_ok)
 
 
 def minicpm_mixer_types(cfg: ModelConfig) -> list[str]:
@@ -32,5 +73,5 @@ def minicpm_mixer_types(cfg: ModelConfig) -> list[str]:
 
 def _string_list(cfg: ModelConfig, key: str, value: object) -> list[str]:
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise ConfigError(f"{cfg.source}: field '{key}' must be a list of strings")
+        raise ConfigError(f"{cfg.source}: field '{cfg.where(key)}' must be a list of strings (one per layer)")
     return value

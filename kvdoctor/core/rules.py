@@ -92,6 +92,16 @@ MINICPM_MIXER_ALIASES = {
     "lightning-attn": "lightning-attn",
 }  # fmt: skip
 LIGHTNING_MIXER = "lightning-attn"
+# The per-layer kinds each reader counts; SGLang silently drops a layer of any other name, so kvdoctor
+# refuses it (layer_types.py). granitemoehybrid.py:197-209 (validated there too), lfm2.py:42-51,
+# jet_nemotron.py:42-56, model_config.py:2716-2770 (get_hybrid_layer_ids).
+GRANITE_LAYER_KINDS = frozenset({"attention", "mamba"})
+LFM2_LAYER_KINDS = frozenset({"full_attention", "conv", "short_conv"})
+JET_LAYER_KINDS = frozenset({"attn", "swa", "jet"})
+SWA_LAYER_KINDS = frozenset({"full_attention", "sliding_attention"})
+# Step 3.5/3.7 list their MTP layers past num_hidden_layers and read only i < num_hidden_layers
+# (model_config.py:2735-2749); every other config lists exactly one kind per layer.
+LAYER_TYPES_LIST_MTP_ARCHS = frozenset({"Step3p5ForCausalLM", "Step3p7ForConditionalGeneration"})
 # InklingStateDType is fixed (inkling.py:253, 418-422): no env or flag changes it.
 INKLING_STATE_DTYPE = "bfloat16"
 # Kimi-Linear numbers kda_layers from 1 (kimi_linear.py:158-182); GLM-5-Next from 0 (glm5_next.py:245-268).

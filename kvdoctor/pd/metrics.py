@@ -136,13 +136,13 @@ class RetractionProbe:
         self.cursor = LogCursor(log_path) if log_path is not None else None
         self.before: int | None = None
 
-    def start(self) -> None:
-        self.before = scrape(self.decode_url) if self.decode_url else None
+    def start(self, timeout_s: float = 10.0) -> None:
+        self.before = scrape(self.decode_url, timeout_s) if self.decode_url else None
         if self.cursor is not None:
             self.cursor.mark()
 
-    def finish(self) -> RetractionCount:
-        after = scrape(self.decode_url) if self.decode_url else None
+    def finish(self, timeout_s: float = 10.0) -> RetractionCount:
+        after = scrape(self.decode_url, timeout_s) if self.decode_url else None
         if self.before is not None and after is not None:
             return RetractionCount(after - self.before, "metrics")
         if self.cursor is not None:

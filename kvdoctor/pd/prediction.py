@@ -8,6 +8,12 @@ GPT families; GSM8K is plain English with digits), because a tokenizer is not av
 launch. The pool capacity comes from ``kvdoctor.core.analysis`` (the sizing ``inspect`` reports,
 which also names the retraction backup backend) when it can load the model's config, else from
 the decode server's ``--max-total-tokens``.
+
+The verdict and its sentence come from one source: when the core sizing says how many requests
+fit at once (every pool counted: full, SWA window, mamba slots), that count decides, and the
+sentence says which pools there are when the full pool is not the limit (a hybrid model's SWA pool
+can hold fewer requests than a peak of 0.4x the full pool suggests). Only without that count does
+the full-pool ratio decide.
 """
 
 from __future__ import annotations
@@ -35,6 +41,8 @@ class Prediction:
     backup_backend: str | None = None
     requests_fit: int | None = None  # from core sizing: every pool (full, SWA window, mamba slots)
     chars_per_token: float = CHARS_PER_TOKEN
+    swa_tokens: int | None = None  # the other pools of the core sizing, named when they limit
+    mamba_slots: int | None = None
 
     @property
     def retraction_expected(self) -> bool | None:
@@ -49,12 +57,35 @@ class Prediction:
         if self.capacity_tokens is None:
             return f"{peak}; decode pool capacity unknown (no --max-total-tokens, no sizing)"
         ratio = self.peak_tokens / self.capacity_tokens
-        verdict = ("retraction expected" if self.retraction_expected else
-                   "pool large enough that retraction is unlikely: the guard will probably fail")
         backup = f"; retraction backup: {self.backup_backend}" if self.backup_backend else ""
-        fit = "" if self.requests_fit is None else f"; {self.requests_fit} of {self.concurrency} requests fit"
-        return (f"{peak} vs decode pool {self.capacity_tokens:,} tokens "
-                f"({ratio:.1f}x, from {self.capacity_source}{fit}): {verdict}{backup}")
+        head = (f"{peak} vs decode pool {self.capacity_tokens:,} tokens "
+                f"({ratio:.1f}x, from {self.capacity_source})")
+        return f"{head}: {self._verdict()}{backup}"
+
+    def _verdict(self) -> str:
+        unlikely = "retraction is unlikely: the guard will probably fail"
+        if self.requests_fit is None:
+            return "retraction expected" if self.retraction_expected else f"pool large enough that {unlikely}"
+        if self.requests_fit >= self.concurrency:
+            return f"all {self.concurrency} requests in flight fit at once, so {unlikely}"
+        fit = f"{self.requests_fit} of {self.concurrency} requests in flight fit at once"
+        full_pool_fit = (self.capacity_tokens or 0) // max(1, self.per_request_tokens)
+        limit = ""
+        if full_pool_fit > self.requests_fit:  # the full-pool ratio alone would say otherwise
+            limit = (f" (the full pool alone would hold {min(full_pool_fit, self.concurrency)}; "
+                     f"the limit is {self._other_pools()})")
+        if self.requests_fit == 0:
+            return (f"not even one request of {self.per_request_tokens:,} tokens fits{limit}: decode cannot "
+                    "hold a single request, so the eval cannot run as planned (raise --max-total-tokens)")
+        return f"{fit}{limit}: retraction expected"
+
+    def _other_pools(self) -> str:
+        pools = []
+        if self.swa_tokens is not None:
+            pools.append(f"the SWA pool of {self.swa_tokens:,} tokens")
+        if self.mamba_slots is not None:
+            pools.append(f"{self.mamba_slots:,} mamba state slots")
+        return " or ".join(pools) or "another pool"
 
     def to_dict(self) -> dict[str, object]:
         return {**asdict(self), "retraction_expected": self.retraction_expected}
@@ -83,15 +114,16 @@ def predict(model: str, decode_server_args: Sequence[str], *, mean_prompt_chars:
             max_new_tokens: int, parallel: int, num_questions: int | None) -> Prediction:
     prompt, per_request, concurrency, peak = peak_demand(
         mean_prompt_chars, max_new_tokens, parallel, num_questions)
-    capacity, source, backend, fit = _capacity(model, decode_server_args, per_request)
-    return Prediction(prompt, per_request, concurrency, peak, capacity, source, backend, fit)
+    capacity, source, backend, fit, others = _capacity(model, decode_server_args, per_request)
+    return Prediction(prompt, per_request, concurrency, peak, capacity, source, backend, fit,
+                      swa_tokens=others[0], mamba_slots=others[1])
 
 
 def _capacity(
     model: str, server_args: Sequence[str], per_request: int
-) -> tuple[int | None, str, str | None, int | None]:
-    """(pool tokens, where from, backup backend, requests that fit) from the core analysis when it
-    can size the model, else the pool size from the flag."""
+) -> tuple[int | None, str, str | None, int | None, tuple[int | None, int | None]]:
+    """(pool tokens, where from, backup backend, requests that fit, (SWA tokens, mamba slots)) from
+    the core analysis when it can size the model, else the pool size from the flag."""
     from kvdoctor.core.analysis import analyze
 
     try:
@@ -100,9 +132,11 @@ def _capacity(
         analysis = None
     backup = analysis.backup.backend if analysis is not None else None
     if analysis is not None and analysis.sizing.full_tokens is not None:
-        fit = analysis.sizing.requests_fit(per_request, analysis.spec.sliding_window)
-        return analysis.sizing.full_tokens, "kvdoctor inspect sizing", backup, fit
+        sizing = analysis.sizing
+        fit = sizing.requests_fit(per_request, analysis.spec.sliding_window)
+        others = (getattr(sizing, "swa_tokens", None), getattr(sizing, "mamba_slots", None))
+        return sizing.full_tokens, "kvdoctor inspect sizing", backup, fit, others
     flag = flag_value(server_args, "--max-total-tokens")
     if flag is not None and flag.isdigit():
-        return int(flag), "--max-total-tokens", backup, None
-    return None, "unknown", backup, None
+        return int(flag), "--max-total-tokens", backup, None, (None, None)
+    return None, "unknown", backup, None, (None, None)

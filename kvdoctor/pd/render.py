@@ -1,4 +1,9 @@
-"""Rich output for a terminal: the plan, launch events, a progress bar, the summary table."""
+"""Rich output for a terminal: the plan, launch events, a progress bar, the summary table.
+
+Everything shown here may carry text from outside (model names, paths, launcher strings, a
+server's log tail inside a failure message): it goes through ``kvdoctor.report.terminal`` so no
+control character or ANSI sequence reaches the terminal and no ``[...]`` is read as rich markup.
+"""
 
 from __future__ import annotations
 
@@ -15,6 +20,7 @@ from kvdoctor.pd.client import Completion
 from kvdoctor.pd.reporting import status_line, summary_rows
 from kvdoctor.pd.result import PdEvalResult
 from kvdoctor.pd.run import Prepared
+from kvdoctor.report.terminal import markup, plain
 
 
 def plan_text(prepared: Prepared) -> str:
@@ -38,7 +44,12 @@ def plan_text(prepared: Prepared) -> str:
 
 def print_plan(console: Console, prepared: Prepared) -> None:
     # soft_wrap: command lines must stay copy-pasteable, never re-wrapped by rich.
-    console.print(plan_text(prepared), soft_wrap=True, markup=False, highlight=False)
+    console.print(plain(plan_text(prepared)), soft_wrap=True, markup=False, highlight=False)
+
+
+def event(console: Console, message: str) -> None:
+    """One launch event line (``decode: healthy at …``), printed as plain text."""
+    console.print(plain(message), markup=False, highlight=False)
 
 
 @contextlib.contextmanager
@@ -60,9 +71,9 @@ def summary(console: Console, result: PdEvalResult, written: Mapping[str, Path])
         table.add_column(column)
     style = {"passed": "green", "failed": "bold red", "skipped": "yellow", "error": "bold red"}
     for row in summary_rows(result):
-        table.add_row(row.check, row.value, row.threshold,
-                      f"[{style.get(row.status, '')}]{row.status}[/]")
+        table.add_row(markup(row.check), markup(row.value), markup(row.threshold),
+                      f"[{style.get(row.status, '')}]{markup(row.status)}[/]")
     console.print(table)
-    console.print(status_line(result).replace("**", ""), markup=False, highlight=False)
+    console.print(plain(status_line(result).replace("**", "")), markup=False, highlight=False)
     for name, path in written.items():
-        console.print(f"  {name}: {path}", markup=False, highlight=False)
+        console.print(plain(f"  {name}: {path}"), markup=False, highlight=False)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -13,6 +12,7 @@ from kvdoctor.pd.gate import FAILED
 from kvdoctor.pd.result import EXIT_DEPLOYMENT, EXIT_INPUT, PdEvalResult
 from kvdoctor.report import github, junit, tables, verdicts
 from kvdoctor.report import json as json_report
+from kvdoctor.report.terminal import plain
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 SUITE = "kvdoctor pd-eval"
 RESULT_FILE = "result.json"
 TABLE_FILES = ("questions.csv", "questions.parquet")
-OUTPUT_FILES = (RESULT_FILE, *TABLE_FILES)  # what a run writes into --output-dir (beside logs)
+OUTPUT_FILES = (RESULT_FILE, *TABLE_FILES)  # what a run writes into its run directory (beside logs)
 
 
 def _fmt(value: float | None, spec: str = ".3f") -> str:
@@ -86,54 +86,22 @@ def annotations(result: PdEvalResult) -> list[str]:
     return [github.annotation("error", g.message, title=f"pd-eval {g.reason}") for g in failed]
 
 
-def check_writable(output_dir: Path, junit_path: Path | None,
-                   env: Mapping[str, str] | None = None) -> None:
-    """Fail before launching anything when a report could not be written afterwards.
-
-    Creates nothing: it finds the nearest existing ancestor of each target and checks it is a
-    directory this process may write into.
-    """
-    _check_dir("--output-dir", output_dir)
-    if junit_path is not None:
-        _check_file("--junit", junit_path)
-    target = (os.environ if env is None else env).get(github.STEP_SUMMARY_ENV)
-    if target:
-        _check_file(f"${github.STEP_SUMMARY_ENV}", Path(target))
-
-
-def _check_dir(what: str, path: Path) -> None:
-    existing = path
-    while not existing.exists() and existing != existing.parent:
-        existing = existing.parent
-    if not existing.is_dir():
-        raise InputError(f"{what} {path}: {existing} is not a directory")
-    if not os.access(existing, os.W_OK | os.X_OK):
-        raise InputError(f"{what} {path}: {existing} is not writable")
-
-
-def _check_file(what: str, path: Path) -> None:
-    if path.is_dir():
-        raise InputError(f"{what} {path} is a directory")
-    if path.exists() and not os.access(path, os.W_OK):
-        raise InputError(f"{what} {path} is not writable")
-    _check_dir(what, path.parent)
-
-
-def write_all(result: PdEvalResult, output_dir: Path, *, junit_path: Path | None,
+def write_all(result: PdEvalResult, run_dir: Path, *, junit_path: Path | None,
               env: Mapping[str, str] | None = None) -> dict[str, Path]:
-    """Write every report; returns what was written where.
+    """Write every report into the run's own directory; returns what was written where.
 
     JUnit and the step summary go through ``kvdoctor.report.verdicts.publish`` like every other
     command's; a file that cannot be written is an ``InputError``, never an OSError traceback.
+    (Writability was checked before the run by ``kvdoctor.report.preflight``.)
     """
-    written: dict[str, Path] = {}
+    written: dict[str, Path] = {"run_dir": run_dir}
     try:
-        written["json"] = output_dir / RESULT_FILE
+        written["json"] = run_dir / RESULT_FILE
         json_report.write(written["json"], result.to_dict())
         if result.records:
             rows = result.record_dicts()
             for name in TABLE_FILES:
-                path = output_dir / name
+                path = run_dir / name
                 tables.write(path, rows)
                 written[path.suffix[1:]] = path
     except OSError as exc:
@@ -147,19 +115,21 @@ def write_all(result: PdEvalResult, output_dir: Path, *, junit_path: Path | None
     return written
 
 
-def finish(result: PdEvalResult, output_dir: Path, *, junit_path: Path | None, json_out: bool,
+def finish(result: PdEvalResult, run_dir: Path, *, junit_path: Path | None, json_out: bool,
            console: Console, env: Mapping[str, str] | None = None) -> int:
     """Write the reports, show the result, annotate in GitHub Actions; returns the exit code.
 
     A report that cannot be written is one line on stderr and exit 2 (the result is still shown).
+    A SIGTERM while writing ends the process with 143 after removing our temp files
+    (``kvdoctor.report.atomic``).
     """
     from kvdoctor.pd import render
 
     exit_code = result.exit_code
     try:
-        written = write_all(result, output_dir, junit_path=junit_path, env=env)
+        written = write_all(result, run_dir, junit_path=junit_path, env=env)
     except InputError as exc:
-        print(one_line(exc), file=sys.stderr)
+        print(plain(one_line(exc)), file=sys.stderr)
         written, exit_code = {}, EXIT_INPUT
     if json_out:
         print(json_report.dumps(result.to_dict()), end="")

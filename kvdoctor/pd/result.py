@@ -102,6 +102,7 @@ class PdEvalResult:
     prediction: dict[str, object] | None = None
     server_versions: dict[str, str] = field(default_factory=dict)
     logs: dict[str, str] = field(default_factory=dict)
+    run_dir: str = ""  # this run's own directory under --output-dir (kvdoctor.pd.rundir)
     records: list[QuestionRecord] = field(default_factory=list)
     convention: str = CONVENTION
     api: str = "completions"
@@ -136,6 +137,7 @@ class PdEvalResult:
             "prediction": self.prediction,
             "launch_plan": self.plan,
             "server_versions": self.server_versions,
+            "run_dir": self.run_dir,
             "logs": self.logs,
             "wall_s": self.wall_s,
         }

@@ -1,6 +1,8 @@
 """One PD eval, end to end: plan → launch and wait → GSM8K through the router → retraction
 guard → gates. Every path out (pass, gate failure, crash, timeout, Ctrl-C, SIGTERM) leaves the
-``Supervisor`` block, so every process the run started is gone before a result is returned.
+``Supervisor`` block, so every process the run started is gone before a result is returned (and a
+process that could not be stopped fails the run). ``--timeout`` is one ``Deadline`` that bounds
+every step, health checks and probes included. Each run writes into a fresh run directory.
 """
 
 from __future__ import annotations
@@ -8,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
-import os
 import statistics
 import time
 from collections.abc import Callable
@@ -18,7 +19,8 @@ from pathlib import Path
 import httpx
 
 from kvdoctor.errors import DeploymentError, InputError
-from kvdoctor.pd import client, gate, gsm8k, http, plan, ports, prediction, presets, reporting
+from kvdoctor.pd import client, gate, gsm8k, http, plan, ports, prediction, presets, rundir, urls
+from kvdoctor.pd.deadline import Deadline
 from kvdoctor.pd.metrics import RetractionProbe
 from kvdoctor.pd.result import (
     EXIT_DEPLOYMENT,
@@ -30,8 +32,10 @@ from kvdoctor.pd.result import (
 )
 from kvdoctor.pd.signals import Interrupted, SignalLatch, signals_raise
 from kvdoctor.pd.supervisor import Supervisor
+from kvdoctor.report.preflight import check_outputs
 
 SMOKE_PROMPT = "Question: What is 1 + 1?\nAnswer:"
+PROBE_TIMEOUT_S = 10.0  # one /server_info or /metrics request, capped by the run's deadline
 
 
 @dataclass(frozen=True)
@@ -119,8 +123,9 @@ def settings_for(o: PdEvalOptions, defaults: presets.EvalDefaults) -> Settings:
 def prepare(o: PdEvalOptions, *, download: bool, dry_run: bool = False) -> Prepared:
     """Resolve preset, data, ports and plan; raises ``InputError`` for anything the user must fix.
 
-    A real run (not ``dry_run``) also proves every report can be written before anything starts:
-    an hour of GPU time must not end in "cannot write result.json".
+    A real run (not ``dry_run``) also proves every report can be written and every pinned port is
+    free before anything starts: an hour of GPU time must not end in "cannot write result.json",
+    and a server already listening on a pinned port would answer for the one we start.
     """
     if o.tp is not None and o.tp < 1:
         raise InputError("--tp must be >= 1")
@@ -133,8 +138,11 @@ def prepare(o: PdEvalOptions, *, download: bool, dry_run: bool = False) -> Prepa
     _check_seconds("grace period", o.grace_s, allow_zero=True)
     _check_ports(o)
     plan.check_extra_args(o.extra_args)
+    external = _external_urls(o)
     if not dry_run:
-        reporting.check_writable(o.output_dir, o.junit_path)
+        check_outputs(junit_path=o.junit_path, output_dir=o.output_dir)
+        if not external:
+            ports.check_free(o.host, _pinned(o))
     data = gsm8k.resolve_data(o.data_path, download=download)
     questions = []
     if data is not None:
@@ -144,8 +152,8 @@ def prepare(o: PdEvalOptions, *, download: bool, dry_run: bool = False) -> Prepa
     else:
         mean_chars = gsm8k.estimated_prompt_chars(settings.num_shots)
     n = len(questions) if questions else settings.num_questions
-    if o.prefill_url or o.decode_url or o.router_url:
-        launch = _external_plan(o)
+    if external:
+        launch = _external_plan(o, external)
         decode_args: list[str] = []
     else:
         _, per_request, _, peak = prediction.peak_demand(
@@ -171,14 +179,22 @@ def prepare(o: PdEvalOptions, *, download: bool, dry_run: bool = False) -> Prepa
     return Prepared(o, settings, launch, forecast, data, questions)
 
 
-def _external_plan(o: PdEvalOptions) -> plan.LaunchPlan:
-    if not o.router_url:
+def _external_urls(o: PdEvalOptions) -> dict[str, str]:
+    """The ``--*-url`` options given, each validated (http/https, host, port) and normalised."""
+    given = {"prefill": ("--prefill-url", o.prefill_url), "decode": ("--decode-url", o.decode_url),
+             "router": ("--router-url", o.router_url)}
+    return {role: urls.check_base_url(option, url) for role, (option, url) in given.items()
+            if url is not None}
+
+
+def _external_plan(o: PdEvalOptions, given: dict[str, str]) -> plan.LaunchPlan:
+    if "router" not in given:
         raise InputError("--router-url is required when --prefill-url/--decode-url are given")
-    if not o.decode_url and not o.allow_no_retraction:
+    if "decode" not in given and not o.allow_no_retraction:
         raise InputError("--decode-url is required to read retractions "
                          "(or pass --allow-no-retraction)")
-    return plan.external(o.model, router_url=o.router_url, decode_url=o.decode_url,
-                         prefill_url=o.prefill_url)
+    return plan.external(o.model, router_url=given["router"], decode_url=given.get("decode"),
+                         prefill_url=given.get("prefill"))
 
 
 def _check_seconds(name: str, value: float, *, allow_zero: bool = False) -> None:
@@ -186,10 +202,14 @@ def _check_seconds(name: str, value: float, *, allow_zero: bool = False) -> None
         raise InputError(f"{name} must be a finite number of seconds > 0, got {value}")
 
 
-def _check_ports(o: PdEvalOptions) -> None:
+def _pinned(o: PdEvalOptions) -> dict[str, int]:
     pinned = {"--prefill-port": o.prefill_port, "--decode-port": o.decode_port,
               "--router-port": o.router_port, "--bootstrap-port": o.bootstrap_port}
-    given = {name: port for name, port in pinned.items() if port is not None}
+    return {name: port for name, port in pinned.items() if port is not None}
+
+
+def _check_ports(o: PdEvalOptions) -> None:
+    given = _pinned(o)
     for name, port in given.items():
         if not 1 <= port <= 65535:
             raise InputError(f"{name} must be within 1..65535, got {port}")
@@ -216,7 +236,10 @@ ProgressHook = Callable[[int], Callable[[int, client.Completion], None]]
 
 def run(prepared: Prepared, *, progress: ProgressHook | None = None,
         notify: Callable[[str], None] | None = None) -> PdEvalResult:
-    """Launch (or attach), evaluate, guard, and tear down; never raises for deployment trouble."""
+    """Launch (or attach), evaluate, guard, and tear down; never raises for deployment trouble.
+
+    Raises ``InputError`` only when the run directory cannot be created (before anything starts).
+    """
     o, s, launch = prepared.options, prepared.settings, prepared.plan
     result = PdEvalResult(
         model=o.model, preset=launch.preset, threshold=s.threshold, num_shots=s.num_shots,
@@ -226,20 +249,23 @@ def run(prepared: Prepared, *, progress: ProgressHook | None = None,
         plan=launch.to_dict(), api=s.api,
         prediction=prepared.prediction.to_dict() if prepared.prediction else None,
     )  # fmt: skip
-    started = time.monotonic()
-    deadline = started + o.timeout_s
+    run_dir = rundir.create(o.output_dir)
+    result.run_dir = str(run_dir)
+    (notify or _quiet)(f"run directory: {run_dir}")
+    deadline = Deadline(o.timeout_s)
     supervisor: Supervisor | None = None
     try:
-        clear_previous(o.output_dir)
-        with signals_raise() as latch, Supervisor(o.output_dir, grace_s=o.grace_s,
+        with signals_raise() as latch, Supervisor(run_dir, grace_s=o.grace_s,
                                                   latch=latch) as supervisor:
             _evaluate(prepared, supervisor, latch, deadline, result, progress, notify or _quiet)
     except DeploymentError as exc:
+        result.passed = False
         result.exit_code = EXIT_DEPLOYMENT
         result.exit_reason = getattr(exc, "reason", "deployment_failed")
         result.message = str(exc)
     except (Interrupted, KeyboardInterrupt) as exc:
         signum = exc.signum if isinstance(exc, Interrupted) else 2
+        result.passed = False
         result.exit_code = 128 + signum
         result.exit_reason = "interrupted"
         result.message = f"interrupted by {exc or 'SIGINT'}; every started process was stopped"
@@ -249,26 +275,30 @@ def run(prepared: Prepared, *, progress: ProgressHook | None = None,
         result.exit_reason = "internal_error"
         result.message = f"kvdoctor failed during the run: {type(exc).__name__}: {exc}"
     if supervisor is not None and supervisor.survivors:
-        result.message += ("; still running after SIGKILL (stop them by hand): "
-                           + ", ".join(supervisor.survivors))
-    result.wall_s = time.monotonic() - started
+        _fail_for_survivors(result, supervisor.survivors)
+    result.wall_s = time.monotonic() - deadline.started
     return result
 
 
-def clear_previous(output_dir: Path) -> None:
-    """Remove what an earlier run wrote here, so no stale log or table sits beside a new result."""
-    output_dir.mkdir(parents=True, exist_ok=True)
-    names = [*reporting.OUTPUT_FILES, *(f"{role}.log" for role in plan.ROLES)]
-    for name in names:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(output_dir / name)
+def _fail_for_survivors(result: PdEvalResult, survivors: list[str]) -> None:
+    """A process still running after teardown fails the run: it holds ports, GPUs, memory."""
+    names = ", ".join(survivors)
+    if result.exit_reason == "interrupted":
+        result.message = result.message.replace("every started process was stopped",
+                                                f"still running (stop them by hand): {names}")
+        return
+    result.message += f"; still running after teardown (stop them by hand): {names}"
+    if result.exit_code in (EXIT_PASS, EXIT_GATE):
+        result.passed = False
+        result.exit_code = EXIT_DEPLOYMENT
+        result.exit_reason = "processes_survived"
 
 
 def _quiet(_message: str) -> None:
     pass
 
 
-def _evaluate(prepared: Prepared, supervisor: Supervisor, latch: SignalLatch, deadline: float,
+def _evaluate(prepared: Prepared, supervisor: Supervisor, latch: SignalLatch, deadline: Deadline,
               result: PdEvalResult, progress: ProgressHook | None,
               notify: Callable[[str], None]) -> None:
     o, s, launch = prepared.options, prepared.settings, prepared.plan
@@ -278,7 +308,7 @@ def _evaluate(prepared: Prepared, supervisor: Supervisor, latch: SignalLatch, de
             managed = supervisor.start(step.role, step.argv, step.env)
             result.logs[step.role] = str(managed.log_path)
             notify(f"{step.role}: started (pid {managed.pid}, log {managed.log_path})")
-        supervisor.wait_healthy(managed, step.url + step.health_path, deadline)
+        supervisor.wait_healthy(managed, step.url + step.health_path, deadline.at)
         notify(f"{step.role}: healthy at {step.url}")
     sampling = client.Sampling(max_new_tokens=s.max_new_tokens, stop=gsm8k.STOP,
                                model=prepared.served_model, api=s.api)
@@ -290,7 +320,7 @@ def _evaluate(prepared: Prepared, supervisor: Supervisor, latch: SignalLatch, de
             return asyncio.run(client.complete_all(
                 launch.router_url, prompts, sampling, parallel=s.parallel,
                 request_timeout_s=o.request_timeout_s, run_timeout_s=o.timeout_s, what=what,
-                time_left_s=max(0.0, deadline - time.monotonic()),
+                time_left_s=deadline.left(),
                 on_done=on_done, watchdog=supervisor.check_alive,
             ))  # fmt: skip
 
@@ -299,15 +329,19 @@ def _evaluate(prepared: Prepared, supervisor: Supervisor, latch: SignalLatch, de
     if smoke.error is not None:
         raise DeploymentError(f"the router at {launch.router_url} cannot serve: {smoke.error}")
     decode = launch.step("decode")
-    result.server_versions, result.retraction_backup = _server_info(launch)
+    watchdog = supervisor.check_alive
+    result.server_versions, result.retraction_backup = deadline.call(
+        lambda: _server_info(launch, deadline), what="the /server_info probes", watchdog=watchdog)
     decode_log = Path(result.logs["decode"]) if "decode" in result.logs else None
     probe = RetractionProbe(decode.url if decode else None, decode_log)
-    probe.start()
+    deadline.call(lambda: probe.start(deadline.request_timeout(PROBE_TIMEOUT_S)),
+                  what="the retraction count before the eval", watchdog=watchdog)
     prompts = [q.prompt for q in prepared.questions]
     began = time.perf_counter()
     completions = send(prompts, "the eval", progress(len(prompts)) if progress else None)
     latency = time.perf_counter() - began
-    count = probe.finish()
+    count = deadline.call(lambda: probe.finish(deadline.request_timeout(PROBE_TIMEOUT_S)),
+                          what="the retraction count after the eval", watchdog=watchdog)
     result.records = [record(q, c) for q, c in zip(prepared.questions, completions, strict=True)]
     result.score = score(result.records, latency)
     result.retractions, result.retraction_source = count.value, count.source
@@ -322,7 +356,7 @@ def _evaluate(prepared: Prepared, supervisor: Supervisor, latch: SignalLatch, de
     result.message = "; ".join(g.message for g in result.gates)
 
 
-def _server_info(launch: plan.LaunchPlan) -> tuple[dict[str, str], str | None]:
+def _server_info(launch: plan.LaunchPlan, deadline: Deadline) -> tuple[dict[str, str], str | None]:
     """SGLang versions per role and decode's resolved retraction backup (best effort)."""
     versions: dict[str, str] = {}
     backup = None
@@ -330,7 +364,7 @@ def _server_info(launch: plan.LaunchPlan) -> tuple[dict[str, str], str | None]:
         step = launch.step(role)
         if step is None:
             continue
-        info = _first_json(step.url, ("/server_info", "/get_server_info"))
+        info = _first_json(step.url, ("/server_info", "/get_server_info"), deadline)
         if info.get("version"):
             versions[role] = str(info["version"])
         if role == "decode":
@@ -338,11 +372,11 @@ def _server_info(launch: plan.LaunchPlan) -> tuple[dict[str, str], str | None]:
     return versions, backup
 
 
-def _first_json(base_url: str, paths: tuple[str, ...]) -> dict[str, object]:
+def _first_json(base_url: str, paths: tuple[str, ...], deadline: Deadline) -> dict[str, object]:
     """The first of ``paths`` that answers a JSON object (newer SGLang renamed the endpoint)."""
     for path in paths:
         with contextlib.suppress(httpx.HTTPError, ValueError):
-            response = http.get(base_url + path, timeout_s=10.0)
+            response = http.get(base_url + path, timeout_s=deadline.request_timeout(PROBE_TIMEOUT_S))
             if response.status_code == 200 and isinstance(info := response.json(), dict):
                 return info
     return {}

@@ -13,6 +13,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from kvdoctor.report.atomic import write_through
+from kvdoctor.report.target import REGULAR, resolve
+
 STEP_SUMMARY_ENV = "GITHUB_STEP_SUMMARY"
 STEP_SUMMARY_LIMIT = 1024 * 1024
 _TRUNCATED = "\n\n_(summary truncated to fit GitHub's 1 MiB step-summary limit)_\n"
@@ -47,19 +50,28 @@ def summary_markdown(title: str, status_line: str, rows: Sequence[Row],
 
 
 def append_step_summary(markdown: str, env: Mapping[str, str] | None = None) -> Path | None:
-    """Append to the file ``$GITHUB_STEP_SUMMARY`` names; None (nothing written) when unset."""
-    target = (os.environ if env is None else env).get(STEP_SUMMARY_ENV)
-    if not target:
+    """Append to the file ``$GITHUB_STEP_SUMMARY`` names; None (nothing written) when unset.
+
+    The path goes through ``kvdoctor.report.target`` like every report: a device or FIFO is written
+    through, a symlink's target is appended to, and anything else is refused in one line.
+    """
+    target_name = (os.environ if env is None else env).get(STEP_SUMMARY_ENV)
+    if not target_name:
         return None
-    path = Path(target)
-    used = path.stat().st_size if path.exists() else 0
+    path = Path(target_name)
+    target = resolve(path, f"${STEP_SUMMARY_ENV}")
+    used = target.real.stat().st_size if target.kind == REGULAR and not target.through else 0
     budget = STEP_SUMMARY_LIMIT - used
     data = markdown.encode("utf-8")
     if len(data) > budget:
         keep = max(0, budget - len(_TRUNCATED.encode()))
         data = data[:keep].decode("utf-8", errors="ignore").encode() + _TRUNCATED.encode()
         data = data[: max(0, budget)]
-    with path.open("ab") as fh:
+    if target.through:
+        write_through(target, data, what=f"${STEP_SUMMARY_ENV}", append=True)
+        return path
+    target.real.parent.mkdir(parents=True, exist_ok=True)
+    with target.real.open("ab") as fh:
         fh.write(data)
     return path
 

@@ -21,6 +21,7 @@ from kvdoctor.core.analysis import Analysis
 from kvdoctor.core.policy import backup_carries
 from kvdoctor.errors import InputError
 from kvdoctor.state import diff as diff_mod
+from kvdoctor.state.budget import check_budget, retracted_for
 from kvdoctor.state.faults import Fault, get_fault
 from kvdoctor.state.fill import fill_background, fill_requests
 from kvdoctor.state.host_copy import CopyLedger, Mover
@@ -70,6 +71,7 @@ class RoundtripResult:
     expected_red: list[str] = field(default_factory=list)
     hazards: list[dict[str, str]] = field(default_factory=list)  # the analysis's error hazards
     elapsed_s: float = 0.0
+    engine: dict[str, str | None] | None = None  # {name, version, path} when an installed server answered
 
     @property
     def failing(self) -> list[str]:
@@ -97,6 +99,7 @@ class RoundtripResult:
             "components": rows,
             "used": self.used,
             "elapsed_s": round(self.elapsed_s, 3),
+            "engine": self.engine or {"name": "kvdoctor", "version": None, "path": None},
         }
 
 
@@ -110,11 +113,17 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
+MAX_SEED = 2**64 - 1  # torch.Generator.manual_seed takes a 64-bit seed
+MAX_TOKENS = 2**31 - 1  # far past any context length; the memory budget refuses far less
+
+
 def _check_options(opts: RoundtripOptions) -> None:
     if opts.requests < 2:
         raise InputError("--requests must be at least 2 (some are retracted, some stay resident)")
-    if opts.tokens < 2:
-        raise InputError("--tokens must be at least 2 (a retraction moves seqlen - 1 tokens)")
+    if not 2 <= opts.tokens <= MAX_TOKENS:
+        raise InputError(f"--tokens must be in [2, {MAX_TOKENS:,}] (a retraction moves seqlen - 1 tokens)")
+    if not 0 <= opts.seed <= MAX_SEED:
+        raise InputError("--seed must be in [0, 2**64) (torch.Generator takes a 64-bit seed)")
     if not 0 < opts.retract_fraction < 1:
         raise InputError("the retracted fraction must be in (0, 1)")
 
@@ -162,21 +171,34 @@ def error_hazards(analysis: Analysis) -> list[dict[str, str]]:
             for h in analysis.hazards if h.severity == "error"]  # fmt: skip
 
 
+def check_run(analysis: Analysis, options: RoundtripOptions) -> tuple[torch.device, Geometry, Sizing]:
+    """Every refusal a run can meet (options, model, device, backend, fault, memory), before anything is
+    allocated or drawn: the CLI calls it before its progress bar, so bad input is one line, not a crash."""
+    _check_options(options)
+    check_supported(analysis)
+    device = resolve_device(options.device)
+    _backend(analysis)
+    if options.inject:
+        get_fault(options.inject)
+    geo = reduced_geometry(analysis, options.reductions)
+    retract_count = retracted_for(options.requests, options.retract_fraction)
+    sizing = plan_sizes(options.requests, retract_count, options.tokens, analysis.flags.page_size, geo.window)
+    check_budget(analysis, geo, sizing, device, fraction=options.retract_fraction)
+    return device, geo, sizing
+
+
 def run_roundtrip(analysis: Analysis, options: RoundtripOptions, progress: Progress | None = None) -> RoundtripResult:
     """Run the retraction protocol on real pools and diff every component byte for byte."""
     started = time.perf_counter()
     report = progress or (lambda what, done, total: None)
-    _check_options(options)
-    check_supported(analysis)
-    device = resolve_device(options.device)
+    device, geo, sizing = check_run(analysis, options)
     backend = _backend(analysis)
     fault: Fault | None = get_fault(options.inject) if options.inject else None
+    n, tokens, retract_count = options.requests, options.tokens, sizing.retracted
 
     gen = torch.Generator().manual_seed(options.seed)
-    n, tokens = options.requests, options.tokens
     low = max(2, tokens // 2)
     seqlens = {rid: int(torch.randint(low, tokens + 1, (1,), generator=gen)) for rid in range(n)}
-    retract_count = min(n - 1, max(1, round(n * options.retract_fraction)))
     retracted = sorted(int(i) for i in torch.randperm(n, generator=gen)[:retract_count])
     total = 6 + 2 * retract_count
     done = 0
@@ -186,8 +208,6 @@ def run_roundtrip(analysis: Analysis, options: RoundtripOptions, progress: Progr
         done += 1
         report(what, done, total)
 
-    geo = reduced_geometry(analysis, options.reductions)
-    sizing = plan_sizes(n, retract_count, tokens, analysis.flags.page_size, geo.window)
     pools = build_pools(analysis, geo, sizing, device, scatter=gen)
     if fault is not None:
         fault.check(pools, analysis.config.source)

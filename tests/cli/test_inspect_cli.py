@@ -70,7 +70,7 @@ def test_table_output_names_the_decision() -> None:
           "--disaggregation-decode-retraction-backup", "host_pool"], "only supported on a PD decode server"),
         (["inspect", "inkling-small", "--swa-full-tokens-ratio", "2"], "must be in (0, 1]"),
         (["inspect", "inkling-small", "--max-total-tokens", "-1"], "must be a positive integer"),
-        (["inspect", "{tmp}/badfield.json"], "unusable config"),
+        (["inspect", "{tmp}/badfield.json"], "field 'head_dim' must be a whole number, got 'x'"),
         (["inspect", "foo/bar baz"], "no such file"),  # not a valid Hub repo id either
     ],
 )  # fmt: skip

@@ -1,8 +1,15 @@
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
 import pytest
 
-from kvdoctor.core.flags import parse_flags
+from kvdoctor.core.flags import parse_flags, parse_launch_line, resolve_option, scan
+from kvdoctor.core.sglang_server_flags import SGLANG_SERVER_FLAGS
 from kvdoctor.errors import FlagError
 
 
@@ -61,3 +68,125 @@ def test_what_sglang_accepts_is_accepted() -> None:
     allowed = ["--disaggregation-mode", "decode", "--disaggregation-decode-retraction-backup", "host_pool",
                "--enable-priority-scheduling", "--disable-priority-preemption"]  # fmt: skip
     assert parse_flags(allowed).enable_priority_scheduling
+
+
+# --- SGLang's own flag list: typos refused, real flags kept, launch lines pasted whole ---
+
+ROOT = Path(__file__).resolve().parents[2]
+SGLANG_SOURCES = [ROOT / ".venv-sglang/lib/python3.11/site-packages/sglang"]
+
+
+def test_every_flag_kvdoctor_models_is_one_sglang_accepts() -> None:
+    from kvdoctor.core.flags import _build_parser, _modelled_options
+
+    assert _modelled_options(_build_parser()) - SGLANG_SERVER_FLAGS == {"--tp"}  # --tp: argparse abbreviation
+    assert resolve_option("--tp") == "--tp-size"
+
+
+def test_the_generated_flag_list_is_what_the_script_reads_from_the_wheel() -> None:
+    source = next((p for p in SGLANG_SOURCES if (p / "srt" / "server_args.py").is_file()), None)
+    if source is None:
+        pytest.skip("no unpacked SGLang wheel here (pip download --no-deps sglang==0.5.23)")
+    script = ROOT / "scripts" / "sglang-server-flags.py"
+    out = subprocess.run([sys.executable, str(script), str(source)], capture_output=True, text=True, check=True,
+                         timeout=120)  # fmt: skip
+    assert out.stdout == (ROOT / "kvdoctor" / "core" / "sglang_server_flags.py").read_text(encoding="utf-8")
+
+
+LIVE_PARSER = """
+import argparse, json
+from sglang.srt.server_args import ServerArgs
+parser = argparse.ArgumentParser()
+ServerArgs.add_cli_args(parser)
+print(json.dumps([[a.option_strings, a.nargs] for a in parser._actions if "--help" not in a.option_strings]))
+"""
+
+
+def test_the_generated_flag_list_matches_sglangs_live_parser() -> None:
+    python = ROOT / ".venv-sglang" / "bin" / "python"
+    if not python.is_file():
+        pytest.skip("SGLang 0.5.23 is not installed in .venv-sglang")
+    out = subprocess.run([str(python), "-c", LIVE_PARSER], capture_output=True, text=True, timeout=300, check=False,
+                         cwd="/")  # fmt: skip
+    if out.returncode:
+        pytest.skip(f"SGLang does not import here: {out.stderr.strip().splitlines()[-1:]}")
+    actions = json.loads(out.stdout.strip().splitlines()[-1])
+
+    def names(keep: Callable[[object], bool]) -> set[str]:
+        return {n for strings, nargs in actions if keep(nargs) for n in strings}
+
+    from kvdoctor.core import sglang_server_flags as generated
+
+    assert names(lambda n: True) == generated.SGLANG_SERVER_FLAGS
+    assert names(lambda n: n == 0) == generated.SGLANG_SWITCHES
+    assert names(lambda n: n in ("+", "*")) == generated.SGLANG_MULTI_VALUE
+    assert names(lambda n: n == "?") == generated.SGLANG_OPTIONAL_VALUE
+
+
+@pytest.mark.parametrize(
+    ("word", "suggestion"),
+    [("--strcit", "--strict"), ("--jsn", "--json"), ("--kv-cache-dtpye", "--kv-cache-dtype"),
+     ("--page-szie", "--page-size")],
+)  # fmt: skip
+def test_an_option_neither_kvdoctor_nor_sglang_knows_is_refused_with_a_suggestion(word: str, suggestion: str) -> None:
+    with pytest.raises(FlagError, match=f"unknown option {word}: .*did you mean {suggestion}\\?"):
+        parse_flags([word, "1"], own_options=("--strict", "--json"))
+
+
+def test_unique_prefixes_expand_and_ambiguous_ones_are_refused_as_sglang_does() -> None:
+    flags = parse_flags(["--kv-cache", "mxfp8", "--trust-remote", "--page-size=16"])
+    assert (flags.kv_cache_dtype, flags.page_size, flags.not_modelled) == ("mxfp8", 16, ("--trust-remote-code",))
+    with pytest.raises(FlagError, match="ambiguous option: --cuda-graph-bs could match"):
+        parse_flags(["--cuda-graph-bs", "8"])
+
+
+def test_values_are_read_with_sglang_arities() -> None:
+    found = scan(["--cuda-graph-bs-decode", "1", "2", "4", "--trust-remote-code", "--context-length", "-1",
+                  "--model-checksum", "--tp-size", "2"])  # fmt: skip
+    assert [(o.name, o.values) for o in found.options] == [
+        ("--cuda-graph-bs-decode", ("1", "2", "4")), ("--trust-remote-code", ()), ("--context-length", ("-1",)),
+        ("--model-checksum", ()), ("--tp-size", ("2",)),
+    ]  # fmt: skip
+    with pytest.raises(FlagError, match="argument --quantization: expected one argument"):
+        scan(["--quantization", "--tp-size", "2"])
+    with pytest.raises(FlagError, match="ignored explicit argument"):
+        scan(["--trust-remote-code=1"])
+
+
+def test_a_stray_word_among_server_flags_is_refused() -> None:
+    with pytest.raises(FlagError, match="unexpected argument 'fp8'"):
+        parse_flags(["--trust-remote-code", "fp8"])
+
+
+@pytest.mark.parametrize(
+    "words",
+    [
+        ["M", "--tp", "2"],
+        ["--tp", "2", "M"],
+        ["--model-path", "M", "--tp", "2"],
+        ["--tp", "2", "--model=M"],
+        ["python", "-m", "sglang.launch_server", "--model-path", "M", "--tp", "2"],
+        ["M", "HF_HOME=/x", "python3.11", "-m", "sglang.launch_server", "--model", "M", "--tp-size", "2"],
+        ["/opt/venv/bin/sglang", "serve", "M", "--tensor-parallel-size", "2"],
+    ],
+)
+def test_model_and_flags_from_any_launch_line(words: list[str]) -> None:
+    line = parse_launch_line(words)
+    assert (line.model, line.server_argv) in {("M", ("--tp-size", "2")), ("M", ("--tensor-parallel-size", "2"))}
+    assert parse_flags(list(line.server_argv)).tp_size == 2
+
+
+def test_launch_lines_without_a_model_or_with_two_are_refused() -> None:
+    with pytest.raises(FlagError, match="missing MODEL"):
+        parse_launch_line(["--tp", "2"])
+    assert parse_launch_line(["--tp", "2"], default_model="D").model == "D"
+    with pytest.raises(FlagError, match="name different models"):
+        parse_launch_line(["A", "--model-path", "B"])
+    with pytest.raises(FlagError, match="unexpected argument 'B' after MODEL 'A'"):
+        parse_launch_line(["A", "B"])
+
+
+def test_own_options_after_the_separator_are_refused_unless_sglang_spells_them_too() -> None:
+    with pytest.raises(FlagError, match="--json is kvdoctor's own option"):
+        parse_launch_line(["M", "--json"], own_options=("--json",))
+    assert parse_launch_line(["M", "--device", "cuda"], own_options=("--device",)).server_argv == ("--device", "cuda")

@@ -121,10 +121,10 @@ def test_swa_layer_rules_beyond_layer_types() -> None:
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        ({"head_dim": "x"}, "unusable config"),
+        ({"head_dim": "x"}, "field 'head_dim' must be a whole number"),
         ({"architectures": "LlamaForCausalLM"}, "must be a list of class names"),
         ({"architectures": ["GptOssForCausalLM"], "layer_types": "sliding"}, "layer_types"),
-        ({"architectures": ["GptOssForCausalLM"], "layer_types": []}, "no attention or recurrent layers"),
+        ({"architectures": ["GptOssForCausalLM"], "layer_types": []}, "has 0 entries for 32 layers"),
     ],
 )
 def test_malformed_fields_are_config_errors_not_tracebacks(change: dict, message: str) -> None:

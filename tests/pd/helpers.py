@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -28,6 +29,19 @@ def pd_args(out: Path, *extra: str) -> list[str]:
         "--router-launcher", ROUTER, "--output-dir", str(out), "--num-shots", "5",
         "--num-questions", "24", "--parallel", "8", "--timeout", "60", *extra,
     ]  # fmt: skip
+
+
+def run_dir(out: Path) -> Path:
+    """The one run directory a pd-eval created under ``--output-dir`` ``out``."""
+    runs = sorted(out.glob("run-*"))
+    assert len(runs) == 1, f"expected one run directory in {out}, found {[r.name for r in runs]}"
+    return runs[0]
+
+
+def result_json(out: Path) -> dict[str, object]:
+    """``result.json`` of the one run under ``out``."""
+    data: dict[str, object] = json.loads((run_dir(out) / "result.json").read_text())
+    return data
 
 
 def invoke(args: list[str]) -> Result:

@@ -15,7 +15,7 @@ import psutil
 import pytest
 
 from kvdoctor.pd.ports import free_ports
-from tests.pd.helpers import STANDINS, invoke, pd_args
+from tests.pd.helpers import STANDINS, invoke, pd_args, result_json
 
 pytestmark = pytest.mark.usefixtures("no_leftovers")
 
@@ -69,7 +69,7 @@ def test_external_decode_without_metrics_cannot_prove_retraction(
     run = invoke([*pd_args(tmp_path), "--router-url", urls["router"], "--decode-url",
                   urls["decode"]])
     assert run.exit_code == 1
-    data = json.loads((tmp_path / "result.json").read_text())
+    data = result_json(tmp_path)
     assert data["exit_reason"] == "retraction_unknown" and data["retractions"] is None
 
 
@@ -96,7 +96,7 @@ def test_timeout(tmp_path: Path, deploy: Deploy, knobs: Callable[..., None], han
     wait_healthy(urls["decode"] + "/health", urls["router"] + "/health")
     run = invoke([*pd_args(tmp_path, "--timeout", "3"), "--router-url", urls["router"],
                   "--decode-url", urls["decode"]])
-    data = json.loads((tmp_path / "result.json").read_text())
+    data = result_json(tmp_path)
     assert run.exit_code == 3, run.output
     assert data["exit_reason"] == "timeout"
     assert data["message"].startswith(where) and "--timeout 3 s" in data["message"]
@@ -110,7 +110,27 @@ def test_fresh_decode_without_retraction_counts_zero_not_unknown(
     urls = deploy("--enable-metrics")
     run = invoke([*pd_args(tmp_path), "--router-url", urls["router"], "--decode-url",
                   urls["decode"]])
-    data = json.loads((tmp_path / "result.json").read_text())
+    data = result_json(tmp_path)
     assert run.exit_code == 1
     assert data["exit_reason"] == "no_retraction"
     assert data["retractions"] == 0 and data["retraction_source"] == "metrics"
+
+
+def test_timeout_bounds_the_server_info_probes(
+    tmp_path: Path, deploy: Deploy, knobs: Callable[..., None]
+) -> None:
+    """``--timeout`` bounds the whole run: a decode whose /server_info hangs once made a 4 s budget
+    take 20 s and more (two 10 s probes outside the deadline). Now the probes stop at the deadline."""
+    knobs(DECODE_INFO_HANG_SECONDS="120")
+    urls = deploy("--enable-metrics")
+    wait_healthy(urls["decode"] + "/health", urls["router"] + "/health")
+    started = time.monotonic()
+    run = invoke([*pd_args(tmp_path, "--timeout", "4"), "--router-url", urls["router"],
+                  "--decode-url", urls["decode"]])
+    elapsed = time.monotonic() - started
+    data = result_json(tmp_path)
+    assert run.exit_code == 3, run.output
+    assert data["exit_reason"] == "timeout"
+    assert data["message"] == "the /server_info probes did not finish within --timeout 4 s"
+    assert elapsed < 4 + 6, f"took {elapsed:.1f} s"
+    assert httpx.get(urls["router"] + "/health").status_code == 200  # external servers left alone

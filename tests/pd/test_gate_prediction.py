@@ -105,3 +105,37 @@ def test_real_core_sizing_of_a_bundled_model() -> None:
     assert forecast.retraction_expected is True
     # The binding pool is the SWA pool (0.1 of the full pool, each request holding its window).
     assert forecast.requests_fit is not None and forecast.requests_fit < forecast.capacity_tokens // 2012
+
+
+def test_the_forecast_sentence_agrees_with_the_pool_that_limits() -> None:
+    """The pd-eval default pool for one Inkling request: 0.5x of the full pool, yet the SWA pool
+    (0.1 of it) cannot hold the request's window. The sentence once read "0 of 1 requests fit:
+    retraction expected" beside the 0.5x ratio; it must say what limits and what that means."""
+    per_request = 1121
+    decode = ["--disaggregation-mode", "decode", "--max-total-tokens",
+              str(prediction.default_pool_tokens(per_request, per_request))]
+    forecast = prediction.predict("inkling-small", decode, mean_prompt_chars=(per_request - 512) * 4,
+                                  max_new_tokens=512, parallel=1, num_questions=1)
+    assert forecast.peak_tokens < forecast.capacity_tokens  # type: ignore[operator]
+    assert forecast.requests_fit == 0 and forecast.swa_tokens is not None
+    message = forecast.message()
+    assert "retraction expected" not in message and "requests fit: retraction" not in message
+    assert "not even one request" in message and f"the SWA pool of {forecast.swa_tokens:,} tokens" in message
+    assert "the full pool alone would hold 1" in message
+
+
+@pytest.mark.parametrize(
+    ("fit", "capacity", "expect"),
+    [(3, 50_000, "3 of 8 requests in flight fit at once (the full pool alone would hold 8; the limit is the SWA "
+                 "pool of 600 tokens): retraction expected"),
+     (3, 600, "3 of 8 requests in flight fit at once: retraction expected"),
+     (8, 50_000, "all 8 requests in flight fit at once, so retraction is unlikely"),
+     (None, 50_000, "pool large enough that retraction is unlikely"),
+     (None, 600, "retraction expected")],
+)  # fmt: skip
+def test_forecast_verdicts(fit: int | None, capacity: int, expect: str) -> None:
+    forecast = prediction.Prediction(prompt_tokens=100, per_request_tokens=200, concurrency=8, peak_tokens=1600,
+                                     capacity_tokens=capacity, capacity_source="test", requests_fit=fit,
+                                     swa_tokens=600)  # fmt: skip
+    assert expect in forecast.message()
+    assert forecast.retraction_expected is ("retraction expected" in expect)

@@ -15,13 +15,9 @@ import pandas as pd
 import pytest
 
 from kvdoctor.pd import run as run_mod
-from tests.pd.helpers import invoke, pd_args
+from tests.pd.helpers import invoke, pd_args, result_json, run_dir
 
 pytestmark = pytest.mark.usefixtures("no_leftovers")
-
-
-def result_json(out: Path) -> dict[str, object]:
-    return json.loads((out / "result.json").read_text())
 
 
 def test_pass_writes_every_report(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -43,9 +39,9 @@ def test_pass_writes_every_report(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     cases = {c.get("name"): c for c in ET.parse(junit).iter("testcase")}
     assert set(cases) == {"deployment", "accuracy", "retraction"}
     assert all(len(c) == 0 or c[0].tag == "system-out" for c in cases.values())
-    rows = pd.read_parquet(out / "questions.parquet")
+    rows = pd.read_parquet(run_dir(out) / "questions.parquet")
     assert len(rows) == 24 and rows["line"].min() == 5  # the 5 shots are never scored
-    assert pd.read_csv(out / "questions.csv")["correct"].all()
+    assert pd.read_csv(run_dir(out) / "questions.csv")["correct"].all()
     text = summary.read_text()
     assert text.startswith("earlier step output\n") and "### kvdoctor pd-eval" in text
 
@@ -120,7 +116,7 @@ def test_server_exiting_at_start_stops_the_run(tmp_path: Path, knobs: Callable[.
     assert data["exit_reason"] == "server_exited"
     assert "prefill exited with code 7" in data["message"]
     assert "exiting at start as asked" in data["message"]  # the log tail is in the report
-    assert not (tmp_path / "decode.log").exists()  # nothing after a failed step starts
+    assert not (run_dir(tmp_path) / "decode.log").exists()  # nothing after a failed step starts
 
 
 def test_server_never_healthy_times_out(tmp_path: Path, knobs: Callable[..., None]) -> None:
@@ -131,7 +127,7 @@ def test_server_never_healthy_times_out(tmp_path: Path, knobs: Callable[..., Non
     assert run.exit_code == 3
     assert data["exit_reason"] == "server_unhealthy"
     assert "prefill never became healthy" in data["message"]
-    assert not (tmp_path / "decode.log").exists()
+    assert not (run_dir(tmp_path) / "decode.log").exists()
 
 
 def test_mini_lb_readiness_is_its_fanned_out_health_generate(
@@ -199,7 +195,7 @@ def test_garbage_mid_eval_costs_questions_not_the_run(
     data = result_json(tmp_path)
     assert run.exit_code == 1 and data["exit_reason"] == "accuracy_below_threshold"
     assert data["accuracy"] == 0.5
-    rows = pd.read_csv(tmp_path / "questions.csv")
+    rows = pd.read_csv(run_dir(tmp_path) / "questions.csv")
     assert rows["error"].notna().sum() == 12
     assert rows["error"].dropna().str.startswith("malformed reply").all()
 
@@ -207,7 +203,7 @@ def test_garbage_mid_eval_costs_questions_not_the_run(
 def test_unexpected_exception_is_exit_3_with_a_result(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    def broken(_launch: object) -> object:
+    def broken(*_args: object) -> object:
         raise OSError(24, "Too many open files")
 
     monkeypatch.setattr(run_mod, "_server_info", broken)
@@ -238,14 +234,24 @@ def test_unwritable_report_is_refused_before_anything_starts(
     assert not (tmp_path / "out").exists()  # nothing was launched or written
 
 
-def test_a_new_run_removes_the_previous_runs_outputs(
+def test_a_run_never_deletes_or_overwrites_files_it_did_not_write(
     tmp_path: Path, knobs: Callable[..., None]
 ) -> None:
-    stale = ["questions.csv", "questions.parquet", "decode.log", "router.log", "result.json"]
-    for name in [*stale, "notes.txt"]:
-        (tmp_path / name).write_text("from an earlier run")
+    """Files already in --output-dir (an earlier run's, or anyone's) are kept byte for byte; each
+    run writes into a fresh run directory of its own and reports it."""
+    names = ["questions.csv", "questions.parquet", "decode.log", "prefill.log", "router.log",
+             "result.json", "notes.txt"]
+    for name in names:
+        (tmp_path / name).write_text(f"someone else's {name}")
     knobs(PREFILL_EXIT_AT_START="7")
-    assert invoke(pd_args(tmp_path)).exit_code == 3
+    first = invoke(pd_args(tmp_path, "--json"))
+    assert first.exit_code == 3
+    assert json.loads(first.stdout)["run_dir"] == str(run_dir(tmp_path))
     assert result_json(tmp_path)["exit_reason"] == "server_exited"
-    left = sorted(p.name for p in tmp_path.iterdir())
-    assert left == ["notes.txt", "prefill.log", "result.json"]  # not ours: kept
+    for name in names:
+        assert (tmp_path / name).read_text() == f"someone else's {name}"
+    assert sorted(p.name for p in run_dir(tmp_path).iterdir()) == ["prefill.log", "result.json"]
+    assert invoke(pd_args(tmp_path)).exit_code == 3  # a second run: a second directory
+    runs = sorted(tmp_path.glob("run-*"))
+    assert len(runs) == 2 and all((r / "result.json").is_file() for r in runs)
+    assert sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith("run-")) == sorted(names)

@@ -13,6 +13,7 @@ from kvdoctor.errors import InputError
 from kvdoctor.pd import gate, reporting
 from kvdoctor.pd.metrics import RetractionCount
 from kvdoctor.pd.result import PdEvalResult, Score
+from kvdoctor.report.preflight import check_outputs
 
 
 def base() -> PdEvalResult:
@@ -70,7 +71,7 @@ def test_unwritable_report_is_one_line_and_exit_2(tmp_path: Path,
                                 console=Console(file=io.StringIO()), env={})
         assert code == 2
         err = capsys.readouterr().err
-        assert err.count("\n") == 1 and err.startswith("kvdoctor: InputError: cannot write")
+        assert err.count("\n") == 1 and err.startswith("kvdoctor: error: cannot write")
 
 
 @pytest.mark.parametrize("case", ["output-under-file", "junit-dir", "junit-under-file",
@@ -87,7 +88,7 @@ def test_check_writable_refuses_what_would_fail_later(tmp_path: Path, case: str)
         junit_path = blocker / "deeper" / "j.xml"
     else:
         env = {"GITHUB_STEP_SUMMARY": str(tmp_path)}
-    reporting.check_writable(tmp_path / "ok", None, {})  # the happy path creates nothing
+    check_outputs(output_dir=tmp_path / "ok", junit_path=None, env={})  # the happy path creates nothing
     with pytest.raises(InputError):
-        reporting.check_writable(out, junit_path, env)
+        check_outputs(output_dir=out, junit_path=junit_path, env=env)
     assert not (tmp_path / "new").exists() and not (tmp_path / "ok").exists()

@@ -5,21 +5,22 @@ Each protection has a twin test that switches it off and sees the leak, so the c
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import psutil
 import pytest
 
+from kvdoctor.pd import reaper, signals, supervisor
 from kvdoctor.pd import run as run_mod
-from kvdoctor.pd import signals, supervisor
-from tests.pd.helpers import KVDOCTOR, ROOT, SERVER, invoke, pd_args, pid_alive
+from tests.pd.helpers import KVDOCTOR, ROOT, SERVER, invoke, pd_args, pid_alive, result_json
 
 pytestmark = pytest.mark.usefixtures("no_leftovers")
 
@@ -28,7 +29,7 @@ def escapee_pid(pidfile: Path) -> int:
     return int(pidfile.read_text())
 
 
-@pytest.mark.parametrize("kind", ["setsid", "daemon"])
+@pytest.mark.parametrize("kind", ["setsid", "daemon", "daemon-noenv"])
 def test_grandchild_that_left_the_group_is_stopped(
     tmp_path: Path, knobs: Callable[..., None], kind: str
 ) -> None:
@@ -46,14 +47,104 @@ def test_without_the_sweeps_a_setsid_grandchild_leaks(
     pidfile = tmp_path / "escapee.pid"
     knobs(DECODE_ESCAPE="setsid", DECODE_ESCAPE_PIDFILE=str(pidfile))
     monkeypatch.setattr(supervisor.Supervisor, "_remember_descendants", lambda *_: None)
+    monkeypatch.setattr(supervisor.Supervisor, "_remember_adopted", lambda *_: None)
     monkeypatch.setattr(supervisor, "marked_processes", lambda *_: [])
     assert invoke(pd_args(tmp_path / "out")).exit_code == 0
     pid = escapee_pid(pidfile)
     try:
         assert pid_alive(pid), "the escapee should have leaked with the sweeps disabled"
     finally:
+        kill_and_reap(pid)
+
+
+@contextlib.contextmanager
+def no_subreaper() -> Iterator[bool]:
+    yield False
+
+
+def test_without_the_subreaper_a_daemon_with_a_cleared_environment_leaks(
+    tmp_path: Path, knobs: Callable[..., None], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Teeth for the subreaper: setsid + double fork + cleared env escapes every other sweep."""
+    pidfile = tmp_path / "escapee.pid"
+    knobs(DECODE_ESCAPE="daemon-noenv", DECODE_ESCAPE_PIDFILE=str(pidfile))
+    monkeypatch.setattr(reaper, "child_subreaper", no_subreaper)
+    run = invoke(pd_args(tmp_path / "out"))
+    pid = escapee_pid(pidfile)
+    try:
+        assert run.exit_code == 0, run.output  # the leak goes unnoticed: nothing can see it
+        assert pid_alive(pid), "without the subreaper the daemon should have escaped"
+        assert "KVDOCTOR_RUN_ID" not in psutil.Process(pid).environ()
+    finally:
+        kill_and_reap(pid)
+
+
+def test_a_process_surviving_teardown_fails_the_run(
+    tmp_path: Path, knobs: Callable[..., None], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A survivor is named in the result and turns a pass into exit 3 (it holds ports, GPUs)."""
+    pidfile = tmp_path / "escapee.pid"
+    knobs(DECODE_ESCAPE="daemon-noenv", DECODE_ESCAPE_PIDFILE=str(pidfile))
+    monkeypatch.setattr(supervisor, "_kill", lambda _proc: None)  # as if it ignored SIGKILL
+    monkeypatch.setattr(supervisor, "SWEEP_WAIT_S", 0.5)
+    run = invoke(pd_args(tmp_path / "out", "--json"))
+    pid = escapee_pid(pidfile)
+    try:
+        assert run.exit_code == 3, run.output
+        data = json.loads(run.stdout)
+        assert data["passed"] is False and data["exit_reason"] == "processes_survived"
+        assert f"escaped pid {pid}" in data["message"] and data["accuracy"] == 1.0
+        assert result_json(tmp_path / "out") == data
+    finally:
+        kill_and_reap(pid)
+
+
+# kvdoctor as a separate process, with the parent-death signal on or (to prove it matters) off.
+KVDOCTOR_PDEATHSIG = [
+    sys.executable, "-c",
+    "import sys\n"
+    "import kvdoctor.pd.supervisor as s\n"
+    "if sys.argv.pop(1) == 'off':\n"
+    "    s.PARENT_DEATH_SIGNAL = None\n"
+    "from kvdoctor.cli.app import main\n"
+    "main()\n",
+]
+
+
+@pytest.mark.parametrize("pdeathsig", ["on", "off"])
+def test_servers_die_with_a_sigkilled_kvdoctor(
+    tmp_path: Path, knobs: Callable[..., None], pdeathsig: str
+) -> None:
+    """SIGKILL runs no teardown; the kernel's parent-death signal still stops every server."""
+    knobs(DECODE_HANG_SECONDS="120", DECODE_HANG_AFTER="1")
+    out = tmp_path / "out"
+    proc = subprocess.Popen([*KVDOCTOR_PDEATHSIG, pdeathsig, *pd_args(out)], cwd=ROOT,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    started: list[psutil.Process] = []
+    try:
+        wait_for(lambda: any("request #2" in log.read_text() for log in out.glob("run-*/decode.log")))
+        started = psutil.Process(proc.pid).children()
+        assert len(started) == 3
+        proc.kill()
+        assert proc.wait(timeout=30) == -signal.SIGKILL
+        if pdeathsig == "on":
+            wait_for(lambda: not any(pid_alive(p.pid) for p in started))
+        else:
+            assert all(pid_alive(p.pid) for p in started), "without it the servers outlive kvdoctor"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        for server in started:
+            kill_and_reap(server.pid)
+
+
+def kill_and_reap(pid: int) -> None:
+    """SIGKILL ``pid`` and wait until it is gone (reaping it if it was adopted by this process)."""
+    with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGKILL)
-        wait_for(lambda: not pid_alive(pid))  # SIGKILL lands asynchronously
+    wait_for(lambda: not pid_alive(pid))  # SIGKILL lands asynchronously
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(pid, os.WNOHANG)
 
 
 def test_only_the_marker_finds_a_double_forked_daemon(tmp_path: Path) -> None:
@@ -92,7 +183,7 @@ def test_server_ignoring_sigterm_is_killed_after_grace(
     class Recording(supervisor.Supervisor):
         def __enter__(self) -> supervisor.Supervisor:
             supervisors.append(self)
-            return self
+            return super().__enter__()
 
     monkeypatch.setattr(run_mod, "Supervisor", Recording)
     result = run_mod.run(run_mod.prepare(options, download=False))
@@ -155,9 +246,8 @@ def test_signal_mid_eval_tears_down(
     cmd = [*KVDOCTOR, *pd_args(out)]
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        decode_log = out / "decode.log"
         # The eval is in flight once decode has taken a request after the smoke request.
-        wait_for(lambda: decode_log.exists() and "request #2" in decode_log.read_text())
+        wait_for(lambda: any("request #2" in log.read_text() for log in out.glob("run-*/decode.log")))
         started = [psutil.Process(p.pid) for p in psutil.Process(proc.pid).children()]
         assert len(started) == 3
         proc.send_signal(sig)
@@ -166,5 +256,5 @@ def test_signal_mid_eval_tears_down(
         if proc.poll() is None:
             proc.kill()
     assert not any(pid_alive(p.pid) for p in started)
-    data = json.loads((out / "result.json").read_text())
+    data = result_json(out)
     assert data["exit_reason"] == "interrupted" and data["exit_code"] == code

@@ -102,19 +102,21 @@ class JsonHandler(BaseHTTPRequestHandler):
 
 
 def spawn_escapee(kind: str, pidfile: str) -> None:
-    """A grandchild that leaves our process group: ``setsid`` (still our child until we die) or
-    ``daemon`` (double fork: reparented away at once, invisible to a tree walk)."""
+    """A grandchild that leaves our process group: ``setsid`` (still our child until we die),
+    ``daemon`` (double fork: reparented away at once, invisible to a tree walk) or ``daemon-noenv``
+    (a daemon with a cleared environment: no run marker either; only a subreaper still sees it)."""
     code = (
         "import os, sys, time\n"
-        "if sys.argv[1] == 'daemon' and os.fork():\n"
+        "if sys.argv[1].startswith('daemon') and os.fork():\n"
         "    os._exit(0)\n"
         "os.setsid()\n"
         "open(sys.argv[2] + '.tmp', 'w').write(str(os.getpid()))\n"
         "os.rename(sys.argv[2] + '.tmp', sys.argv[2])\n"
         "time.sleep(3600)\n"
     )
-    child = subprocess.Popen([sys.executable, "-c", code, kind, pidfile])
-    if kind == "daemon":
+    env = {} if kind == "daemon-noenv" else None
+    child = subprocess.Popen([sys.executable, "-c", code, kind, pidfile], env=env)
+    if kind.startswith("daemon"):
         child.wait()
     deadline = time.monotonic() + 30
     while not os.path.exists(pidfile) and time.monotonic() < deadline:

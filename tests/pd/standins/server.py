@@ -6,7 +6,9 @@ Behaviour knobs (see common.py for the env naming): ACCURACY (fraction answered 
 1), ANSWER=none (never a number), RETRACT_EVERY (decode: one retraction per N requests, default
 4, 0 = never), CRASH_AFTER (exit after N requests), EXIT_AT_START (exit code at start),
 UNHEALTHY_PROBES (503 for the first N health probes), NEVER_HEALTHY, HANG_SECONDS (each
-generation after the first HANG_AFTER waits this long), ESCAPE=setsid|daemon with ESCAPE_PIDFILE, IGNORE_SIGTERM, DATA.
+generation after the first HANG_AFTER waits this long), ESCAPE=setsid|daemon|daemon-noenv with
+ESCAPE_PIDFILE, IGNORE_SIGTERM, DATA, NEVER_LISTEN (stay alive without ever binding the port: a
+server still loading its model), INFO_HANG_SECONDS (``/server_info`` answers this late).
 """
 
 from __future__ import annotations
@@ -166,6 +168,9 @@ def make_handler(state: State) -> type[JsonHandler]:
             elif path == "/metrics" and state.args.enable_metrics:
                 self.send(200, text=state.metrics(), content_type="text/plain; version=0.0.4")
             elif path in ("/get_server_info", "/server_info"):
+                hang = state.knobs.number("INFO_HANG_SECONDS", 0.0)
+                if hang:
+                    threading.Event().wait(hang)
                 self.send(200, state.server_info())
             elif path in ("/get_model_info", "/model_info"):
                 self.send(200, {"model_path": state.args.model_path, "is_generation": True})
@@ -219,6 +224,9 @@ def main(argv: list[str]) -> None:
     if knobs.raw("ESCAPE"):
         spawn_escapee(knobs.raw("ESCAPE"), knobs.raw("ESCAPE_PIDFILE"))
     state = State(args, knobs)
+    if knobs.flag("NEVER_LISTEN"):
+        log("still loading the model (NEVER_LISTEN): the port stays unbound")
+        threading.Event().wait()
     server = FastServer((args.host, args.port), make_handler(state))
     log(f"The server is fired up and ready to roll! ({args.host}:{args.port})")
     server.serve_forever()

@@ -1,0 +1,17 @@
+"""Outside strings made safe for rich: control characters stripped, then markup escaped.
+
+A config's ``model_type``, an architecture name, a path or a pasted flag value is data, never markup:
+``[/x]`` in one would crash rich (MarkupError) and ``[mamba2_config; srt/...]`` would vanish as an
+unknown tag. Every renderer passes such a string through ``safe`` before it reaches a table or print.
+"""
+
+from __future__ import annotations
+
+from rich.markup import escape
+
+from kvdoctor.text import printable
+
+
+def safe(value: object) -> str:
+    """VALUE as literal text for rich: no escape sequences or control characters, markup escaped."""
+    return escape(printable(value))

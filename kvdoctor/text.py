@@ -1,0 +1,37 @@
+"""Strings from the outside world (configs, paths, argv) made safe to print on one terminal line.
+
+A config field or a file name can hold anything: newlines that would split kvdoctor's one-line error,
+ANSI escape sequences that recolour or rewrite the terminal, bidirectional overrides that reorder
+what a reader sees. ``printable`` removes them; the CLI's ``safe`` (``kvdoctor/cli/text.py``) then
+escapes rich markup. Pure standard library, so the core floor can use it too.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+
+# CSI (ESC [ ... final), OSC (ESC ] ... BEL or ESC \) and two-byte ESC sequences.
+_ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b[@-_]")
+_BIDI = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+_WHITESPACE = frozenset("\t\n\r\v\f\x85\u2028\u2029")
+MAX_SHOWN = 200  # characters of one outside value echoed in a message
+
+
+def printable(text: object) -> str:
+    """TEXT without escape sequences or control characters; line breaks and tabs become spaces."""
+    out = []
+    for ch in _ANSI.sub("", str(text)):
+        if ch in _WHITESPACE:
+            out.append(" ")
+        elif ch in _BIDI or unicodedata.category(ch) in ("Cc", "Cs"):
+            continue
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+def shown(text: object, limit: int = MAX_SHOWN) -> str:
+    """A printable TEXT cut to LIMIT characters (a 10,000-character path stays one readable line)."""
+    clean = printable(text)
+    return clean if len(clean) <= limit else f"{clean[: limit - 1]}…"

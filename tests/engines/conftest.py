@@ -1,0 +1,16 @@
+"""The engine suite runs SGLang's own code; it needs .venv-sglang/ (``make test-sglang``)."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+
+HAVE_SGLANG = importlib.util.find_spec("sglang") is not None
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    skip = pytest.mark.skip(reason="SGLang is not installed here (make sglang-env; make test-sglang)")
+    for item in items:
+        if "sglang" in item.keywords and not HAVE_SGLANG:
+            item.add_marker(skip)

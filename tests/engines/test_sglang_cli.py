@@ -1,0 +1,56 @@
+"""``kvdoctor roundtrip --engine sglang`` as a user runs it: header, exit codes, refusals."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+pytestmark = pytest.mark.sglang
+
+DONE_WHEN = ["inkling-small", "--engine", "sglang", "--kv-cache-dtype", "mxfp8", "--disaggregation-mode", "decode",
+             "--page-size", "128", "--device", "cpu"]  # fmt: skip
+
+
+def kvdoctor(*args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "COLUMNS": "200", "TRITON_INTERPRET": "1"}
+    return subprocess.run([sys.executable, "-m", "kvdoctor", *args], capture_output=True, text=True,
+                          timeout=600, check=False, env=env)  # fmt: skip
+
+
+def test_done_when_command_is_green_and_names_sglang() -> None:
+    out = kvdoctor("roundtrip", *DONE_WHEN)
+    assert out.returncode == 0, out.stderr
+    from importlib.metadata import version
+
+    assert f"engine sglang {version('sglang')}" in out.stdout
+    assert "Round trip OK" in out.stdout
+    assert "stub: platform" in out.stdout
+
+
+def test_fault_exits_1_with_inject_matched_in_json() -> None:
+    out = kvdoctor("roundtrip", *DONE_WHEN, "--requests", "4", "--tokens", "64", "--inject", "drop-swa", "--json")
+    assert out.returncode == 1, out.stderr
+    report = json.loads(out.stdout)
+    assert report["inject_matched"] is True and report["engine"]["name"] == "sglang"
+    assert set(report["failing"]) == {"swa_kv", "swa_kv_scales"}
+
+
+def test_sglang_refusal_is_exit_2_with_its_file_and_line() -> None:
+    out = kvdoctor("roundtrip", *DONE_WHEN, "--gpu-arch", "sm90")
+    assert out.returncode == 2
+    assert "SM100" in out.stderr and "kv_cache_hook.py:" in out.stderr
+    assert "Traceback" not in out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1
+
+
+def test_model_sglang_does_not_know_is_exit_2(tmp_path) -> None:
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"model_type": "no_such_model_type", "architectures": ["NoSuchForCausalLM"],
+                                  "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 2}))  # fmt: skip
+    out = kvdoctor("roundtrip", str(tmp_path), "--engine", "sglang", "--device", "cpu")
+    assert out.returncode == 2, (out.stdout, out.stderr)
+    assert "Traceback" not in out.stderr
