@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 
 import torch
@@ -64,6 +64,21 @@ class BenchRow:
     vs_pinned: float | None = None  # fraction of the measured pinned copy bandwidth (CUDA)
 
 
+@dataclass(frozen=True)
+class ExtraPath:
+    """Another implementation of the same offload/restore, timed in the same interleaved rounds.
+
+    ``kvdoctor bench roundtrip --engine sglang`` passes SGLang's own ``backup_kv_cache`` /
+    ``restore_kv_cache`` on SGLang's own pools holding the same requests (``nbytes`` per round, from
+    its copy ledger), so the ratios come from one run on one machine state.
+    """
+
+    name: str
+    offload: Callable[[], object]
+    restore: Callable[[object], None]
+    nbytes: int
+
+
 @dataclass
 class BenchResult:
     device: str
@@ -75,6 +90,7 @@ class BenchResult:
     bytes_match: bool
     rows: list[BenchRow]
     used: dict[str, object]
+    versus: dict[str, dict[str, float]] = field(default_factory=dict)  # ours / other path, best GB/s
 
     def ratio(self, direction: str) -> float | None:
         return next((r.vs_naive for r in self.rows if r.path == "ours" and r.direction == direction), None)
@@ -106,7 +122,7 @@ def _naive_view(plane: Plane, layer: int, heads: int) -> torch.Tensor:
     data = plane.data[layer]
     if plane.units_per_slot == 1 and plane.unit_bytes % heads == 0:
         return data.view(data.shape[0], heads, -1)  # (rows, heads, bytes per head), as the pool
-    return data.view(-1)
+    return data  # (units, bytes per unit): a page-interleaved scale plane's scattered units
 
 
 def _naive_out(planes: list[Plane], slots: torch.Tensor, heads: int, key: str, out: NaiveBackup) -> None:
@@ -258,8 +274,8 @@ def _pinned_rows(device: torch.device, nbytes: int, opts: BenchOptions) -> list[
     ]
 
 
-def bench_roundtrip(analysis: Analysis, opts: BenchOptions) -> BenchResult:
-    """Offload and restore every request, both ways, in one run; report bandwidths and ratios."""
+def bench_roundtrip(analysis: Analysis, opts: BenchOptions, extra: Sequence[ExtraPath] = ()) -> BenchResult:
+    """Offload and restore every request, every path, in one run; report bandwidths and ratios."""
     device = resolve_device(opts.device)
     geo = reduced_geometry(analysis, opts.reductions)
     sizing = plan_sizes(opts.requests, 0, opts.tokens, analysis.flags.page_size, geo.window)
@@ -285,12 +301,18 @@ def bench_roundtrip(analysis: Analysis, opts: BenchOptions) -> BenchResult:
         lambda: [naive_offload(pools, r) for r in reqs],
         lambda saved: [naive_restore(pools, r, s) for r, s in zip(reqs, saved, strict=True)],  # type: ignore[call-overload]
     )
-    _interleaved([ours, naive], opts)
+    others = [(x, _Path(x.offload, x.restore)) for x in extra]
+    _interleaved([ours, naive, *(p for _, p in others)], opts)
     rows = []
+    versus: dict[str, dict[str, float]] = {x.name: {} for x in extra}
     for i, direction in enumerate(("offload", "restore")):
         mine = _row("ours", direction, nbytes, ours.samples[i])
         theirs = _row("naive", direction, nbytes, naive.samples[i])
         rows += [BenchRow(**{**asdict(mine), "vs_naive": mine.best_gbps / theirs.best_gbps}), theirs]
+        for x, path in others:
+            row = _row(x.name, direction, x.nbytes, path.samples[i])
+            rows.append(BenchRow(**{**asdict(row), "vs_naive": row.best_gbps / theirs.best_gbps}))
+            versus[x.name][direction] = mine.best_gbps / row.best_gbps
     if device.type == "cuda":
         pinned = _pinned_rows(device, nbytes, opts)
         ceiling = {r.direction: r.gbps for r in pinned}
@@ -304,6 +326,7 @@ def bench_roundtrip(analysis: Analysis, opts: BenchOptions) -> BenchResult:
         bytes_per_round=nbytes,
         bytes_match=match,
         rows=rows,
+        versus=versus,
         used={"reductions": opts.reductions.describe(), "page_size": sizing.page_size, "repeats": opts.repeats,
               "kv_pool": analysis.layout.kv_pool, "host_arena_bytes": session.mover.arena.held_bytes},
     )  # fmt: skip

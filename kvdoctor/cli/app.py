@@ -17,6 +17,7 @@ with startup_guard():  # Ctrl-C while typer and the commands import: one line, e
         bench_mxfp8,
         bench_pd_eval,
         bench_roundtrip,
+        drift,
         inspect_cmd,
         pd_eval,
         roundtrip,
@@ -37,9 +38,33 @@ app = typer.Typer(
 )
 bench = typer.Typer(help="Side-by-side benchmarks (ratios measured in one run).", no_args_is_help=True)
 
+
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import PackageNotFoundError, version
+
+        from kvdoctor import __version__
+
+        try:
+            installed = version("kvdoctor")
+        except PackageNotFoundError:
+            installed = __version__
+        typer.echo(f"kvdoctor {installed}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _root(
+    show_version: bool = typer.Option(
+        False, "--version", callback=_version, is_eager=True, help="Print kvdoctor's version and exit."
+    ),
+) -> None:
+    """Diagnose and regression-test how an inference server keeps KV-cache state alive."""
+
 app.command("inspect", context_settings=PASSTHROUGH)(inspect_cmd.inspect)
 app.command("roundtrip", context_settings=PASSTHROUGH)(roundtrip.roundtrip)
 app.command("pd-eval", context_settings=PASSTHROUGH)(pd_eval.pd_eval)
+app.command("drift")(drift.drift)
 app.add_typer(bench, name="bench")
 bench.command("mxfp8")(bench_mxfp8.bench_mxfp8)
 bench.command("roundtrip", context_settings=PASSTHROUGH)(bench_roundtrip.bench_roundtrip)

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Annotated, Any
 
 import typer
 
 from kvdoctor.cli.errors import exit_on_error
 from kvdoctor.cli.launch import launch_line
 from kvdoctor.cli.text import safe
+from kvdoctor.engines import Engine, GpuArch
 
 
 def render(report: dict[str, Any]) -> None:
@@ -34,6 +35,11 @@ def render(report: dict[str, Any]) -> None:
     match = "[green]identical[/]" if report["bytes_match"] else "[bold red]DIFFER[/]"
     console.print(f"backup bytes, ours vs naive: {match}; offload {report['offload_speedup']:.2f}x, "
                   f"restore {report['restore_speedup']:.2f}x the naive copy")  # fmt: skip
+    for name, ratios in report.get("versus", {}).items():
+        console.print(f"ours vs {safe(name)}'s own path (best GB/s): offload {ratios['offload']:.2f}x, "
+                      f"restore {ratios['restore']:.2f}x", highlight=False)  # fmt: skip
+    for note in report["used"].get("sglang_notes", []):
+        console.print(f"note: {safe(note)} (SGLang's MXFP8 scale stores are Triton kernels)", highlight=False)
 
 
 def bench_roundtrip(
@@ -46,6 +52,14 @@ def bench_roundtrip(
     layers: int | None = typer.Option(None, "--layers", min=1, help="Reduce: at most N layers per sub-pool."),
     heads: int | None = typer.Option(None, "--heads", min=1, help="Reduce: at most N KV / recurrent heads."),
     json_output: bool = typer.Option(False, "--json", help="Print one JSON object instead of a table."),
+    engine: Annotated[Engine, typer.Option(
+        "--engine", help="sglang: also time SGLang's own backup_kv_cache/restore_kv_cache in the same rounds.",
+    )] = Engine.KVDOCTOR,
+    gpu_arch: Annotated[GpuArch, typer.Option(
+        "--gpu-arch",
+        help="The GPU the server runs on: SGLang's defaults (attention backend, page size, MXFP8) depend on it; "
+        "with --engine sglang, the platform SGLang is told (a stub).",
+    )] = GpuArch.SM100,
 ) -> None:
     """Offload and restore bandwidth of kvdoctor's copy engine vs SGLang's per-layer copy, one run.
 
@@ -59,10 +73,17 @@ def bench_roundtrip(
 
         line = launch_line(ctx, model, default_model="inkling-small")
         flags = list(line.server_argv) or ["--kv-cache-dtype", "mxfp8", "--disaggregation-mode", "decode"]
-        analysis = analyze(line.model, flags)
+        analysis = analyze(line.model, flags, platform=gpu_arch.platform())
         options = BenchOptions(device=device, requests=requests, tokens=tokens, repeats=repeats,
                                reductions=Reductions(layers=layers, heads=heads))  # fmt: skip
-        result = run(analysis, options)
+        extra, used = [], {}
+        if engine is Engine.SGLANG:
+            from kvdoctor.engines.sglang.bench import sglang_path
+
+            path, used = sglang_path(line.model, flags, options, gpu_arch)
+            extra = [path]
+        result = run(analysis, options, extra)
+        result.used.update(used)
     report = result.to_json()
     if json_output:
         typer.echo(json.dumps(report, indent=2, default=str))

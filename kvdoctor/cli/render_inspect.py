@@ -20,6 +20,8 @@ SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
 def _model_table(r: dict[str, Any]) -> Table:
     m = r["model"]
     t = Table(title="Model", show_header=False, title_justify="left")
+    for _ in range(2):
+        t.add_column(overflow="fold")
     layers = m["layers"]
     rows = [
         ("model_type", f"{m['model_type']} (text: {m['text_model_type']})"),
@@ -38,9 +40,9 @@ def _model_table(r: dict[str, Any]) -> Table:
 
 def _components_table(r: dict[str, Any]) -> Table:
     t = Table(title="State components (per TP rank)", title_justify="left")
-    t.add_column("component", no_wrap=True)
+    t.add_column("component", overflow="fold")
     for col in ("pool", "index", "dtype", "layers", "shape / layer", "bytes"):
-        t.add_column(col)
+        t.add_column(col, overflow="fold")  # wrap, even inside a long word: never cut with …
     for c in r["components"]:
         size = c.get("bytes_per_token") or c.get("bytes_per_request")
         unit = "/token" if "bytes_per_token" in c else "/request"
@@ -58,7 +60,7 @@ def _backup_table(r: dict[str, Any]) -> Table:
     title = f"Retraction backup: {b['backend']} ({how}; {applies}); hicache_ratio {b['hicache_ratio']}"
     t = Table(title=safe(title), title_justify="left")
     for col in ("host_pool needs", "holds", "value"):
-        t.add_column(col)
+        t.add_column(col, overflow="fold")  # wrap, even inside a long word: never cut with …
     for c in b["reasons"]:
         mark = "[green]yes[/]" if c["passed"] else "[red]no[/]"
         t.add_row(safe(c["name"]), mark, safe(c["detail"]))
@@ -69,6 +71,8 @@ def _sizing_table(r: dict[str, Any]) -> Table:
     s = r["sizing"]
     f = s["forecast"]
     t = Table(title="Pool sizing", show_header=False, title_justify="left")
+    for _ in range(2):
+        t.add_column(overflow="fold")
     full = s["full_tokens"] if s["full_tokens"] is not None else "from GPU memory"
     t.add_row("full pool", safe(f"{full} tokens, {format_bytes(s['full_bytes'])}"))
     if s["swa_tokens"] is not None:
@@ -90,7 +94,7 @@ def _sizing_table(r: dict[str, Any]) -> Table:
 def _hazard_table(r: dict[str, Any]) -> Table:
     t = Table(title="Hazards", title_justify="left")
     for col in ("severity", "code", "what to do"):
-        t.add_column(col)
+        t.add_column(col, overflow="fold")  # wrap, even inside a long word: never cut with …
     for h in r["hazards"]:
         style = SEVERITY_STYLE.get(h["severity"], "")
         t.add_row(f"[{style}]{safe(h['severity'])}[/]", safe(h["code"]), safe(h["message"]))

@@ -10,6 +10,7 @@ import typer
 
 from kvdoctor.cli.errors import exit_on_error
 from kvdoctor.cli.launch import launch_line
+from kvdoctor.cli.progress import with_progress
 from kvdoctor.cli.text import safe
 from kvdoctor.cli.units import format_bytes
 from kvdoctor.engines import Engine, GpuArch
@@ -152,7 +153,9 @@ def roundtrip(
         help="Whose pools and retraction code run: kvdoctor's model of SGLang, or the installed SGLang itself.",
     )] = Engine.KVDOCTOR,
     gpu_arch: Annotated[GpuArch, typer.Option(
-        "--gpu-arch", help="--engine sglang: the GPU SGLang is told it runs on (a platform stub)."
+        "--gpu-arch",
+        help="The GPU the server runs on: SGLang's defaults (attention backend, page size, MXFP8) depend on it; "
+        "with --engine sglang, the platform SGLang is told (a stub).",
     )] = GpuArch.SM100,
     emulate_d2h: bool = typer.Option(
         False,
@@ -182,12 +185,12 @@ def roundtrip(
         if engine is Engine.SGLANG:
             result = _run_engine(model, list(line.server_argv), options, gpu_arch, emulate_d2h, json_output)
         else:
-            analysis = analyze(model, line.server_argv)
+            analysis = analyze(model, line.server_argv, platform=gpu_arch.platform())
             check_run(analysis, options)  # bad input (memory budget included) refused before any output
             if json_output:
                 result = run_roundtrip(analysis, options)
             else:
-                result = _run_with_progress(analysis, options, run_roundtrip)
+                result = with_progress(lambda update: run_roundtrip(analysis, options, update), "round trip")
     report = result.to_json()
     if json_output:
         typer.echo(json.dumps(report, indent=2, default=str))
@@ -209,19 +212,4 @@ def _run_engine(model: str, argv: list[str], options: Any, arch: GpuArch, emulat
     engine = EngineOptions(arch=arch, emulate_d2h=emulate_d2h)
     if quiet:
         return run_roundtrip(model, argv, options, engine)
-    return _run_with_progress(model, options, lambda _, opts, update: run_roundtrip(model, argv, opts, engine, update))
-
-
-def _run_with_progress(analysis: Any, options: Any, run: Any) -> Any:
-    from rich.console import Console
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-
-    columns = (TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-               TimeElapsedColumn())  # fmt: skip
-    with Progress(*columns, console=Console(stderr=True), transient=True) as bar:
-        task = bar.add_task("round trip", total=None)
-
-        def update(what: str, done: int, total: int) -> None:
-            bar.update(task, description=what, completed=done, total=total)
-
-        return run(analysis, options, update)
+    return with_progress(lambda update: run_roundtrip(model, argv, options, engine, update), "import SGLang")

@@ -18,7 +18,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from kvdoctor.core import validate
+from kvdoctor.core import rules, validate
 from kvdoctor.errors import ConfigError
 from kvdoctor.text import shown
 
@@ -29,12 +29,18 @@ TEXT_CONFIG_KEYS = ("thinker_config", "llm_config", "language_config", "text_con
 
 @dataclass(frozen=True)
 class ModelConfig:
-    """A parsed ``config.json``: the top level as written, and the text config SGLang reads."""
+    """A parsed ``config.json``: the top level as written, and the text config SGLang reads.
+
+    ``derived`` holds the fields SGLang's config class computes when the file leaves them out (the
+    layer count of a LongCat-Flash ``num_layers`` or a Nemotron-H ``layers_block_type``); ``get``
+    reads them last.
+    """
 
     source: str
     top: Mapping[str, Any]
     text: Mapping[str, Any] = field(repr=False)
     text_path: str = ""  # where the text config sits in the file ("text_config"), "" when it is the top
+    derived: Mapping[str, Any] = field(default_factory=dict, repr=False)
 
     @property
     def model_type(self) -> str:
@@ -60,10 +66,17 @@ class ModelConfig:
         return f"{self.text_path}.{key}" if self.text_path and key in self.text else key
 
     def get(self, key: str, default: Any = None) -> Any:
-        """A text-config field, falling back to the top level (how HF configs are read)."""
+        """A text-config field, falling back to the top level (how HF configs are read), then to what
+        SGLang's config class derives."""
         if key in self.text:
             return self.text[key]
-        return self.top.get(key, default)
+        if key in self.top:
+            return self.top[key]
+        return self.derived.get(key, default)
+
+    def own(self, key: str) -> Any:
+        """KEY as the text config itself states it (None when absent or null), without the fallback."""
+        return self.text.get(key)
 
     def require(self, key: str) -> Any:
         """A text-config field kvdoctor cannot do without; its absence is the user's error."""
@@ -98,9 +111,31 @@ def _text_config(top: Mapping[str, Any]) -> tuple[Mapping[str, Any], str]:
     return top, ""
 
 
+def _derived_fields(text: Mapping[str, Any], model_type: str) -> dict[str, Any]:
+    """Fields SGLang's config class computes from others when the file does not state them."""
+    derived: dict[str, Any] = {}
+    if text.get("num_hidden_layers") is None:
+        if model_type in rules.LONGCAT_MODEL_TYPES and text.get("num_layers") is not None:
+            derived["num_hidden_layers"] = text["num_layers"]  # rules.LONGCAT_LAYERS_SOURCE
+        blocks = text.get("layers_block_type")
+        if model_type in rules.NEMOTRON_H_MODEL_TYPES and isinstance(blocks, list):
+            derived["num_hidden_layers"] = len(blocks)  # rules.NEMOTRON_H_COUNT_SOURCE
+    return derived
+
+
+def _fixtures_root() -> Any:
+    """The ``fixtures`` package of *this* kvdoctor: the source tree's own when kvdoctor runs from a
+    checkout (so a checkout never reads another checkout's installed fixtures), else the installed
+    ``kvdoctor_fixtures``."""
+    tree = Path(__file__).resolve().parents[2] / "fixtures"
+    if (tree / "__init__.py").is_file() and (tree / "models").is_dir():
+        return tree
+    return resources.files("kvdoctor_fixtures")
+
+
 def bundled_fixtures() -> dict[str, Path]:
     """Fixture name → path, for every ``fixtures/models/*.json`` shipped with kvdoctor."""
-    root = resources.files("kvdoctor_fixtures") / "models"
+    root = _fixtures_root() / "models"
     return {
         Path(entry.name).stem: Path(str(entry))
         for entry in root.iterdir()
@@ -164,7 +199,9 @@ def parse_config(text: str, source: str) -> ModelConfig:
         raise ConfigError(f"{source}: JSON nested deeper than {validate.MAX_JSON_DEPTH} levels")
     if not top.get("model_type"):
         raise ConfigError(f"{source}: field 'model_type' is missing")
-    config = ModelConfig(source, top, *_text_config(top))
+    text, text_path = _text_config(top)
+    model_type = str(text.get("model_type", top["model_type"]))
+    config = ModelConfig(source, top, text, text_path, _derived_fields(text, model_type))
     validate.validate_config(config)
     return config
 

@@ -14,6 +14,7 @@ from kvdoctor.core import rules
 from kvdoctor.core.config import ModelConfig
 from kvdoctor.core.layer_types import granite_layer_types, minicpm_mixer_types
 from kvdoctor.core.sglang_architectures import SGLANG_ARCHITECTURES
+from kvdoctor.core.transformers_causal_lm import TRANSFORMERS_CAUSAL_LM_MODEL_TYPES
 from kvdoctor.errors import UnknownModelError
 
 
@@ -50,12 +51,15 @@ CONDITIONS: dict[str, Callable[[ModelConfig], bool]] = {
 class Classification:
     """What kind of state a model carries, and which SGLang rule said so."""
 
-    family: str  # a FamilyRule.family, or "dense" / "mla" / "hybrid_swa" for attention-only models
+    family: str  # a FamilyRule.family, or "dense" / "mla" / "dsa" / "dsv4" / "hybrid_swa" (attention only)
     uses_ssm_state: bool
     is_hybrid_swa: bool
     is_mla: bool
     predicate: str | None  # the SGLang helper that matched, e.g. "mamba2_config"
     source: str
+    is_dsa: bool = False  # DeepSeek sparse attention: a DSATokenToKVPool with an indexer key cache
+    is_dsv4: bool = False  # DeepSeek-V4: its own DeepSeekV4TokenToKVPool
+    transformers_backend: bool = False  # no SGLang model class: served through its Transformers backend
 
 
 def _recurrent_rule(cfg: ModelConfig) -> rules.FamilyRule | None:
@@ -89,6 +93,15 @@ def is_mla(cfg: ModelConfig) -> bool:
     return bool(archs & rules.MLA_ARCHS)
 
 
+def is_dsa(cfg: ModelConfig) -> bool:
+    """is_deepseek_dsa: a DSA architecture whose config sets index_topk."""
+    return cfg.architecture in rules.DSA_ARCHS and cfg.get("index_topk") is not None
+
+
+def is_dsv4(cfg: ModelConfig) -> bool:
+    return cfg.architecture in rules.DSV4_ARCHS
+
+
 def is_known(cfg: ModelConfig) -> bool:
     """SGLang serves it: a registered architecture or a model type in the family tables."""
     known_types = {t for rule in rules.FAMILY_RULES for t in rule.model_types}
@@ -97,7 +110,14 @@ def is_known(cfg: ModelConfig) -> bool:
         cfg.architecture in SGLANG_ARCHITECTURES
         or cfg.model_type in known_types
         or cfg.text_model_type in known_types
+        or via_transformers(cfg)
     )
+
+
+def via_transformers(cfg: ModelConfig) -> bool:
+    """No SGLang class for the architecture, but transformers has a causal LM for the model type: SGLang
+    appends its Transformers backend as the fallback (``rules.TRANSFORMERS_FALLBACK``)."""
+    return cfg.architecture not in SGLANG_ARCHITECTURES and cfg.model_type in TRANSFORMERS_CAUSAL_LM_MODEL_TYPES
 
 
 def classify(cfg: ModelConfig, *, disable_hybrid_swa_memory: bool = False) -> Classification:
@@ -109,9 +129,19 @@ def classify(cfg: ModelConfig, *, disable_hybrid_swa_memory: bool = False) -> Cl
         )
     swa = is_hybrid_swa(cfg, disable_hybrid_swa_memory=disable_hybrid_swa_memory)
     mla = is_mla(cfg)
+    dsa, dsv4 = is_dsa(cfg), is_dsv4(cfg)
     rule = _recurrent_rule(cfg)
     if rule is not None:
-        return Classification(rule.family, True, swa, mla, rule.predicate, rule.source)
+        return Classification(rule.family, True, swa, mla, rule.predicate, rules.shown(rule.source), is_dsa=dsa)
+    if via_transformers(cfg):
+        return Classification("dense", False, False, False, None, rules.shown(rules.TRANSFORMERS_FALLBACK),
+                              transformers_backend=True)  # fmt: skip
+    if dsv4:
+        return Classification("dsv4", False, swa, False, None,
+                              rules.shown((rules.DSV4_SOURCE, rules.DSV4_POOL_SOURCE)), is_dsv4=True)  # fmt: skip
+    if dsa:
+        return Classification("dsa", False, swa, mla, None, rules.shown((rules.DSA_SOURCE, rules.DSA_POOL_SOURCE)),
+                              is_dsa=True)  # fmt: skip
     family = "mla" if mla else "hybrid_swa" if swa else "dense"
-    source = rules.MLA_SOURCE if mla else rules.HYBRID_SWA_SOURCE
-    return Classification(family, False, swa, mla, None, source)
+    source = rules.MLA_SOURCE if mla else rules.HYBRID_SWA_SOURCE if swa else rules.ATTENTION_ONLY_SOURCE
+    return Classification(family, False, swa, mla, None, rules.shown(source))

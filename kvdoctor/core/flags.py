@@ -38,6 +38,12 @@ DISAGGREGATION_MODES = ("null", "prefill", "decode")
 RETRACTION_BACKUPS = ("cpu_tensor", "host_pool", "none")
 STATE_DTYPES = ("float32", "bfloat16", "float16")
 MAMBA_RADIX_STRATEGIES = ("auto", "no_buffer", "extra_buffer", "extra_buffer_lazy")
+# arg_groups/fields/memory.py: hicache_storage_backend, hicache_host_memory_mode.
+HICACHE_STORAGE_BACKENDS = (
+    "file", "sim", "mooncake", "npu_memcache", "hf3fs", "nixl", "aibrix", "dynamic", "eic", "simm", "mori", "shm",
+    "tensorcast", "seaweedfs",
+)  # fmt: skip
+HICACHE_HOST_MEMORY_MODES = ("cache", "buffer_only")
 
 
 @dataclass(frozen=True)
@@ -50,6 +56,8 @@ class ServerFlags:
     enable_hierarchical_cache: bool = False
     hicache_ratio: float | None = None
     hicache_size: int = 0
+    hicache_storage_backend: str | None = None
+    hicache_host_memory_mode: str = "cache"
     disaggregation_decode_enable_radix_cache: bool = False
     disaggregation_decode_enable_offload_kvcache: bool = False
     disaggregation_decode_host_receive_threshold: float = 1.0
@@ -66,6 +74,9 @@ class ServerFlags:
     page_size: int = 1
     tp_size: int = 1
     dcp_size: int = 1
+    dp_size: int = 1
+    attn_dp_size: int = 1
+    enable_dp_attention: bool = False
     enable_unified_memory: bool = False
     disable_hybrid_swa_memory: bool = False
     enable_scattered_sconv: bool = False
@@ -82,13 +93,38 @@ class ServerFlags:
         return self.dcp_size > 1
 
     @property
+    def attention_dp_size(self) -> int:
+        """Attention data-parallel groups: --attn-dp-size, or the deprecated --dp-size N with
+        --enable-dp-attention (arg_groups/parallel_hook.py, ``rules.ATTN_DP_SOURCE``)."""
+        if self.attn_dp_size > 1:
+            return self.attn_dp_size
+        return self.dp_size if self.enable_dp_attention else 1
+
+    @property
+    def attention_tp_size(self) -> int:
+        """The tensor-parallel width of attention (what KV heads and recurrent state are split over)."""
+        return max(1, self.tp_size // self.attention_dp_size)
+
+    @property
+    def retraction_backup_declared(self) -> str | None:
+        """The backend the launch line fixes before SGLang infers one: the flag, or host_pool declared by
+        a host-receive threshold below 1 (which wins over an explicit none; ``rules.HOST_RECEIVE_SOURCE``)."""
+        explicit = self.disaggregation_decode_retraction_backup
+        if self.disaggregation_decode_host_receive_threshold < 1 and explicit != "cpu_tensor":
+            return "host_pool"  # rules.HOST_RECEIVE_BACKEND (an explicit cpu_tensor is refused instead)
+        return explicit
+
+    @property
     def is_decode(self) -> bool:
         return self.disaggregation_mode == "decode"
 
+    def uses_backend(self, name: str) -> bool:
+        backends = (self.attention_backend, self.decode_attention_backend, self.prefill_attention_backend)
+        return name in backends
+
     @property
     def uses_fa4(self) -> bool:
-        backends = (self.attention_backend, self.decode_attention_backend, self.prefill_attention_backend)
-        return "fa4" in backends
+        return self.uses_backend("fa4")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -162,6 +198,8 @@ def _build_parser() -> _Parser:
                    dest="enable_hierarchical_cache")  # fmt: skip
     p.add_argument("--hicache-ratio", type=_positive_float)
     p.add_argument("--hicache-size", type=_non_negative_int, default=0)
+    p.add_argument("--hicache-storage-backend", choices=HICACHE_STORAGE_BACKENDS)
+    p.add_argument("--hicache-host-memory-mode", choices=HICACHE_HOST_MEMORY_MODES, default="cache")
     p.add_argument("--disaggregation-decode-enable-radix-cache", action="store_true")
     p.add_argument("--disaggregation-decode-enable-offload-kvcache", action="store_true")
     p.add_argument("--disaggregation-decode-host-receive-threshold", type=_unit_interval, default=1.0)
@@ -183,6 +221,10 @@ def _build_parser() -> _Parser:
                    type=_positive_int, action="append")  # fmt: skip
     p.add_argument("--dcp-size", "--decode-context-parallel-size", dest="dcp_size",
                    type=_positive_int, default=1)  # fmt: skip
+    p.add_argument("--dp-size", "--data-parallel-size", dest="dp_size", type=_positive_int, default=1)
+    p.add_argument("--attn-dp-size", "--attention-data-parallel-size", dest="attn_dp_size",
+                   type=_positive_int, default=1)  # fmt: skip
+    p.add_argument("--enable-dp-attention", action="store_true")
     p.add_argument("--enable-unified-memory", action="store_true")
     p.add_argument("--disable-hybrid-swa-memory", action="store_true")
     p.add_argument("--enable-scattered-sconv", action="store_true")
@@ -190,39 +232,6 @@ def _build_parser() -> _Parser:
     p.add_argument("--decode-attention-backend")
     p.add_argument("--prefill-attention-backend")
     return p
-
-
-def _check_consistency(flags: ServerFlags) -> None:
-    """Flags that parse one by one but that SGLang refuses together.
-
-    arg_groups/kv_cache_hook.py:351-400 (handle_cache_compatibility) and
-    arg_groups/pd_disaggregation_hook.py:64-80.
-    """
-    host_pool = flags.disaggregation_decode_retraction_backup == "host_pool"
-    refusals = [
-        (host_pool and not flags.is_decode,
-         "--disaggregation-decode-retraction-backup host_pool is only supported on a PD decode server "
-         f"(--disaggregation-mode is {flags.disaggregation_mode})"),
-        (host_pool and flags.dcp_enabled,
-         "--disaggregation-decode-retraction-backup host_pool does not support --dcp-size > 1"),
-        (host_pool and flags.enable_priority_scheduling and not flags.disable_priority_preemption,
-         "--disaggregation-decode-retraction-backup host_pool requires --disable-priority-preemption "
-         "when priority scheduling is enabled"),
-        (flags.disaggregation_decode_enable_offload_kvcache and not flags.is_decode,
-         "--disaggregation-decode-enable-offload-kvcache is only supported for decode side"),
-        (flags.disaggregation_decode_host_receive_threshold < 1 and not flags.is_decode,
-         "--disaggregation-decode-host-receive-threshold < 1 declares host_pool retraction, which is only "
-         "supported on a PD decode server"),
-        (flags.disaggregation_decode_host_receive_threshold < 1
-         and flags.disaggregation_decode_retraction_backup == "cpu_tensor",
-         "decode host KV buffering (--disaggregation-decode-host-receive-threshold < 1) requires "
-         "host_pool retraction, not cpu_tensor"),
-        (flags.enable_hierarchical_cache and flags.disable_radix_cache,
-         "--enable-hierarchical-cache and --disable-radix-cache are mutually exclusive"),
-    ]  # fmt: skip
-    for refused, message in refusals:
-        if refused:
-            raise FlagError(f"server flags: {message}")
 
 
 # --- Reading a pasted command line: options, their values, and positional words ---
@@ -393,6 +402,6 @@ def parse_flags(argv: Sequence[str], *, own_options: Collection[str] = ()) -> Se
     values["tp_size"] = tp_values.pop()
     names = {f.name for f in fields(ServerFlags)}
     not_modelled = tuple(" ".join(o.argv) for o in found.options if o.name not in modelled)
-    flags = ServerFlags(**{k: v for k, v in values.items() if k in names}, not_modelled=not_modelled)
-    _check_consistency(flags)
-    return flags
+    # Combinations SGLang refuses at start-up are not malformed input: they are hazard KVD014
+    # (validate.launch_refusals), reported with the rest of the analysis.
+    return ServerFlags(**{k: v for k, v in values.items() if k in names}, not_modelled=not_modelled)

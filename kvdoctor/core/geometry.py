@@ -11,13 +11,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from kvdoctor.core import rules
+from kvdoctor.core import rules, validate
 from kvdoctor.core.config import ModelConfig
 from kvdoctor.core.layer_types import (
+    gigachat_layer_types,
     granite_layer_types,
     jet_layer_types,
     lfm2_layer_types,
     minicpm_mixer_types,
+    nemotron_h_layer_types,
+    qwen4_layer_types,
     swa_layer_types,
 )
 from kvdoctor.core.rules import SWA_LAYER_DEFAULT_RULE
@@ -78,10 +81,25 @@ def _per_rank(count: int, tp: int, what: str, source: str) -> int:
     return count // tp
 
 
-def kv_heads_per_rank(cfg: ModelConfig, tp: int, key: str = "num_key_value_heads") -> int:
+def total_kv_heads(cfg: ModelConfig) -> int:
+    """get_total_num_kv_heads: the first KV-head field the text config sets, else the attention heads."""
+    for key in rules.KV_HEAD_KEYS:
+        value = cfg.get(key)
+        if value is not None:
+            return validate.check_count(cfg.source, cfg.where(key), value, validate.MAX_HEADS)
+    return cfg.positive_int("num_attention_heads")
+
+
+def kv_heads_per_rank(cfg: ModelConfig, tp: int) -> int:
     """SGLang replicates KV heads when TP exceeds them: max(1, heads // tp)."""
-    heads = cfg.get(key) or cfg.positive_int("num_attention_heads")
-    return max(1, int(heads) // tp)
+    return max(1, total_kv_heads(cfg) // tp)
+
+
+def unbuildable(cfg: ModelConfig, key: str) -> ConfigError:
+    """The exit-2 error for a config SGLang loads but cannot build pools for, naming the field."""
+    rule = rules.UNBUILDABLE[key]
+    return ConfigError(f"{cfg.source}: field '{cfg.where(rule.field)}' is missing or unusable: SGLang cannot build "
+                       f"this model's pools ({rule.why}; {rule.source})")  # fmt: skip
 
 
 def default_head_dim(cfg: ModelConfig) -> int:
@@ -95,6 +113,20 @@ def mha(cfg: ModelConfig, layer_ids: tuple[int, ...], tp: int) -> AttentionGeome
     head_dim = default_head_dim(cfg)
     v_head_dim = int(cfg.get("v_head_dim") or head_dim)
     return AttentionGeometry(layer_ids, kv_heads_per_rank(cfg, tp), head_dim, v_head_dim)
+
+
+def gemma4_shapes(cfg: ModelConfig, tp: int) -> tuple[tuple[int, int], tuple[int, int]]:
+    """((full head_dim, full KV heads per rank), (sliding head_dim, sliding KV heads per rank)).
+
+    Gemma 4 states its shapes SWA-first (``rules.GEMMA4_SHAPES_SOURCE``): full-attention layers take
+    ``global_head_dim`` (512 when unset) and, with ``attention_k_eq_v``, ``num_global_key_value_heads``.
+    """
+    swa_dim, swa_heads = default_head_dim(cfg), cfg.positive_int("num_key_value_heads")
+    full_dim = int(cfg.get("global_head_dim") or rules.GEMMA4_GLOBAL_HEAD_DIM_DEFAULT)
+    full_heads = swa_heads
+    if cfg.get("attention_k_eq_v") and cfg.get("num_global_key_value_heads") is not None:
+        full_heads = cfg.positive_int("num_global_key_value_heads")
+    return (full_dim, max(1, full_heads // tp)), (swa_dim, max(1, swa_heads // tp))
 
 
 def mla(cfg: ModelConfig, layer_ids: tuple[int, ...]) -> AttentionGeometry:
@@ -132,12 +164,22 @@ def _mamba2_shapes(inner: int, groups: int, heads: int, head_dim: int, state: in
     return (conv,), (_per_rank(heads, tp, "num_heads", source), head_dim, state)
 
 
+def _gdn_layers(cfg: ModelConfig) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(full, linear) layers of a GDN hybrid, by the rule its config class applies."""
+    if cfg.model_type == "gigachat3_5":
+        kinds = gigachat_layer_types(cfg)
+    elif cfg.text_model_type in rules.QWEN4_MODEL_TYPES and cfg.get("layer_types") is not None:
+        kinds = qwen4_layer_types(cfg)
+    else:  # Qwen3NextConfig.layers_block_type: full iff (l+1) % full_attention_interval == 0
+        if cfg.get(rules.GDN_INTERVAL_FIELD) is None:
+            raise unbuildable(cfg, "gdn_interval")
+        interval = cfg.positive_int(rules.GDN_INTERVAL_FIELD)
+        kinds = ["attention" if (i + 1) % interval == 0 else rules.GDN_LINEAR_KIND for i in _all(cfg)]
+    return _where(kinds, {"attention"}), _where(kinds, {rules.GDN_LINEAR_KIND})
+
+
 def _gdn(cfg: ModelConfig, tp: int) -> LayerSplit:
-    # qwen3_next.py:259-313: layer l is full iff (l+1) % full_attention_interval == 0.
-    interval = cfg.positive_int("full_attention_interval", 4)
-    layers = _all(cfg)
-    full = tuple(i for i in layers if (i + 1) % interval == 0)
-    linear = tuple(i for i in layers if i not in full)
+    full, linear = _gdn_layers(cfg)
     hk, dk = cfg.positive_int("linear_num_key_heads"), cfg.positive_int("linear_key_head_dim")
     hv, dv = cfg.positive_int("linear_num_value_heads"), cfg.positive_int("linear_value_head_dim")
     kernel = cfg.positive_int("linear_conv_kernel_dim", 4)
@@ -161,11 +203,7 @@ def _jet_gdn(cfg: ModelConfig, tp: int) -> LayerSplit:
 
 
 def _nemotron_h(cfg: ModelConfig, tp: int) -> LayerSplit:
-    pattern = cfg.get("hybrid_override_pattern")
-    if pattern is None:
-        blocks = cfg.require("layers_block_type")
-        codes = {"mamba": "M", "attention": "*", "mlp": "-", "moe": "E"}
-        pattern = "".join(codes.get(kind, "?") for kind in blocks)
+    pattern = nemotron_h_layer_types(cfg)
     heads, head_dim = cfg.positive_int("mamba_num_heads"), cfg.positive_int("mamba_head_dim")
     state = cfg.positive_int("ssm_state_size")
     groups = cfg.positive_int("n_groups")
@@ -209,7 +247,9 @@ def _inner_size(cfg: ModelConfig) -> int:
 
 def _mamba2(cfg: ModelConfig, tp: int) -> LayerSplit:
     state, groups = cfg.positive_int("state_size"), cfg.positive_int("n_groups", 1)
-    conv, temporal = _mamba2_shapes(_inner_size(cfg), groups, cfg.positive_int("num_heads"),
+    if cfg.get("intermediate_size") is None:  # SGLang's Mamba2Config no longer derives it from expand
+        raise unbuildable(cfg, "mamba2_intermediate")
+    conv, temporal = _mamba2_shapes(cfg.positive_int("intermediate_size"), groups, cfg.positive_int("num_heads"),
                                     cfg.positive_int("head_dim"), state,
                                     cfg.positive_int("conv_kernel", 4), tp, cfg.source)  # fmt: skip
     return LayerSplit((), (), RecurrentGeometry(_all(cfg), conv, temporal,
@@ -227,6 +267,8 @@ def _mamba1(cfg: ModelConfig, tp: int) -> LayerSplit:
 
 def _lfm2(cfg: ModelConfig, tp: int) -> LayerSplit:
     kinds = lfm2_layer_types(cfg)
+    if not _where(kinds, {"conv", "short_conv"}):
+        raise unbuildable(cfg, "lfm2_no_conv")
     hidden = _per_rank(cfg.positive_int("hidden_size"), tp, "hidden_size", cfg.source)
     conv = ((hidden, cfg.positive_int("conv_L_cache", 3) - 1),)
     recurrent = RecurrentGeometry(_where(kinds, {"conv", "short_conv"}), conv, (1, hidden, 0),
@@ -267,7 +309,7 @@ def _bailing_linear_layers(cfg: ModelConfig) -> tuple[int, ...]:
 
 def _kda(cfg: ModelConfig, tp: int) -> LayerSplit:
     layers = _all(cfg)
-    if cfg.model_type == "bailing_hybrid":
+    if "bailing_hybrid" in (cfg.model_type, cfg.text_model_type):  # BailingHybridConfig, top or text config
         linear = _bailing_linear_layers(cfg)
         conv, temporal = _kda_shapes(cfg.positive_int("num_attention_heads"), default_head_dim(cfg),
                                      cfg.positive_int("short_conv_kernel_size"), tp, cfg.source)  # fmt: skip
@@ -368,3 +410,23 @@ def swa_split(cfg: ModelConfig, rule: str) -> tuple[tuple[int, ...], tuple[int, 
         kinds = swa_layer_types(cfg)  # one known kind per layer (Step 3.5's MTP entries dropped)
         return _where(kinds, {"full_attention"}), _where(kinds, {"sliding_attention"})
     return tuple(i for i in layers if i not in swa), swa
+
+
+def dsa_index_row(cfg: ModelConfig) -> int:
+    """Bytes per token per layer of a DSA indexer's key cache: the fp8 key plus its float32 scales,
+    shared by ``index_kpool`` tokens (``rules.DSA_INDEX_K_SOURCE``)."""
+    head = cfg.positive_int("index_head_dim", 128)
+    kpool = cfg.positive_int("index_kpool", 1)
+    return (head + head // rules.DSA_INDEX_SCALE_BLOCK * rules.DSA_INDEX_SCALE_BYTES) // kpool
+
+
+def dsv4_compression(cfg: ModelConfig) -> tuple[int, ...]:
+    """DeepSeek-V4's compression ratio per layer (0: sliding window only; 4 / 128: a compressed cache too)."""
+    layers = cfg.positive_int("num_hidden_layers")
+    ratios = cfg.require("compress_ratios")
+    if not isinstance(ratios, list) or len(ratios) < layers or any(
+        isinstance(r, bool) or not isinstance(r, int) or r < 0 for r in ratios
+    ):
+        raise ConfigError(f"{cfg.source}: field '{cfg.where('compress_ratios')}' must list a compression ratio "
+                          f"(0, 4, 128, …) for each of the {layers} layers")  # fmt: skip
+    return tuple(ratios[:layers])

@@ -11,9 +11,10 @@ from dataclasses import dataclass
 
 from kvdoctor.core import rules
 from kvdoctor.core.flags import ServerFlags
-from kvdoctor.core.policy import BackupDecision, PoolLayout, backup_carries, pd_state_types
+from kvdoctor.core.policy import DEFAULT_PLATFORM, BackupDecision, Platform, PoolLayout, backup_carries, pd_state_types
 from kvdoctor.core.sizing import Sizing
 from kvdoctor.core.spec import StateSpec
+from kvdoctor.core.validate import Refusal
 
 ERROR, WARNING, INFO = "error", "warning", "info"
 
@@ -23,6 +24,7 @@ class Hazard:
     severity: str
     code: str
     message: str
+    where: str | None = None  # the SGLang file:lines a refusal (KVD014) comes from
 
 
 @dataclass(frozen=True)
@@ -34,6 +36,8 @@ class Context:
     backup: BackupDecision
     flags: ServerFlags
     sizing: Sizing
+    refusals: tuple[Refusal, ...] = ()
+    platform: Platform = DEFAULT_PLATFORM
 
 
 def _lost_components(ctx: Context) -> list[str]:
@@ -50,9 +54,20 @@ def ssm_on_host_pool(ctx: Context) -> Iterator[Hazard]:
             "host-receive threshold": "Keep --disaggregation-decode-host-receive-threshold at 1: below 1 it "
             "declares host_pool retraction.",
         }.get(ctx.backup.source, "")
+        refused = rules.REFUSALS["host_pool_mamba"].source
         yield Hazard(ERROR, "KVD001-SSM-ON-HOST-POOL",
-                     "recurrent state (conv/SSM) is not carried by the host_pool retraction backup: every "
-                     f"retracted request resumes on another request's state. {fix}")  # fmt: skip
+                     f"recurrent state (conv/SSM) on the host_pool retraction backup. SGLang 0.5.23 refuses this "
+                     f"launch at start-up (KVD014, {refused.where}); a server without that check (an SGLang "
+                     "build or fork whose tree cache does not refuse Mamba models) starts, and since the host "
+                     "pool has no recurrent-state sidecar, every retracted request then silently resumes on "
+                     f"another request's state. {fix}")  # fmt: skip
+
+
+def sglang_refuses(ctx: Context) -> Iterator[Hazard]:
+    for refusal in ctx.refusals:
+        yield Hazard(ERROR, "KVD014-SGLANG-REFUSES",
+                     f"SGLang 0.5.23 refuses this launch at start-up: \"{refusal.message}\" ({refusal.where})",
+                     refusal.where)  # fmt: skip
 
 
 def block_scales_dropped(ctx: Context) -> Iterator[Hazard]:
@@ -105,7 +120,9 @@ def mxfp8_alignment(ctx: Context) -> Iterator[Hazard]:
 
 
 def mxfp8_hardware(ctx: Context) -> Iterator[Hazard]:
-    if ctx.spec.kv_dtype.flag == "mxfp8":
+    """On a Hopper GPU SGLang refuses --kv-cache-dtype mxfp8 at start-up (KVD014 carries its message);
+    on Blackwell the requirement holds and there is nothing to warn about."""
+    if ctx.spec.kv_dtype.flag == "mxfp8" and not ctx.platform.is_sm100:
         yield Hazard(WARNING, "KVD008-MXFP8-NEEDS-SM100",
                      "SGLang's MXFP8 KV path needs SM100+ (Blackwell) with --attention-backend fa4; on H100/H200 "
                      "the server refuses it (kvdoctor's own kernels still run there).")  # fmt: skip
@@ -143,6 +160,7 @@ def not_modelled(ctx: Context) -> Iterator[Hazard]:
 
 
 RULES: tuple[Callable[[Context], Iterator[Hazard]], ...] = (
+    sglang_refuses,
     ssm_on_host_pool,
     block_scales_dropped,
     other_state_lost,
@@ -158,3 +176,13 @@ RULES: tuple[Callable[[Context], Iterator[Hazard]], ...] = (
 
 def find_hazards(ctx: Context) -> tuple[Hazard, ...]:
     return tuple(h for rule in RULES for h in rule(ctx))
+
+
+def rules_for(server: str) -> tuple[Callable[..., Iterator[Hazard]], ...]:
+    """The one registry of hazard rules, per server: SGLang's above (KVD0xx, over ``Context``), vLLM's
+    (KVD1xx, over ``kvdoctor.core.vllm.hazards.VllmContext``) imported only when asked for."""
+    if server == "vllm":
+        from kvdoctor.core.vllm.hazards import VLLM_RULES
+
+        return VLLM_RULES
+    return RULES

@@ -53,9 +53,50 @@ def jet_layer_types(cfg: ModelConfig) -> list[str]:
 
 
 def swa_layer_types(cfg: ModelConfig) -> list[str]:
-    """A hybrid-SWA model's full_attention / sliding_attention per layer (get_hybrid_layer_ids)."""
+    """A hybrid-SWA model's full_attention / sliding_attention per layer (get_hybrid_layer_ids).
+
+    Gemma 4's config class makes the last layer full attention whatever the file says
+    (``rules.GEMMA4_LAST_LAYER_FULL``)."""
     extra_ok = bool(set(cfg.architectures) & rules.LAYER_TYPES_LIST_MTP_ARCHS)
-    return layer_kinds(cfg, "layer_types", rules.SWA_LAYER_KINDS, extra_ok=extra_ok)
+    kinds = layer_kinds(cfg, "layer_types", rules.SWA_LAYER_KINDS, extra_ok=extra_ok)
+    if cfg.text_model_type in rules.GEMMA4_TEXT_MODEL_TYPES and kinds:
+        kinds[-1] = "full_attention"
+    return kinds
+
+
+def qwen4_layer_types(cfg: ModelConfig) -> list[str]:
+    """Qwen4ExpTextConfig.layers_block_type: its attention kinds read as "attention", linear_attention
+    as GDN (``rules.QWEN4_LAYER_TYPES_SOURCE``)."""
+    kinds = layer_kinds(cfg, "layer_types", rules.QWEN4_ATTENTION_KINDS | {rules.GDN_LINEAR_KIND})
+    return ["attention" if k in rules.QWEN4_ATTENTION_KINDS else k for k in kinds]
+
+
+def gigachat_layer_types(cfg: ModelConfig) -> list[str]:
+    """GigaChat35Config._resolve_layer_types: layer_types, else full_attention_layers, else all linear."""
+    layers = cfg.positive_int("num_hidden_layers")
+    if cfg.get("layer_types") is not None:
+        kinds = layer_kinds(cfg, "layer_types", rules.GIGACHAT_ATTENTION_KINDS | {rules.GDN_LINEAR_KIND})
+        return ["attention" if k in rules.GIGACHAT_ATTENTION_KINDS else k for k in kinds]
+    kinds = [rules.GDN_LINEAR_KIND] * layers
+    full = cfg.get("full_attention_layers")
+    if full is not None:
+        if not isinstance(full, list) or any(isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < layers
+                                             for i in full):  # fmt: skip
+            raise ConfigError(f"{cfg.source}: field '{cfg.where('full_attention_layers')}' must list layer ids in "
+                              f"[0, {layers - 1}]")  # fmt: skip
+        for i in full:
+            kinds[i] = "attention"
+    return kinds
+
+
+def nemotron_h_layer_types(cfg: ModelConfig) -> list[str]:
+    """NemotronHConfig: ``hybrid_override_pattern`` (one code per layer) or the canonical
+    ``layers_block_type`` list, as pattern codes (M mamba, * attention, - mlp, E moe)."""
+    pattern = cfg.get("hybrid_override_pattern")
+    if pattern is not None:
+        return list(pattern)
+    kinds = layer_kinds(cfg, "layers_block_type", rules.NEMOTRON_H_KINDS)
+    return [rules.NEMOTRON_H_KINDS[k] for k in kinds]
 
 
 def minicpm_mixer_types(cfg: ModelConfig) -> list[str]:

@@ -29,7 +29,7 @@ class PoolLayout:
         """``_mamba_pool_needing_backup``: the caller must copy the recurrent state itself."""
         return (
             not self.cpu_copy_carries_mamba
-            and self.req_to_token_pool == "HybridReqToTokenPool"
+            and self.req_to_token_pool in rules.HYBRID_REQ_POOLS
             and self.mamba_pool is not None
         )
 
@@ -46,6 +46,19 @@ class Platform:
     hip: bool = False
     mtp_draft_pools: bool = False
     dspark_speculation: bool = False
+    gpu_arch: str = rules.DEFAULT_GPU_ARCH  # "sm100" (Blackwell) or "sm90" (Hopper): rules.GPU_ARCHS
+
+    def __post_init__(self) -> None:
+        if self.gpu_arch not in rules.GPU_ARCHS:
+            raise ValueError(f"gpu_arch must be one of {', '.join(rules.GPU_ARCHS)}, not {self.gpu_arch!r}")
+
+    @property
+    def is_sm100(self) -> bool:
+        """A Blackwell (SM100) GPU: SGLang's is_sm100 / is_blackwell platform facts."""
+        return self.gpu_arch == "sm100"
+
+
+DEFAULT_PLATFORM = Platform()  # a CUDA build on a Blackwell (SM100) GPU
 
 
 @dataclass(frozen=True)
@@ -72,14 +85,21 @@ class BackupDecision:
     hicache_ratio_reason: str
 
 
-def pool_layout(spec: StateSpec) -> PoolLayout:
-    """kv_cache_configurator / memory_pool: the pool classes the spec lands in."""
+def pool_layout(spec: StateSpec, *, decode: bool = False) -> PoolLayout:
+    """kv_cache_configurator / memory_pool: the pool classes the spec lands in (DECODE: on a PD decode
+    server, which builds the decode request pools, ``rules.REQ_POOL_SOURCE``)."""
     cls = spec.classification
-    kv_pool_class = "MLATokenToKVPool" if spec.full is not None and spec.full.mla else spec.kv_dtype.mha_pool
+    req_pool = rules.REQ_POOLS[(decode, cls.uses_ssm_state)]
+    if cls.is_dsv4:  # its own pool, not an SWAKVPool (rules.DSV4_POOL_SOURCE)
+        return PoolLayout(rules.DSV4_POOL, rules.DSV4_POOL, rules.DSV4_SWA_POOL, req_pool, None, False)
+    mla_pool = rules.DSA_POOL if cls.is_dsa else "MLATokenToKVPool"
+    kv_pool_class = mla_pool if spec.full is not None and spec.full.mla else spec.kv_dtype.mha_pool
     full_pool = kv_pool_class if spec.full is not None else None
     swa_pool = spec.kv_dtype.mha_pool if spec.swa is not None else None
     if cls.is_hybrid_swa:
+        # SWAKVPool builds both sub-pools, one of them with no layers if need be (swa_memory_pool.py).
         kv_pool = "SWAKVPool"
+        full_pool, swa_pool = kv_pool_class, spec.kv_dtype.mha_pool
     elif cls.uses_ssm_state:
         kv_pool = "HybridLinearKVPool"
     else:
@@ -88,7 +108,7 @@ def pool_layout(spec: StateSpec) -> PoolLayout:
         kv_pool=kv_pool,
         full_pool=full_pool,
         swa_pool=swa_pool,
-        req_to_token_pool="HybridReqToTokenPool" if cls.uses_ssm_state else "ReqToTokenPool",
+        req_to_token_pool=req_pool,
         mamba_pool="MambaPool" if spec.recurrent is not None else None,
         cpu_copy_carries_mamba=rules.CARRIES_MAMBA.get(kv_pool, False),
     )
@@ -124,11 +144,17 @@ def _condition_values(
 def _hicache_ratio(
     backend: str, flags: ServerFlags, pool_tokens: int | None, context_len: int | None
 ) -> tuple[float | None, str]:
-    """kv_cache_builder.py:245-261: only a decode server resolves an unset ratio."""
+    """The host/device ratio SGLang resolves (``rules.HICACHE_RATIO_SOURCE``, ``NON_DECODE_HICACHE_SOURCE``).
+
+    A server that is not a decode server resolves an unset ratio at start-up (2.0, or 1.2 when the
+    HiCache host memory is a buffer only); a decode server resolves it against its backup backend.
+    """
     if flags.hicache_ratio is not None:
         return flags.hicache_ratio, "--hicache-ratio given"
     if not flags.is_decode:
-        return None, "not resolved here (only a decode server resolves an unset ratio)"
+        if flags.hicache_host_memory_mode == "buffer_only":
+            return rules.BUFFER_ONLY_HICACHE_RATIO, "HiCache default for buffer_only host memory"
+        return rules.NON_DECODE_HICACHE_RATIO, "standard HiCache default (not a decode server)"
     if backend != "host_pool" or flags.enable_hierarchical_cache:
         return rules.DEFAULT_HICACHE_RATIO, "standard HiCache default"
     floor = rules.BACKUP_ONLY_HICACHE_RATIO
@@ -136,10 +162,12 @@ def _hicache_ratio(
         return floor, "backup-only host pool (--hicache-size sets the host pool)"
     if not pool_tokens or context_len is None:
         return floor, "backup-only host pool: at least this, raised to fit one max-length request"
-    # decode_retraction_max_tokens: one max-length request, page-aligned; doubled when one request
-    # can receive while another is retracted.
+    # decode_retraction_max_tokens: one max-length request (a request-to-token row is the context plus
+    # REQ_TO_TOKEN_EXTRA, less one), page-aligned; doubled when one request can receive while another
+    # is retracted.
     page = flags.page_size
-    min_tokens = -(-min(context_len - 1, pool_tokens) // page) * page
+    longest = context_len + rules.REQ_TO_TOKEN_EXTRA - 1
+    min_tokens = -(-min(longest, pool_tokens) // page) * page
     if flags.disaggregation_decode_host_receive_threshold < 1:
         min_tokens *= 2
     ratio = max(floor, min_tokens / pool_tokens)
@@ -158,15 +186,16 @@ def decide_backup(
     """resolve_decode_retraction_backup, with every condition's value kept."""
     values = _condition_values(spec, layout, flags, platform)
     conditions = tuple(
-        Condition(c.name, c.meaning, c.source, *values[c.name]) for c in rules.BACKUP_CONDITIONS
+        Condition(c.name, c.meaning, rules.shown(c.source), *values[c.name]) for c in rules.BACKUP_CONDITIONS
     )
     inferred = "host_pool" if all(c.passed for c in conditions) else "cpu_tensor"
-    if flags.disaggregation_decode_retraction_backup is not None:
-        backend, source = flags.disaggregation_decode_retraction_backup, "flag"
-    elif flags.disaggregation_decode_host_receive_threshold < 1:
-        backend, source = rules.HOST_RECEIVE_BACKEND, "host-receive threshold"
-    else:
+    declared = flags.retraction_backup_declared  # a threshold below 1 declares host_pool, over an explicit none
+    if declared is None:
         backend, source = inferred, "inferred"
+    elif declared == flags.disaggregation_decode_retraction_backup:
+        backend, source = declared, "flag"
+    else:
+        backend, source = declared, "host-receive threshold"
     ratio, reason = _hicache_ratio(backend, flags, pool_tokens, context_len)
     return BackupDecision(backend, flags.is_decode, source != "inferred", source, conditions, ratio, reason)
 
@@ -174,21 +203,33 @@ def decide_backup(
 def pd_state_types(spec: StateSpec, layout: PoolLayout) -> tuple[str, ...]:
     """The StateType members a PD transfer registers beside the main KV buffers, in SGLang's order.
 
-    disaggregation/utils.py:1513-1631, 1860-1890: block scales only for MXFP8 pools (a top-level
-    one, or the sub-pools of an SWAKVPool); a HybridLinearKVPool registers MAMBA alone; the
-    request pool's MAMBA comes last.
+    setup_state_kv_args (``rules.PD_STATE_TYPES_SOURCE``): block scales for an MXFP8 pool (a top-level
+    one, or each sub-pool of an SWAKVPool, which builds both even when one has no layers,
+    ``rules.PD_BLOCK_SCALE_SOURCE``); a HybridLinearKVPool registers MAMBA (then DSA for a DSA full
+    pool); a DSATokenToKVPool its index cache (``rules.DSA_PD_SOURCE``); DeepSeek-V4 its window and
+    request state (``rules.DSV4_PD_SOURCE``); the request pool's MAMBA comes last when not yet there.
     """
     types: list[str] = []
     block_scaled = rules.PD_BLOCK_SCALE_POOLS
+    cls = spec.classification
     if layout.kv_pool in block_scaled:
         types.append("BLOCK_SCALE")
+    dsa = ["DSA", *(["DSA_TAIL"] if spec.dsa_tail else [])] if cls.is_dsa and layout.full_pool == rules.DSA_POOL else []
     if layout.kv_pool == "SWAKVPool":
         types.append("SWA")
-        if layout.full_pool in block_scaled and spec.full is not None:
+        if layout.full_pool in block_scaled:
             types.append("BLOCK_SCALE")
         if layout.swa_pool in block_scaled:
             types.append("BLOCK_SCALE_SWA")
-    if spec.recurrent is not None:
+    elif layout.kv_pool == rules.DSV4_POOL:
+        types.append("SWA")
+        if spec.dsv4_request_state:
+            types.append("DSV4_REQUEST_STATE")
+    elif layout.kv_pool == "HybridLinearKVPool":
+        types += ["MAMBA", *dsa]
+    elif layout.kv_pool == rules.DSA_POOL:
+        types += dsa
+    if spec.recurrent is not None and "MAMBA" not in types:
         types.append("MAMBA")
     return tuple(types)
 

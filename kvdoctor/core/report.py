@@ -72,6 +72,7 @@ def inspect_report(a: Analysis, request_tokens: int, concurrent: int) -> dict[st
         "pd_state_types": list(a.pd_state_types),
         "sizing": {**asdict(a.sizing), "forecast": {**asdict(fc), "will_retract": fc.will_retract}},
         "hazards": [asdict(h) for h in a.hazards],
+        "refusals": [{"message": r.message, "where": r.where} for r in a.refusals],
         "not_modelled_flags": list(a.flags.not_modelled),
         "rules_revision": a.rules_revision,
     }

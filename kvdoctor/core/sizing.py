@@ -82,14 +82,22 @@ def _ratio(flag: float | None, family: str, key: str, fallback: float) -> tuple[
     return fallback, "SGLang fallback"
 
 
-def mamba_slots_per_request(spec: StateSpec, flags: ServerFlags) -> int:
-    """How many mamba slots one running request holds on this server (kv_cache_configurator.py:3062-3088)."""
+def mamba_slots_per_request(spec: StateSpec, flags: ServerFlags, model_type: str = "") -> int:
+    """How many mamba slots one running request holds on this server (``rules.MAMBA_SLOTS_SOURCE``).
+
+    The radix cache is off when asked, on a decode server without its radix opt-in, and for models
+    that force it off (MiniCPM-SALA); Inkling pins the extra-buffer strategy (``FORCED_MAMBA_STRATEGY``).
+    """
     radix_on = not flags.disable_radix_cache and (
         not flags.is_decode or flags.disaggregation_decode_enable_radix_cache
     )
-    if not radix_on:
+    if not radix_on or model_type in rules.RADIX_OFF_MODEL_TYPES:
         return rules.MAMBA_SLOTS_RADIX_OFF
     strategy = flags.mamba_radix_cache_strategy
+    forced = next((rules.FORCED_MAMBA_STRATEGY[a] for a in spec.architectures if a in rules.FORCED_MAMBA_STRATEGY),
+                  None)  # fmt: skip
+    if strategy == "auto" and forced is not None:
+        strategy = forced
     if strategy == "auto":
         wants_buffer = not flags.disable_overlap_schedule or flags.page_size > 1
         supported = bool(set(spec.architectures) & rules.MAMBA_EXTRA_BUFFER_ARCHS)
@@ -100,8 +108,11 @@ def mamba_slots_per_request(spec: StateSpec, flags: ServerFlags) -> int:
     return rules.MAMBA_SLOTS_RADIX_BASE + tracking
 
 
-def size_pools(spec: StateSpec, flags: ServerFlags) -> Sizing:
-    """Capacities implied by the flags (pool_configurator / kv_cache_configurator rules)."""
+def size_pools(spec: StateSpec, flags: ServerFlags, model_type: str = "") -> Sizing:
+    """Capacities implied by the flags (pool_configurator / kv_cache_configurator rules).
+
+    Per scheduler: ``--max-mamba-cache-size`` is split over the attention data-parallel shards
+    (``rules.MAMBA_CACHE_PER_SHARD_SOURCE``)."""
     family = spec.classification.family
     page = flags.page_size
     swa_ratio, swa_src = _ratio(flags.swa_full_tokens_ratio, family, "swa_full_tokens_ratio",
@@ -121,7 +132,9 @@ def size_pools(spec: StateSpec, flags: ServerFlags) -> Sizing:
     mamba_slots, slots_src = None, "not a recurrent model"
     if spec.recurrent is not None:
         if flags.max_mamba_cache_size is not None:
-            mamba_slots, slots_src = flags.max_mamba_cache_size, "--max-mamba-cache-size"
+            shards = flags.attention_dp_size
+            mamba_slots = flags.max_mamba_cache_size // shards
+            slots_src = "--max-mamba-cache-size" + (f" over {shards} attention-DP shards" if shards > 1 else "")
         elif full_tokens is not None and slot_bytes:
             # The mamba budget is r/(1+r) of what the pools share; taking the KV share as the
             # capped pool gives a lower bound (SGLang carves the mamba pool out before the cap).
@@ -140,7 +153,7 @@ def size_pools(spec: StateSpec, flags: ServerFlags) -> Sizing:
         swa_tokens=swa_tokens,
         mamba_slots=mamba_slots,
         mamba_slots_source=slots_src,
-        mamba_slots_per_request=mamba_slots_per_request(spec, flags),
+        mamba_slots_per_request=mamba_slots_per_request(spec, flags, model_type),
         full_bytes=None if full_tokens is None else full_tokens * full_bpt,
         swa_bytes=None if swa_tokens is None else swa_tokens * swa_bpt,
         mamba_bytes=None if mamba_slots is None else (mamba_slots + 1) * slot_bytes,

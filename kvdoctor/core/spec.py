@@ -73,6 +73,8 @@ class StateSpec:
     num_layers: int
     components: tuple[Component, ...]
     architectures: tuple[str, ...] = ()
+    dsa_tail: bool = False  # a DSA pool keeping pooled index-key tails (index_kpool > 1, compressed)
+    dsv4_request_state: bool = False  # DeepSeek-V4 request-scoped compressor state (a c128 layer)
 
     def component(self, name: str) -> Component | None:
         return next((c for c in self.components if c.name == name), None)
@@ -89,22 +91,36 @@ class StateSpec:
         return sum(c.bytes for c in self.components if c.index == PER_REQUEST)
 
 
+def _stated_dtype(mapping: object) -> str | None:
+    """The dtype a config mapping states itself (``dtype``, or its older spelling ``torch_dtype``)."""
+    if not isinstance(mapping, dict):
+        return None
+    raw = mapping.get("dtype") or mapping.get("torch_dtype")
+    return None if raw is None else str(raw).removeprefix("torch.")
+
+
 def model_dtype(cfg: ModelConfig, requested: str = "auto") -> str:
     """The dtype SGLang serves the model in, which an "auto" KV dtype follows.
 
-    _get_and_verify_dtype (model_config.py:2288-2325): a float32 or missing config dtype is served in
-    float16, except Gemma in bfloat16; ``--dtype`` other than auto wins.
+    _get_and_verify_dtype (``rules.MODEL_DTYPE_SOURCE``) reads the *text* config's dtype: the one it
+    states, else the one transformers hands it from the top level, else its config class's default
+    (``rules.CLASS_DEFAULT_DTYPES``). A float32 or missing dtype is served in float16, except Gemma
+    (judged by the text config's model_type) in bfloat16; ``--dtype`` other than auto wins.
     """
     if requested != "auto":
         return rules.DTYPE_ALIASES.get(requested, requested)
-    raw = str(cfg.get("dtype") or cfg.get("torch_dtype") or "float32").removeprefix("torch.")
+    raw = (_stated_dtype(dict(cfg.text)) or _stated_dtype(dict(cfg.top))
+           or rules.CLASS_DEFAULT_DTYPES.get(cfg.text_model_type) or rules.CLASS_DEFAULT_DTYPES.get(cfg.model_type)
+           or "float32")  # fmt: skip
     dtype = rules.DTYPE_ALIASES.get(raw, raw)
     if dtype == "float32":
-        return "bfloat16" if cfg.model_type.startswith("gemma") else "float16"
+        return "bfloat16" if cfg.text_model_type.startswith("gemma") else "float16"
     return dtype
 
 
-def resolve_kv_dtype(cfg: ModelConfig, flag: str, requested_dtype: str = "auto") -> KVDtype:
+def resolve_kv_dtype(cfg: ModelConfig, flag: str, requested_dtype: str = "auto", *, dsv4: bool = False) -> KVDtype:
+    if flag == "auto" and dsv4:  # DeepSeek-V4 defaults its KV cache to fp8 (rules.DSV4_KV_DTYPE_SOURCE)
+        flag = rules.DSV4_KV_DTYPE_AUTO
     if flag == "auto":
         dtype = model_dtype(cfg, requested_dtype)
         if dtype not in DTYPE_BYTES:
@@ -119,7 +135,8 @@ def _kv_components(name: str, sub_pool: str, geo: geometry.AttentionGeometry, kv
     # An MXFP8 MLA pool does not exist (hazard KVD007); FP4 MLA keeps scales beside the latent row.
     if kv.scale_block is not None and not (geo.mla and kv.mha_pool == rules.MXFP8_POOL):
         scale_shapes = tuple((h, max(1, d // kv.scale_block)) for h, d in geo.shapes)
-        parts.append(Component(f"{sub_pool}_kv_scales", sub_pool, PER_TOKEN, "uint8 (e8m0)",
+        scale_dtype = rules.SCALE_DTYPES.get(kv.flag, rules.SCALE_DTYPE_FALLBACK)
+        parts.append(Component(f"{sub_pool}_kv_scales", sub_pool, PER_TOKEN, scale_dtype,
                                geo.layers, scale_shapes, 8))  # fmt: skip
     return parts
 
@@ -135,9 +152,39 @@ def _recurrent_components(rec: geometry.RecurrentGeometry) -> list[Component]:
     return parts
 
 
+def attention_layer_count(cfg: ModelConfig) -> int:
+    """KV-pool layers: one per layer, two per LongCat-Flash layer (``rules.LONGCAT_ATTENTION_LAYERS_SOURCE``)."""
+    layers = cfg.positive_int("num_hidden_layers")
+    return 2 * layers if set(cfg.architectures) & rules.LONGCAT_ARCHS else layers
+
+
+def _swa_geometry(cfg: ModelConfig, swa_ids: tuple[int, ...], tp: int) -> geometry.AttentionGeometry:
+    if cfg.text_model_type in rules.GEMMA4_TEXT_MODEL_TYPES:
+        _, (head_dim, heads) = geometry.gemma4_shapes(cfg, tp)
+        return geometry.AttentionGeometry(swa_ids, heads, head_dim, head_dim)
+    base = geometry.mha(cfg, swa_ids, tp)
+    swa_head_dim = int(cfg.get("swa_head_dim") or base.head_dim)
+    swa_heads = cfg.get("swa_num_key_value_heads")
+    return geometry.AttentionGeometry(
+        swa_ids,
+        max(1, int(swa_heads) // tp) if swa_heads else base.kv_heads,
+        swa_head_dim,
+        int(cfg.get("swa_v_head_dim") or swa_head_dim),
+    )
+
+
+def _full_geometry(cfg: ModelConfig, cls: Classification, full_ids: tuple[int, ...], tp: int):
+    if cls.is_mla:
+        return geometry.mla(cfg, full_ids)
+    if cfg.text_model_type in rules.GEMMA4_TEXT_MODEL_TYPES:  # one pool or two, full layers keep their shape
+        (head_dim, heads), _ = geometry.gemma4_shapes(cfg, tp)
+        return geometry.AttentionGeometry(full_ids, heads, head_dim, head_dim)
+    return geometry.mha(cfg, full_ids, tp)
+
+
 def _attention_geometry(cfg: ModelConfig, cls: Classification, flags: ServerFlags):
     """(full, swa, recurrent) geometry for the model under the flags."""
-    tp = flags.tp_size
+    tp = flags.attention_tp_size
     recurrent = None
     if cls.uses_ssm_state:
         split = geometry.recurrent_split(cls.family, cfg, tp, scattered_sconv=flags.enable_scattered_sconv)
@@ -151,24 +198,31 @@ def _attention_geometry(cfg: ModelConfig, cls: Classification, flags: ServerFlag
                     rules.SWA_LAYER_DEFAULT_RULE)  # fmt: skip
         full_ids, swa_ids = geometry.swa_split(cfg, rule)
     else:
-        full_ids, swa_ids = tuple(range(cfg.positive_int("num_hidden_layers"))), ()
+        full_ids, swa_ids = tuple(range(attention_layer_count(cfg))), ()
     if not cls.is_hybrid_swa:  # SWA layers stay in the one pool unless SGLang splits them out
         full_ids, swa_ids = tuple(sorted(set(full_ids) | set(swa_ids))), ()
-    full = None
-    if full_ids:
-        full = geometry.mla(cfg, full_ids) if cls.is_mla else geometry.mha(cfg, full_ids, tp)
-    swa = None
-    if swa_ids:
-        base = geometry.mha(cfg, swa_ids, tp)
-        swa_head_dim = int(cfg.get("swa_head_dim") or base.head_dim)
-        swa_heads = cfg.get("swa_num_key_value_heads")
-        swa = geometry.AttentionGeometry(
-            swa_ids,
-            max(1, int(swa_heads) // tp) if swa_heads else base.kv_heads,
-            swa_head_dim,
-            int(cfg.get("swa_v_head_dim") or swa_head_dim),
-        )
+    full = _full_geometry(cfg, cls, full_ids, tp) if full_ids else None
+    swa = _swa_geometry(cfg, swa_ids, tp) if swa_ids else None
     return full, swa, recurrent
+
+
+def _dsv4_components(cfg: ModelConfig, kv: KVDtype) -> tuple[geometry.AttentionGeometry, geometry.AttentionGeometry,
+                                                              list[Component]]:  # fmt: skip
+    """DeepSeek-V4's own pool (``rules.DSV4_POOL_SOURCE``): a sliding-window row per token in every
+    layer, and in compressed layers a c4 / c128 row for every 4 / 128 tokens (shown amortised per
+    token). The compressor's per-request state is not sized here."""
+    ratios = geometry.dsv4_compression(cfg)
+    row = geometry.default_head_dim(cfg)
+    every = tuple(range(len(ratios)))
+    compressed = tuple(i for i, r in enumerate(ratios) if r > 0)
+    swa = geometry.AttentionGeometry(every, 1, row, 0, mla=True)
+    full = geometry.AttentionGeometry(compressed, 1, row, 0, mla=True)
+    parts = [Component("swa_kv", "swa", PER_TOKEN, kv.payload, len(every), ((1, row),), kv.payload_bits)]
+    for ratio in sorted({r for r in ratios if r > 0}):
+        layers = sum(1 for r in ratios if r == ratio)
+        parts.append(Component(f"c{ratio}_kv", "full", PER_TOKEN, kv.payload, layers, ((1, max(1, row // ratio)),),
+                               kv.payload_bits))  # fmt: skip
+    return full, swa, parts
 
 
 def sliding_window(cfg: ModelConfig) -> int | None:
@@ -178,12 +232,19 @@ def sliding_window(cfg: ModelConfig) -> int | None:
 
 def build_spec(cfg: ModelConfig, cls: Classification, flags: ServerFlags) -> StateSpec:
     """Derive the state spec of CFG (classified as CLS) under FLAGS."""
-    kv = resolve_kv_dtype(cfg, flags.kv_cache_dtype, flags.dtype)
-    full, swa, recurrent = _attention_geometry(cfg, cls, flags)
+    kv = resolve_kv_dtype(cfg, flags.kv_cache_dtype, flags.dtype, dsv4=cls.is_dsv4)
     parts: list[Component] = []
-    if full is not None:
+    if cls.is_dsv4:
+        full, swa, parts = _dsv4_components(cfg, kv)
+        recurrent = None
+    else:
+        full, swa, recurrent = _attention_geometry(cfg, cls, flags)
+    if full is not None and not cls.is_dsv4:
         parts += _kv_components("mla_kv" if full.mla else "full_kv", "full", full, kv)
-    if swa is not None:
+        if cls.is_dsa:  # the indexer's key cache rides in the same pool, per token and layer
+            parts.append(Component("dsa_index_k", "full", PER_TOKEN, "uint8", full.layers,
+                                   ((1, geometry.dsa_index_row(cfg)),), 8))  # fmt: skip
+    if swa is not None and not cls.is_dsv4:
         parts += _kv_components("swa_kv", "swa", swa, kv)
     if recurrent is not None:
         parts += _recurrent_components(recurrent)
@@ -200,4 +261,6 @@ def build_spec(cfg: ModelConfig, cls: Classification, flags: ServerFlags) -> Sta
         num_layers=cfg.positive_int("num_hidden_layers"),
         components=tuple(parts),
         architectures=cfg.architectures,
+        dsa_tail=cls.is_dsa and cfg.positive_int("index_kpool", 1) > 1 and bool(cfg.get("index_kpool_compress")),
+        dsv4_request_state=cls.is_dsv4 and 128 in geometry.dsv4_compression(cfg),
     )

@@ -1,5 +1,8 @@
 """What a ``config.json`` must hold before any rule reads it, and the launches SGLang itself refuses.
 
+The first is input validation (exit 2); the second, ``launch_refusals``, is a finding about a
+well-formed launch (hazard KVD014).
+
 A config is the user's input. Read leniently, a malformed one gives a silent wrong answer (KV heads
 ``4.5`` read as 4, ``true`` as 1; ``head_dim: -4`` reported as -4.0 KiB/token), or a crash that looks
 like a kvdoctor bug. So every field a rule reads is checked here, up front, and each refusal names
@@ -20,14 +23,19 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from kvdoctor.errors import ConfigError, FlagError
+from kvdoctor.core import rules
+from kvdoctor.errors import ConfigError
 from kvdoctor.text import shown
 
 if TYPE_CHECKING:
     from kvdoctor.core.config import ModelConfig
+    from kvdoctor.core.families import Classification
     from kvdoctor.core.flags import ServerFlags
+    from kvdoctor.core.policy import Platform, PoolLayout
+    from kvdoctor.core.spec import StateSpec
 
 # Reading bounds: a real config.json is a few KiB and nests 3-4 levels deep.
 MAX_CONFIG_BYTES = 16 * 2**20
@@ -45,13 +53,17 @@ MAX_TOKENS = 2**34  # context lengths and sliding windows
 
 COUNTS: dict[str, int] = {
     "num_hidden_layers": MAX_LAYERS,
+    "num_layers": MAX_LAYERS,
     "full_attention_interval": MAX_LAYERS,
+    "index_kpool": MAX_KERNEL,
     **dict.fromkeys(("num_attention_heads", "num_key_value_heads", "swa_num_key_value_heads", "num_heads",
                      "mamba_n_heads", "mamba_num_heads", "linear_num_key_heads", "linear_num_value_heads",
-                     "lightning_nkv", "n_groups", "mamba_n_groups"), MAX_HEADS),
+                     "lightning_nkv", "n_groups", "mamba_n_groups", "num_global_key_value_heads",
+                     "num_attention_groups", "n_head_kv", "num_kv_heads", "multi_query_group_num"), MAX_HEADS),
     **dict.fromkeys(("head_dim", "v_head_dim", "swa_head_dim", "swa_v_head_dim", "kv_lora_rank",
                      "mamba_d_head", "mamba_head_dim", "linear_key_head_dim", "linear_value_head_dim",
-                     "lightning_head_dim", "state_size", "ssm_state_size", "mamba_d_state"), MAX_HEAD_DIM),
+                     "lightning_head_dim", "state_size", "ssm_state_size", "mamba_d_state", "global_head_dim",
+                     "index_head_dim"), MAX_HEAD_DIM),
     **dict.fromkeys(("hidden_size", "intermediate_size", "mamba_d_ssm"), MAX_WIDTH),
     **dict.fromkeys(("conv_kernel", "mamba_d_conv", "linear_conv_kernel_dim", "conv_L_cache", "sconv_kernel_size",
                      "short_conv_kernel_size", "cca_time0", "cca_time1"), MAX_KERNEL),
@@ -75,7 +87,7 @@ NESTED_COUNTS: dict[tuple[str, ...], int] = {
 OBJECTS = (("linear_attn_config",), ("efficient_attention_config",), ("efficient_attention_config", "jet"))
 STRING_LISTS = ("layer_types", "mixer_types", "layers_block_type")
 STRINGS = ("dtype", "torch_dtype", "mamba_ssm_dtype", "hybrid_override_pattern", "mtp_hybrid_override_pattern")
-BOOLEANS = ("is_hybrid_swa",)
+BOOLEANS = ("is_hybrid_swa", "attention_k_eq_v", "index_kpool_compress")
 NEMOTRON_H_CODES = frozenset("M*-E")  # nemotron_h.py:35-38: mamba, attention, mlp, moe
 
 
@@ -240,27 +252,126 @@ def json_depth(value: object) -> int:
     return deepest
 
 
-# --- Launches SGLang refuses at start-up, whatever the config says ---
+# --- Launches SGLang refuses at start-up (hazard KVD014; the rest of the analysis is still shown) ---
 
 
-def launch_refusal(cfg: ModelConfig, flags: ServerFlags, *, mla: bool) -> str | None:
-    """Why SGLang would refuse to launch CFG under FLAGS, or None.
+@dataclass(frozen=True)
+class Refusal:
+    """One start-up refusal SGLang 0.5.23 would raise for this launch: its message and where it raises."""
 
-    The one home for launch refusals, so they can become a hazard (KVD014) instead of an error later.
-    KV heads: every attention layer asserts that TP divides the KV heads, or the KV heads divide TP
-    (replication), e.g. ``srt/models/llama.py:183-193``; an MLA latent row is not sharded by heads.
+    key: str  # the row of rules.REFUSALS
+    message: str
+    source: rules.Cite
+
+    @property
+    def where(self) -> str:
+        return self.source.where
+
+
+def _refusal(key: str, **fields: object) -> Refusal:
+    rule = rules.REFUSALS[key]
+    return Refusal(key, rule.message.format(**fields), rule.source)
+
+
+def _decode_radix_off(cfg: ModelConfig, flags: ServerFlags) -> bool:
+    """SGLang runs this server with the radix cache off: asked to, a decode server without its radix
+    opt-in (``rules.DECODE_RADIX_SOURCE``), or a model that forces it off (``RADIX_OFF_FAMILIES_SOURCE``)."""
+    return (
+        flags.disable_radix_cache
+        or (flags.is_decode and not flags.disaggregation_decode_enable_radix_cache)
+        or cfg.model_type in rules.RADIX_OFF_MODEL_TYPES
+    )
+
+
+def _flag_refusals(cfg: ModelConfig, flags: ServerFlags, cls: Classification) -> list[Refusal]:
+    """Refusals of the argument stage: model overrides, handle_pd_disaggregation, handle_cache_compatibility."""
+    found: list[Refusal] = []
+    kv_dtype = flags.kv_cache_dtype
+    hybrid_minicpm = cfg.model_type in rules.RADIX_OFF_MODEL_TYPES and cls.uses_ssm_state
+    if hybrid_minicpm and flags.enable_hierarchical_cache:
+        found.append(_refusal("minicpm_hicache"))
+    if cls.is_dsa and kv_dtype not in rules.DSA_KV_DTYPES:
+        found.append(_refusal("dsa_kv_dtype"))
+    if cls.is_dsv4 and kv_dtype not in rules.DSV4_KV_DTYPES:
+        found.append(_refusal("dsv4_kv_dtype", dtype=kv_dtype))
+    explicit = flags.disaggregation_decode_retraction_backup
+    if flags.disaggregation_decode_host_receive_threshold < 1 and explicit == "cpu_tensor":
+        found.append(_refusal("receive_cpu_tensor"))
+    host_pool = flags.retraction_backup_declared == "host_pool"
+    preemption = flags.enable_priority_scheduling and not flags.disable_priority_preemption
+    refused = [
+        ("host_pool_not_decode", host_pool and not flags.is_decode),
+        ("host_pool_dcp", host_pool and flags.dcp_enabled),
+        ("host_pool_priority", host_pool and preemption),
+        ("hicache_without_radix", flags.enable_hierarchical_cache and _decode_radix_off(cfg, flags)
+         and not hybrid_minicpm),
+        ("offload_not_decode", flags.disaggregation_decode_enable_offload_kvcache and not flags.is_decode),
+        ("offload_no_storage", flags.disaggregation_decode_enable_offload_kvcache and flags.is_decode
+         and flags.hicache_storage_backend is None),
+        ("offload_host_pool", flags.disaggregation_decode_enable_offload_kvcache and flags.is_decode
+         and flags.hicache_storage_backend is not None and host_pool),
+    ]  # fmt: skip
+    found += [_refusal(key) for key, hit in refused if hit]
+    return found
+
+
+def _model_refusals(cfg: ModelConfig, flags: ServerFlags, spec: StateSpec, derived_context: int) -> list[Refusal]:
+    """Refusals of the model stage: the context length, and TP against the attention heads."""
+    from kvdoctor.core import geometry  # geometry reads configs, which this module validates first
+
+    found: list[Refusal] = []
+    if flags.context_length is not None and flags.context_length > derived_context:
+        found.append(_refusal("context_length", requested=flags.context_length, derived=derived_context))
+    tp, heads = flags.attention_tp_size, cfg.get("num_attention_heads")
+    attention = spec.full if spec.full is not None else spec.swa
+    if tp > 1 and isinstance(heads, int) and attention is not None and not attention.mla:
+        kv_heads = geometry.total_kv_heads(cfg)
+        if heads % tp:
+            found.append(_refusal("tp_heads", tp=tp, heads=heads))
+        if (kv_heads >= tp and kv_heads % tp) or (kv_heads < tp and tp % kv_heads):
+            found.append(_refusal("tp_kv_heads", tp=tp, heads=kv_heads))
+    return found
+
+
+def _decode_radix_refusals(cfg: ModelConfig, flags: ServerFlags, spec: StateSpec) -> list[Refusal]:
+    """validate_decode_radix_cache: a decode server's radix opt-in on a hybrid-SWA model."""
+    cls = spec.classification
+    if not (flags.is_decode and flags.disaggregation_decode_enable_radix_cache and cls.is_hybrid_swa):
+        return []
+    if flags.enable_hierarchical_cache:
+        return [_refusal("decode_radix_swa_hicache")]
+    if cls.is_dsv4:  # kvdoctor models the default (non-unified) DeepSeek-V4 KV layout
+        return [_refusal("decode_radix_dsv4")]
+    if cfg.architecture in rules.SWA_COMPRESS_ARCHS:
+        return [_refusal("decode_radix_swa_compress")]
+    return []
+
+
+def _tree_cache_refusals(flags: ServerFlags, spec: StateSpec, layout: PoolLayout, backend: str) -> list[Refusal]:
+    """What create_unified_radix_cache and validate_retraction_host_capacity refuse for a host_pool
+    retraction backup on a decode server (``rules.REFUSALS`` host_pool_*)."""
+    if not (flags.is_decode and backend == "host_pool"):
+        return []
+    cls = spec.classification
+    if cls.uses_ssm_state:
+        return [_refusal("host_pool_mamba")]
+    if cls.is_hybrid_swa and layout.kv_pool == "SWAKVPool" and spec.full is None:
+        return [_refusal("host_pool_pure_swa")]
+    if layout.kv_pool not in rules.HOST_POOL_LAYOUTS and layout.kv_pool != "SWAKVPool":
+        return [_refusal("host_pool_layout")]
+    return []
+
+
+def launch_refusals(cfg: ModelConfig, flags: ServerFlags, spec: StateSpec, layout: PoolLayout, backend: str,
+                    derived_context: int, platform: Platform | None = None) -> tuple[Refusal, ...]:  # fmt: skip
+    """Every start-up refusal SGLang 0.5.23 would raise for CFG under FLAGS, in the order it meets them.
+
+    The one home for launch refusals: each becomes hazard KVD014 carrying SGLang's message and place,
+    while the rest of the analysis is still shown (malformed input, by contrast, is exit 2 where it
+    enters). SGLang stops at the first; kvdoctor lists each one that applies.
     """
-    tp = flags.tp_size
-    heads = cfg.get("num_key_value_heads") or cfg.get("num_attention_heads")
-    if mla or tp <= 1 or not isinstance(heads, int):
-        return None
-    if heads % tp and tp % heads:
-        return (f"{cfg.source}: --tp-size {tp} with {heads} KV heads: SGLang requires the tensor-parallel size "
-                f"to divide the KV heads or the KV heads to divide it (srt/models/llama.py:183-193)")  # fmt: skip
-    return None
-
-
-def check_launch(cfg: ModelConfig, flags: ServerFlags, *, mla: bool) -> None:
-    refusal = launch_refusal(cfg, flags, mla=mla)
-    if refusal is not None:
-        raise FlagError(refusal)
+    hopper = platform is not None and not platform.is_sm100
+    platform_refusals = [_refusal("mxfp8_needs_blackwell")] if hopper and flags.kv_cache_dtype == "mxfp8" else []
+    return (*platform_refusals, *_flag_refusals(cfg, flags, spec.classification),
+            *_model_refusals(cfg, flags, spec, derived_context),
+            *_decode_radix_refusals(cfg, flags, spec), *_tree_cache_refusals(flags, spec, layout, backend))  # fmt: skip

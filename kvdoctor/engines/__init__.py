@@ -16,7 +16,9 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
-__all__ = ["Engine", "EngineInfo", "GpuArch"]
+from kvdoctor.core.policy import Platform
+
+__all__ = ["Engine", "EngineInfo", "GpuArch", "Server"]
 
 
 class Engine(str, Enum):
@@ -24,6 +26,14 @@ class Engine(str, Enum):
 
     KVDOCTOR = "kvdoctor"
     SGLANG = "sglang"
+    VLLM = "vllm"
+
+
+class Server(str, Enum):
+    """Which inference server a launch line is for (its flags, its rules, its engine)."""
+
+    SGLANG = "sglang"
+    VLLM = "vllm"
 
 
 class GpuArch(str, Enum):
@@ -50,6 +60,10 @@ class GpuArch(str, Enum):
             "device_sm": 100 if blackwell else 90,
             "device_capability": (10, 0) if blackwell else (9, 0),
         }
+
+    def platform(self) -> Platform:
+        """The same GPU for kvdoctor's rule model (``core.policy.Platform``): both sides see one platform."""
+        return Platform(gpu_arch=self.value)
 
     def describe(self) -> str:
         return "CUDA SM100 (Blackwell)" if self is GpuArch.SM100 else "CUDA SM90 (Hopper)"

@@ -14,28 +14,38 @@ from kvdoctor.errors import InputError
 from kvdoctor.report import github, junit
 
 
-def inspect_cases(report: Mapping[str, Any]) -> list[junit.Case]:
-    """One case per hazard found (errors fail), plus the ``--strict`` verdict as its own case."""
-    cases = [
-        junit.Case(h["code"], junit.FAILED if h["severity"] == "error" else junit.PASSED,
-                   message=h["message"] if h["severity"] == "error" else "", details=h["message"])
-        for h in report["hazards"]
-    ]  # fmt: skip
+def _hazard_status(severity: str, gated: bool) -> str:
+    """An error hazard fails a case exactly when it fails the command (``--strict``): JUnit and the
+    step summary must agree with the exit code; ungated, it is reported in the case's output."""
+    return junit.FAILED if severity == "error" and gated else junit.PASSED
+
+
+def inspect_cases(report: Mapping[str, Any], *, gated: bool = True) -> list[junit.Case]:
+    """One case per hazard found, plus the error-hazard verdict as its own case; errors fail only when
+    GATED (``--strict``), otherwise each case carries the hazard as its output."""
+    cases = []
+    for h in report["hazards"]:
+        status = _hazard_status(h["severity"], gated)
+        note = "" if gated or h["severity"] != "error" else " (error hazard not gated: pass --strict to fail on it)"
+        cases.append(junit.Case(h["code"], status, message=h["message"] if status == junit.FAILED else "",
+                                details=f"{h['severity']}: {h['message']}{note}"))  # fmt: skip
     errors = [h["code"] for h in report["hazards"] if h["severity"] == "error"]
-    cases.append(junit.Case("no-error-hazards", junit.FAILED if errors else junit.PASSED,
-                            message=", ".join(errors)))  # fmt: skip
+    cases.append(junit.Case("no-error-hazards", junit.FAILED if errors and gated else junit.PASSED,
+                            message=", ".join(errors), details=", ".join(errors)))  # fmt: skip
     return cases
 
 
-def inspect_rows(report: Mapping[str, Any]) -> list[github.Row]:
-    backup = report["retraction_backup"]
-    rows = [
-        github.Row("family", report["model"]["family"], "", junit.PASSED),
-        github.Row("retraction backup", f"{backup['backend']} (applies: {backup['applies']})", "", junit.PASSED),
-        github.Row("PD state types", ", ".join(report["pd_state_types"]) or "-", "", junit.PASSED),
-    ]
-    rows += [github.Row(h["code"], h["severity"], "no error", junit.FAILED if h["severity"] == "error"
-                        else junit.PASSED) for h in report["hazards"]]  # fmt: skip
+def inspect_rows(report: Mapping[str, Any], *, gated: bool = True) -> list[github.Row]:
+    rows = []
+    if "retraction_backup" in report:  # absent when kvdoctor refused the model and only SGLang answered
+        backup = report["retraction_backup"]
+        rows += [
+            github.Row("family", report["model"]["family"], "", junit.PASSED),
+            github.Row("retraction backup", f"{backup['backend']} (applies: {backup['applies']})", "", junit.PASSED),
+            github.Row("PD state types", ", ".join(report["pd_state_types"]) or "-", "", junit.PASSED),
+        ]
+    rows += [github.Row(h["code"], h["severity"], "no error", _hazard_status(h["severity"], gated))
+             for h in report["hazards"]]  # fmt: skip
     return rows
 
 

@@ -330,6 +330,11 @@ def check_supported(analysis: Analysis) -> None:
         )
     if analysis.spec.full is None and analysis.spec.swa is None and analysis.spec.recurrent is None:
         raise InputError("the model carries no per-request state to round-trip")
+    if analysis.classification.is_dsv4:
+        raise InputError(
+            f"{analysis.layout.kv_pool} (DeepSeek-V4's own compressed-KV pool) is not modelled by roundtrip; "
+            "`kvdoctor inspect` reports its pools, backup and PD state"
+        )
 
 
 def build_pools(analysis: Analysis, geo: Geometry, sizing: Sizing, device: torch.device,

@@ -24,3 +24,35 @@ def test_engine_sglang_without_sglang_names_the_install_command() -> None:
     assert out.exit_code == 2, out.output
     assert "make sglang-env" in out.output
     assert "Traceback" not in out.output
+
+
+@pytest.mark.skipif(importlib.util.find_spec("sglang") is not None, reason="SGLang is installed here")
+@pytest.mark.parametrize(
+    "args",
+    [["inspect", "inkling-small", "--engine", "sglang"], ["drift", "--fixture", "inkling-small"]],
+    ids=["inspect", "drift"],
+)
+def test_commands_that_ask_sglang_name_the_install_command(args: list[str]) -> None:
+    out = runner.invoke(app, args)
+    assert out.exit_code == 2, out.output
+    assert "make sglang-env" in out.output
+    assert "Traceback" not in out.output
+
+
+def test_inspect_without_engine_never_imports_an_engine_adapter() -> None:
+    import subprocess
+    import sys
+
+    code = ("import sys; from typer.testing import CliRunner; from kvdoctor.cli.app import app; "
+            "r = CliRunner().invoke(app, ['inspect', 'inkling-small']); "
+            "print(sorted(m for m in sys.modules if m.startswith(('kvdoctor.engines.sglang', 'sglang', 'torch'))))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert out.stdout.strip() == "[]", out.stdout
+
+
+def test_version_prints_the_installed_version() -> None:
+    from importlib.metadata import version
+
+    out = runner.invoke(app, ["--version"])
+    assert out.exit_code == 0
+    assert out.output.strip() == f"kvdoctor {version('kvdoctor')}"

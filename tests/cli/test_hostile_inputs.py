@@ -166,9 +166,14 @@ def test_configs_no_real_model_has_exit_2_naming_file_and_field(
     assert path in line and message in line
 
 
-def test_tp_that_sglang_refuses_exits_2_naming_the_rule(kvdoctor: Run) -> None:
-    line = kvdoctor("inspect", "inkling-small", "--tp-size", "3").one_line()  # 4 KV heads
-    assert "--tp-size 3 with 4 KV heads" in line and "divide" in line
+def test_tp_that_sglang_refuses_is_hazard_kvd014_with_the_analysis_shown(kvdoctor: Run) -> None:
+    result = kvdoctor("inspect", "inkling-small", "--tp-size", "3", "--json")  # 4 KV heads
+    assert result.code == 0, result.err  # a well-formed launch SGLang refuses: a finding, not bad input
+    report = json.loads(result.out)
+    refused = [h for h in report["hazards"] if h["code"] == "KVD014-SGLANG-REFUSES"]
+    assert any("--tp-size 3 with 4 KV heads" in h["message"] and "divide" in h["message"] for h in refused)
+    assert all(h["where"].startswith("sglang/srt/models/llama.py:") for h in refused) and report["components"]
+    assert kvdoctor("inspect", "inkling-small", "--tp-size", "3", "--strict").code == 1
     assert kvdoctor("inspect", "inkling-small", "--tp-size", "8").code == 0  # 8 % 4 == 0: heads replicated
 
 

@@ -45,7 +45,7 @@ def test_host_pool_on_inkling_is_an_error_hazard_and_fails_under_strict() -> Non
     lenient = kvdoctor("inspect", *flags, "--json")
     assert lenient.returncode == 0
     codes = [h["code"] for h in json.loads(lenient.stdout)["hazards"] if h["severity"] == "error"]
-    assert codes == ["KVD001-SSM-ON-HOST-POOL"]
+    assert codes == ["KVD014-SGLANG-REFUSES", "KVD001-SSM-ON-HOST-POOL"]  # SGLang refuses; KVD001 says why
     strict = kvdoctor("inspect", *flags, "--strict")
     assert strict.returncode == 1
     assert "KVD001-SSM-ON-HOST-POOL" in strict.stdout
@@ -66,8 +66,6 @@ def test_table_output_names_the_decision() -> None:
         (["inspect", "{tmp}/missing.json"], "no such file"),
         (["inspect", "{tmp}/notype.json"], "'model_type' is missing"),
         (["inspect", "{tmp}/unknown.json"], "is not one SGLang knows"),
-        (["inspect", "inkling-small", "--disaggregation-mode", "prefill",
-          "--disaggregation-decode-retraction-backup", "host_pool"], "only supported on a PD decode server"),
         (["inspect", "inkling-small", "--swa-full-tokens-ratio", "2"], "must be in (0, 1]"),
         (["inspect", "inkling-small", "--max-total-tokens", "-1"], "must be a positive integer"),
         (["inspect", "{tmp}/badfield.json"], "field 'head_dim' must be a whole number, got 'x'"),
@@ -86,6 +84,16 @@ def test_bad_input_is_one_line_and_exit_code_2(tmp_path: Path, args: list[str], 
     assert message in out.stderr
     assert "Traceback" not in out.stderr
     assert len(out.stderr.strip().splitlines()) == 1
+
+
+def test_a_launch_sglang_refuses_is_kvd014_and_fails_only_under_strict() -> None:
+    args = ["inspect", "inkling-small", "--disaggregation-mode", "prefill",
+            "--disaggregation-decode-retraction-backup", "host_pool"]  # fmt: skip
+    out = kvdoctor(*args)
+    assert out.returncode == 0, out.stderr
+    assert "KVD014-SGLANG-REFUSES" in out.stdout and "only supported on a PD decode server" in out.stdout
+    assert "SWAKVPool" in out.stdout  # the rest of the analysis is still shown
+    assert kvdoctor(*args, "--strict").returncode == 1
 
 
 def test_inspect_never_imports_torch_or_triton() -> None:

@@ -74,11 +74,13 @@ def test_fault_that_breaks_something_else_is_called_out(monkeypatch: pytest.Monk
 
 
 def test_launch_line_errors_are_shown_beside_the_round_trip() -> None:
-    # INKLING runs MXFP8 at page 1: SGLang refuses that (KVD006), the pool's copy still round-trips.
-    out = invoke("roundtrip", *INKLING, *SMALL)
+    # INKLING on triton runs MXFP8 at page 1 (its own default, fa4, takes page 128 on SM100): SGLang refuses
+    # that (KVD006), the pool's copy still round-trips.
+    triton = ("--attention-backend", "triton")
+    out = invoke("roundtrip", *INKLING, *triton, *SMALL)
     assert out.exit_code == 0, out.output
     assert "KVD006" in out.stdout and "SGLang would refuse this launch line" in " ".join(out.stdout.split())
-    report = json.loads(invoke("roundtrip", *INKLING, *SMALL, "--json").stdout)
+    report = json.loads(invoke("roundtrip", *INKLING, *triton, *SMALL, "--json").stdout)
     assert [h["code"][:6] for h in report["hazards"]] == ["KVD006"]
     assert {"severity", "code", "message"} <= set(report["hazards"][0])
     clean = json.loads(invoke("roundtrip", *INKLING, *SMALL, "--page-size", "128", "--json").stdout)
@@ -104,17 +106,31 @@ def test_cuda_requested_without_cuda_exits_two() -> None:
     assert "CUDA" in out.output
 
 
+# Inkling MXFP8 decode at page 1 (triton): the setup the bench used before the rule model knew the GPU.
+BENCH_PAGE_1 = ["inkling-small", "--device", "cpu", "--requests", "3", "--tokens", "64", "--layers", "1",
+                "--repeats", "1", "--", "--kv-cache-dtype", "mxfp8", "--disaggregation-mode", "decode",
+                "--attention-backend", "triton"]  # fmt: skip
+
+
 def test_bench_roundtrip_prints_both_paths_and_ratios() -> None:
-    out = invoke("bench", "roundtrip", "--device", "cpu", "--requests", "3", "--tokens", "64",
-                 "--layers", "1", "--repeats", "1")  # fmt: skip
+    out = invoke("bench", "roundtrip", *BENCH_PAGE_1)
     assert out.exit_code == 0, out.output
     assert "ours" in out.stdout and "naive" in out.stdout and "identical" in out.stdout
-    report = json.loads(invoke("bench", "roundtrip", "--device", "cpu", "--requests", "3", "--tokens", "64",
-                               "--layers", "1", "--repeats", "1", "--json").stdout)  # fmt: skip
+    report = json.loads(invoke("bench", "roundtrip", *BENCH_PAGE_1[:-7], "--json", *BENCH_PAGE_1[-7:]).stdout)
     assert report["bytes_match"] is True
     paths = {(r["path"], r["direction"]) for r in report["rows"]}
     assert {("ours", "offload"), ("naive", "offload"), ("ours", "restore"), ("naive", "restore")} <= paths
     assert report["offload_speedup"] > 0 and report["restore_speedup"] > 0
+
+
+def test_bench_roundtrip_default_setup_backs_up_identical_bytes() -> None:
+    """The default setup runs FA4 at page 128: the naive copy must read page-interleaved scale units
+    as (unit, bytes) rows, as ``MHATokenToKVPoolMXFP8._read_scales`` gathers them (it read single bytes)."""
+    out = invoke("bench", "roundtrip", "--device", "cpu", "--requests", "3", "--tokens", "64",
+                 "--layers", "1", "--repeats", "1", "--json")  # fmt: skip
+    assert out.exit_code == 0, out.output
+    report = json.loads(out.stdout)
+    assert report["bytes_match"] is True and report["used"]["page_size"] == 128
 
 
 def test_help_lists_every_fault() -> None:

@@ -12,6 +12,10 @@ import pytest
 from kvdoctor.core.analysis import Analysis, analyze, analyze_config
 from kvdoctor.core.config import load_config, parse_config
 from kvdoctor.core.flags import parse_flags
+from kvdoctor.core.policy import DEFAULT_PLATFORM, Platform
+
+# A Hopper GPU: no backend default there moves the page size, so a launch keeps page 1.
+HOPPER = Platform(gpu_arch="sm90")
 
 
 @pytest.fixture
@@ -35,5 +39,5 @@ def fixture_with(name: str, *flags: str, **changes: Any) -> Analysis:
     return analyze_config(parse_config(json.dumps(top), f"{name}+changes"), parse_flags(list(flags)))
 
 
-def run(model: str, *flags: str) -> Analysis:
-    return analyze(model, list(flags))
+def run(model: str, *flags: str, platform: Platform = DEFAULT_PLATFORM) -> Analysis:
+    return analyze(model, list(flags), platform=platform)

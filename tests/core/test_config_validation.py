@@ -17,7 +17,7 @@ from kvdoctor.core import validate
 from kvdoctor.core.analysis import analyze_config
 from kvdoctor.core.config import bundled_fixtures, load_config, parse_config, read_config_text
 from kvdoctor.core.flags import parse_flags
-from kvdoctor.errors import ConfigError, FlagError, KvdoctorError
+from kvdoctor.errors import ConfigError, KvdoctorError
 
 
 def _with(fixture: str, **changes: Any) -> str:
@@ -164,16 +164,22 @@ def test_names_the_file_system_refuses_are_input_errors(model: str) -> None:
                                                       (8, 1, False)])  # fmt: skip
 def test_tp_must_divide_the_kv_heads_or_be_divided_by_them(heads: int, tp: int, refused: bool) -> None:
     cfg = parse_config(_with("llama-3.1-8b", num_key_value_heads=heads, num_attention_heads=24), "llama.json")
-    message = validate.launch_refusal(cfg, parse_flags(["--tp-size", str(tp)]), mla=False)
-    assert (message is not None) == refused
+    a = analyze_config(cfg, parse_flags(["--tp-size", str(tp)]))
+    tp_refusals = [r for r in a.refusals if r.key == "tp_kv_heads"]
+    assert bool(tp_refusals) == refused
     if refused:
-        assert f"--tp-size {tp} with {heads} KV heads" in message and "llama.py:183-193" in message
+        assert f"--tp-size {tp} with {heads} KV heads" in tp_refusals[0].message
+        assert tp_refusals[0].where == "sglang/srt/models/llama.py:185-193"
 
 
-def test_the_tp_rule_stops_the_analysis_and_spares_mla() -> None:
-    with pytest.raises(FlagError, match="--tp-size 3 with 8 KV heads"):
-        _analyze("llama-3.1-8b", "--tp-size", "3")
-    assert _analyze("deepseek-v3", "--tp-size", "3").spec.full.mla  # a latent row is not split by heads
+def test_the_tp_rule_is_a_kvd014_hazard_with_the_analysis_shown_and_spares_mla() -> None:
+    a = _analyze("llama-3.1-8b", "--tp-size", "3")  # 8 KV heads, 32 attention heads: both asserts fail
+    assert {r.key for r in a.refusals} == {"tp_heads", "tp_kv_heads"}
+    kvd014 = [h for h in a.hazards if h.code == "KVD014-SGLANG-REFUSES"]
+    assert len(kvd014) == 2 and all(h.severity == "error" and h.where.startswith("sglang/srt/models/llama.py:")
+                                    for h in kvd014)  # fmt: skip
+    assert a.spec.full.kv_heads == 2 and a.layout.kv_pool == "MHATokenToKVPool"  # the analysis is still there
+    assert not _analyze("deepseek-v3", "--tp-size", "3").refusals  # a latent row is not split by heads
 
 
 # --- The sweep: hostile values in every field of every fixture ---

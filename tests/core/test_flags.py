@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from kvdoctor.core.analysis import analyze
 from kvdoctor.core.flags import parse_flags, parse_launch_line, resolve_option, scan
 from kvdoctor.core.sglang_server_flags import SGLANG_SERVER_FLAGS
 from kvdoctor.errors import FlagError
@@ -41,22 +42,43 @@ def test_unset_ratios_stay_unset_so_model_overrides_can_apply() -> None:
         (["--hicache-size", "-1"], "must not be negative"),
         (["--kv-cache-dtype", "int8_g64"], "invalid choice"),
         (["--tp", "2", "--tp-size", "4"], "given twice"),
-        (["--disaggregation-mode", "prefill", "--disaggregation-decode-retraction-backup", "host_pool"],
-         "only supported on a PD decode server"),
-        (["--disaggregation-mode", "decode", "--disaggregation-decode-retraction-backup", "host_pool",
-          "--dcp-size", "2"], "does not support --dcp-size > 1"),
-        (["--disaggregation-mode", "decode", "--disaggregation-decode-retraction-backup", "host_pool",
-          "--enable-priority-scheduling"], "requires --disable-priority-preemption"),
-        (["--disaggregation-decode-enable-offload-kvcache"], "only supported for decode side"),
-        (["--disaggregation-mode", "decode", "--disaggregation-decode-host-receive-threshold", "0.5",
-          "--disaggregation-decode-retraction-backup", "cpu_tensor"], "requires host_pool retraction"),
-        (["--disaggregation-decode-host-receive-threshold", "0.5"], "only supported on a PD decode server"),
-        (["--enable-hierarchical-cache", "--disable-radix-cache"], "mutually exclusive"),
+        (["--hicache-storage-backend", "floppy"], "invalid choice"),
     ],
 )  # fmt: skip
-def test_bad_and_contradictory_flags_raise_flag_errors(argv: list[str], message: str) -> None:
+def test_malformed_flags_raise_flag_errors(argv: list[str], message: str) -> None:
     with pytest.raises(FlagError, match=message):
         parse_flags(argv)
+
+
+HOST_POOL = ["--disaggregation-decode-retraction-backup", "host_pool"]
+
+
+@pytest.mark.parametrize(
+    ("argv", "key", "message", "where"),
+    [
+        (["--disaggregation-mode", "prefill", *HOST_POOL], "host_pool_not_decode",
+         "only supported on a PD decode server", "kv_cache_hook.py:353-360"),
+        (["--disaggregation-mode", "decode", *HOST_POOL, "--dcp-size", "2"], "host_pool_dcp",
+         "does not support --dcp-size > 1", "kv_cache_hook.py:360-364"),
+        (["--disaggregation-mode", "decode", *HOST_POOL, "--enable-priority-scheduling"], "host_pool_priority",
+         "requires --disable-priority-preemption", "kv_cache_hook.py:365-373"),
+        (["--disaggregation-decode-enable-offload-kvcache"], "offload_not_decode", "only supported for decode side",
+         "kv_cache_hook.py:399-403"),
+        (["--disaggregation-mode", "decode", "--disaggregation-decode-host-receive-threshold", "0.5",
+          "--disaggregation-decode-retraction-backup", "cpu_tensor"], "receive_cpu_tensor",
+         "requires host_pool retraction", "pd_disaggregation_hook.py:75-76"),
+        (["--disaggregation-decode-host-receive-threshold", "0.5"], "host_pool_not_decode",
+         "only supported on a PD decode server", "kv_cache_hook.py:353-360"),
+        (["--enable-hierarchical-cache", "--disable-radix-cache"], "hicache_without_radix", "mutually exclusive",
+         "kv_cache_hook.py:393-397"),
+    ],
+)  # fmt: skip
+def test_flag_combinations_sglang_refuses_are_kvd014_not_input_errors(argv: list[str], key: str, message: str,
+                                                                       where: str) -> None:  # fmt: skip
+    a = analyze("llama-3.1-8b", argv)  # parses: these are well-formed launches SGLang refuses at start-up
+    assert key in {r.key for r in a.refusals}
+    hazard = next(h for h in a.hazards if h.code == "KVD014-SGLANG-REFUSES" and message in h.message)
+    assert hazard.severity == "error" and hazard.where.endswith(where) and a.spec.components
 
 
 def test_what_sglang_accepts_is_accepted() -> None:

@@ -97,7 +97,8 @@ def test_explicit_flag_is_used_unchanged() -> None:
         ("llama-3.1-8b", (*DECODE, "--enable-hierarchical-cache"), 2.0),
         ("inkling-small", DECODE, 2.0),  # cpu_tensor
         ("llama-3.1-8b", (*DECODE, "--hicache-ratio", "1.5"), 1.5),
-        ("llama-3.1-8b", (), None),  # only a decode server resolves it
+        ("llama-3.1-8b", (), 2.0),  # other servers resolve an unset ratio at start-up (hicache_hook.py:119-122)
+        ("llama-3.1-8b", ("--hicache-host-memory-mode", "buffer_only", "--hicache-storage-backend", "file"), 1.2),
     ],
 )
 def test_hicache_ratio_resolution(model: str, flags: tuple[str, ...], ratio: float | None) -> None:

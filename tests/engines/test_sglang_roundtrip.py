@@ -132,3 +132,19 @@ def test_scale_fault_on_a_bf16_pool_is_refused() -> None:
     with pytest.raises(InputError, match="drop-block-scale needs"):
         run("gpt-oss-20b", ["--disaggregation-mode", "decode", "--disaggregation-decode-retraction-backup",
                             "cpu_tensor"], inject="drop-block-scale")  # fmt: skip
+
+
+def test_bench_times_sglangs_own_path_beside_ours() -> None:
+    from kvdoctor.bench.roundtrip import BenchOptions, bench_roundtrip
+    from kvdoctor.core.analysis import analyze
+    from kvdoctor.engines import GpuArch
+    from kvdoctor.engines.sglang.bench import sglang_path
+
+    argv = ["--disaggregation-mode", "decode", "--disaggregation-decode-retraction-backup", "cpu_tensor"]
+    opts = BenchOptions(device="cpu", requests=2, tokens=64, repeats=1, warmup=0)
+    path, used = sglang_path("llama-3.1-8b", argv, opts, GpuArch.SM100)
+    result = bench_roundtrip(analyze("llama-3.1-8b", argv), opts, [path])
+    assert path.nbytes == result.bytes_per_round  # the same bytes: full KV of every request, both engines
+    assert set(result.versus["sglang"]) == {"offload", "restore"}
+    assert {r.path for r in result.rows} >= {"ours", "naive", "sglang"}
+    assert used["sglang_pool_classes"]["kv_pool"] == "MHATokenToKVPool"

@@ -8,7 +8,9 @@ from kvdoctor.core.config import bundled_fixtures
 from kvdoctor.state.diff import FREE, PADDING, RESIDENT, SLOT_REUSE
 from tests.state.helpers import roundtrip, row
 
-FIXTURES = sorted(bundled_fixtures())
+# DeepSeek-V4 builds its own compressed-KV pool, which roundtrip refuses (exit 2) rather than approximates.
+UNMODELLED = {"deepseek-v4"}
+FIXTURES = sorted(set(bundled_fixtures()) - UNMODELLED)
 # mxfp8 at page 128 is SGLang's production layout (page-interleaved scales), the only one whose
 # host_pool backup carries the scales; the flat layout is covered on cpu_tensor models below.
 DTYPES = [("auto", ()), ("bf16", ()), ("fp8_e4m3", ()), ("fp8_e5m2", ()), ("mxfp8", ("--page-size", "128"))]
@@ -30,7 +32,9 @@ def test_fixture_round_trips_bit_exact(model: str, dtype: str, flags: tuple[str,
 
 @pytest.mark.parametrize("model", ["inkling-small", "qwen3-next-80b-a3b", "gpt-oss-20b"])
 def test_flat_mxfp8_scales_round_trip_on_cpu_tensor(model: str) -> None:
-    result = roundtrip(model, "mxfp8", "--disaggregation-decode-retraction-backup", "cpu_tensor")
+    # triton: below FA4's page 128 the scales are flat (on SM100 Inkling would default to fa4, page 128).
+    result = roundtrip(model, "mxfp8", "--disaggregation-decode-retraction-backup", "cpu_tensor",
+                       "--attention-backend", "triton")
     assert result.ok, result.components.to_string()
     assert result.used["scale_layout"] == "flat per slot"
     assert row(result, "full_kv_scales")["bytes"] > 0
@@ -51,3 +55,11 @@ def test_every_component_of_the_spec_is_diffed() -> None:
     ]
     assert row(result, FREE)["bytes"] > 0
     assert result.used["scale_layout"].startswith("page-interleaved")
+
+
+@pytest.mark.parametrize("model", sorted(UNMODELLED))
+def test_pools_roundtrip_does_not_model_are_refused_by_name(model: str) -> None:
+    from kvdoctor.errors import InputError
+
+    with pytest.raises(InputError, match="not modelled by roundtrip"):
+        roundtrip(model, "auto")

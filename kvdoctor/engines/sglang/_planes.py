@@ -77,10 +77,15 @@ def _interleaved(page_size: int) -> tuple[Reader, Writer]:
 
 
 def _kv_planes(role: str, pool: object, page_size: int) -> list[StatePlane]:
+    if not (getattr(pool, "k_buffer", None) or getattr(pool, "kv_buffer", None)):
+        return []  # a pool with no layers (a pure-Mamba model's KV pool holds no attention layer)
+    if not hasattr(pool, "k_buffer") and hasattr(pool, "kv_buffer") and role == "full":
+        rows = pool.kv_buffer[0].shape[0]  # MLA: one latent row (kv_lora_rank + rope dim) per token
+        return [StatePlane("mla_kv", "kv", role, list(pool.kv_buffer), _rows_read, _rows_write, rows)]
     if not hasattr(pool, "k_buffer"):
         raise EngineRefuses(
-            f"roundtrip --engine sglang cannot read {type(pool).__name__} yet (no k_buffer/v_buffer: MLA or a "
-            "model-specific pool); use the default engine for this model"
+            f"kvdoctor cannot read {type(pool).__name__}'s buffers yet (neither k_buffer/v_buffer nor an MLA "
+            "kv_buffer: a model-specific pool); use the default engine for this model"
         )
     rows = pool.k_buffer[0].shape[0]
     planes = [
@@ -122,7 +127,7 @@ def planes_of(pools: EnginePools) -> list[StatePlane]:
     return planes
 
 
-COMPONENT_ORDER = ("full_kv", "full_kv_scales", "swa_kv", "swa_kv_scales", "conv_state", "temporal_state")
+COMPONENT_ORDER = ("full_kv", "mla_kv", "full_kv_scales", "swa_kv", "swa_kv_scales", "conv_state", "temporal_state")
 
 
 def components(planes: list[StatePlane]) -> list[str]:

@@ -10,6 +10,7 @@ from free GPU memory) so the pools hold exactly the requests of one round trip, 
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 from typing import Any
 
@@ -157,3 +158,49 @@ def build(runtime: Runtime, plan: PoolPlan, device: str) -> EnginePools:
         page_size=int(ctx.get_schedule().page_size),
         device=device,
     )
+
+
+def _sized(pools: EnginePools, tokens: int | None) -> Any:
+    """The allocator, reporting kvdoctor's pool size to the ratio rule when kvdoctor has one."""
+    if tokens is None:
+        return pools.allocator
+    kv = copy.copy(pools.kv_pool)
+    kv.size = tokens
+    allocator = copy.copy(pools.allocator)
+    allocator.get_kvcache = lambda: kv
+    return allocator
+
+
+def resolve_backup(runtime: Runtime, pools: EnginePools, tokens: int | None) -> tuple[str, Any]:
+    """SGLang's ``resolve_decode_retraction_backup`` on the built pools: the backend and the hicache ratio.
+
+    It reads a TP worker; a facade over the built pools stands in for it (a GPU process here). With
+    TOKENS the KV pool reports that size to the ratio rule (a tiny pool would skew the ratio).
+    """
+    builder = import_sglang("sglang.srt.mem_cache.kv_cache_builder")
+    ctx = import_sglang("sglang.srt.runtime_context")
+    spec_info = import_sglang("sglang.srt.speculative.spec_info")
+    allocator = _sized(pools, tokens)
+
+    class _Runner:
+        mtp_draft_device_pools = ()
+        spec_algorithm = spec_info.SpeculativeAlgorithm.from_string(None)
+        model_config = runtime.model_config
+
+    class _Worker:
+        """The TP worker facade ``resolve_decode_retraction_backup`` reads (a GPU process here)."""
+
+        model_runner = _Runner()
+        is_hybrid_swa = runtime.model_config.is_hybrid_swa
+
+        @staticmethod
+        def get_memory_pool() -> tuple[Any, Any]:
+            return pools.req_to_token_pool, allocator
+
+        @staticmethod
+        def get_tokens_per_layer_info() -> tuple[int, int]:
+            return pools.allocator.size_full, getattr(pools.allocator, "size_swa", 0)
+
+    with quiet():
+        backend = builder.resolve_decode_retraction_backup(tp_worker=_Worker())
+    return backend, ctx.get_memory().hicache_ratio

@@ -138,6 +138,15 @@ def _refusal(exc: BaseException, what: str) -> EngineRefuses:
     return EngineRefuses(f"SGLang {what}: {message} ({sglang_frame(exc)})")
 
 
+def _stub_device_capability(arch: GpuArch) -> None:
+    """DeepSeek DSA's KV-dtype default asks torch for the device generation, not the platform facts:
+    answer as the platform stub does (no GPU is consulted)."""
+    import torch
+
+    capability = arch.facts()["device_capability"]
+    torch.cuda.get_device_capability = lambda *args, **kwargs: capability
+
+
 def resolve(model: str, server_argv: Sequence[str], arch: GpuArch = GpuArch.SM100) -> Runtime:
     """SGLang's own resolution of MODEL under SERVER_ARGV; its refusals exit 2 with file:line."""
     info = engine_info()
@@ -150,6 +159,7 @@ def resolve(model: str, server_argv: Sequence[str], arch: GpuArch = GpuArch.SM10
     model_dir, tmp = _model_dir(model)
     argv = ["--model-path", str(model_dir), "--trust-remote-code", "--device", "cuda", *server_argv]
     ctx.override_platform(**arch.facts()).install()
+    _stub_device_capability(arch)
     runtime: Runtime | None = None
     try:
         with quiet():
@@ -188,8 +198,10 @@ def resolve(model: str, server_argv: Sequence[str], arch: GpuArch = GpuArch.SM10
             arch=arch,
             stubs=[
                 f"platform: {arch.describe()} (runtime_context.override_platform; no GPU is consulted)",
+                f"torch.cuda.get_device_capability: {arch.facts()['device_capability']} (DSA's dtype asks)",
                 "launch line: --device cuda (the pools are built on kvdoctor's --device)",
                 "model weights: none (model=None; layer ranges come from the config)",
+                "TP worker: a facade over the built pools for resolve_decode_retraction_backup",
             ],
             model_dir=model_dir,
             _tmp=tmp,

@@ -100,32 +100,11 @@ class _Run:
 
 
 def _resolve_backend(runtime: _runtime.Runtime, pools: _pools.EnginePools) -> tuple[str, str]:
-    """SGLang's ``resolve_decode_retraction_backup`` against the built pools (a TP-worker facade)."""
-    builder = _runtime.import_sglang("sglang.srt.mem_cache.kv_cache_builder")
+    """SGLang's own resolution of the retraction backend for these pools (decode servers only)."""
     ctx = _runtime.import_sglang("sglang.srt.runtime_context")
-    spec_info = _runtime.import_sglang("sglang.srt.speculative.spec_info")
     if ctx.get_disagg().disaggregation_mode != "decode":
         return "cpu_tensor", "not a decode server: SGLang recomputes retracted requests; cpu_tensor exercised"
-
-    class _Runner:
-        mtp_draft_device_pools = ()
-        spec_algorithm = spec_info.SpeculativeAlgorithm.from_string(None)
-        model_config = runtime.model_config
-
-    class _Worker:
-        model_runner = _Runner()
-        is_hybrid_swa = runtime.model_config.is_hybrid_swa
-
-        @staticmethod
-        def get_memory_pool() -> tuple[Any, Any]:
-            return pools.req_to_token_pool, pools.allocator
-
-        @staticmethod
-        def get_tokens_per_layer_info() -> tuple[int, int]:
-            return pools.allocator.size_full, getattr(pools.allocator, "size_swa", 0)
-
-    with _runtime.quiet():
-        backend = builder.resolve_decode_retraction_backup(tp_worker=_Worker())
+    backend, _ = _pools.resolve_backup(runtime, pools, None)
     return backend, "resolved by SGLang's resolve_decode_retraction_backup"
 
 
@@ -380,6 +359,9 @@ def _run(
     _check_backend(backend)
     _check_scale_writes(pools, device)
     planes = planes_of(pools)
+    if any(p.component == "mla_kv" for p in planes):
+        raise NotRunnableHere(f"roundtrip --engine sglang does not read {type(pools.kv_pool).__name__}'s CPU copies "
+                              "yet (MLA); use the default engine for this model")  # fmt: skip
     present = components(planes)
     if fault is not None:
         fault.check(pools, model)

@@ -1,0 +1,299 @@
+"""A ``vllm serve`` line, in vLLM's own spellings, parsed into one frozen ``VllmFlags``.
+
+The user pastes their launch line (``vllm serve MODEL --kv-transfer-config '{...}' ...`` or just the
+flags after MODEL). kvdoctor models the flags that change which state exists, how it is grouped and
+which connector moves it; every other vLLM flag is listed as not modelled, never dropped. An option
+that is neither kvdoctor's own nor one of vLLM 0.33's (``server_flags``, generated from the wheel) is
+refused with a did-you-mean. vLLM's ``FlexibleArgumentParser`` accepts ``--max_model_len`` for
+``--max-model-len`` (``utils/argparse_utils.py:372-390``) and ``--flag=value``; both are read here.
+Spellings and defaults: ``engine/arg_utils.py`` (``EngineArgs``), ``config/cache.py``,
+``config/kv_transfer.py`` (``KVTransferConfig``, extra fields forbidden).
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import re
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass, field
+from pathlib import PurePath
+from typing import Any
+
+from kvdoctor.core.vllm import rules
+from kvdoctor.core.vllm.server_flags import (
+    VLLM_MULTI_VALUE,
+    VLLM_OPTIONAL_VALUE,
+    VLLM_SERVER_FLAGS,
+    VLLM_SWITCHES,
+    VLLM_VERSION,
+)
+from kvdoctor.errors import FlagError
+from kvdoctor.text import shown
+
+_NUMBER = re.compile(r"-\.?[0-9]")
+_PYTHON = re.compile(r"python[0-9.]*")
+_ENV_ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=.*")
+MODEL_FLAGS = ("--model",)
+# KVTransferConfig's fields (config/kv_transfer.py, class KVTransferConfig); the dataclass forbids any other key.
+KV_TRANSFER_KEYS = frozenset({
+    "kv_connector", "engine_id", "kv_buffer_device", "kv_role", "kv_port", "kv_connector_extra_config",
+    "kv_connector_module_path", "enable_permute_local_kv", "kv_load_failure_policy",
+})  # fmt: skip
+KV_ROLES = ("kv_producer", "kv_consumer", "kv_both")
+OFFLOADING_BACKENDS = ("native", "lmcache")  # KVOffloadingBackend, config/cache.py:178
+
+
+@dataclass(frozen=True)
+class KvTransfer:
+    """The connector a launch line selects: from ``--kv-transfer-config`` or the offloading flags."""
+
+    connector: str
+    role: str | None
+    source: str  # "--kv-transfer-config" or "--kv-offloading-size/--kv-offloading-backend"
+    module_path: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict, compare=False)
+
+
+@dataclass(frozen=True)
+class VllmFlags:
+    """The modelled ``vllm serve`` flags, named as vLLM's ``EngineArgs`` fields."""
+
+    kv_cache_dtype: str = "auto"
+    dtype: str = "auto"
+    block_size: int | None = None
+    tensor_parallel_size: int = 1
+    enable_prefix_caching: bool | None = None  # None: vLLM's default (on for generative models)
+    disable_hybrid_kv_cache_manager: bool | None = None  # None: vLLM decides (off unless a connector lacks HMA)
+    mamba_cache_dtype: str = "auto"
+    mamba_ssm_cache_dtype: str = "auto"
+    mamba_cache_mode: str | None = None
+    kv_offloading_size: float | None = None
+    kv_offloading_backend: str = "native"
+    kv_transfer_config: dict[str, Any] | None = field(default=None, compare=False)
+    not_modelled: tuple[str, ...] = ()
+
+    @property
+    def transfer(self) -> KvTransfer | None:
+        """The connector vLLM will build (``config/vllm.py:1151-1184`` folds the offloading flags in)."""
+        if self.kv_offloading_size is not None:
+            name = "OffloadingConnector" if self.kv_offloading_backend == "native" else "LMCacheMPConnector"
+            extra = dict((self.kv_transfer_config or {}).get("kv_connector_extra_config") or {})
+            return KvTransfer(name, "kv_both", "--kv-offloading-size/--kv-offloading-backend", None, extra)
+        if self.kv_transfer_config is None or not self.kv_transfer_config.get("kv_connector"):
+            return None
+        cfg = self.kv_transfer_config
+        return KvTransfer(str(cfg["kv_connector"]), cfg.get("kv_role"), "--kv-transfer-config",
+                          cfg.get("kv_connector_module_path"), dict(cfg.get("kv_connector_extra_config") or {}))
+
+    @property
+    def prefix_caching(self) -> bool:
+        return self.enable_prefix_caching is not False
+
+
+@dataclass(frozen=True)
+class VllmLaunchLine:
+    model: str
+    server_argv: tuple[str, ...] = ()
+    launcher: str | None = None
+
+
+@dataclass(frozen=True)
+class _Option:
+    name: str
+    values: tuple[str, ...]
+
+
+def _is_option(token: str) -> bool:
+    return token.startswith("-") and len(token) > 1 and not _NUMBER.match(token)
+
+
+def _normalise(word: str) -> str:
+    """vLLM's parser reads ``--max_model_len`` as ``--max-model-len`` (argparse_utils.py:372-390)."""
+    return "--" + word[2:].replace("_", "-") if word.startswith("--") else word
+
+
+def resolve_option(word: str, own_options: Collection[str] = ()) -> str:
+    """WORD's vLLM spelling, or a ``FlagError`` with a did-you-mean (vLLM's parser takes no abbreviations)."""
+    name = _normalise(word)
+    if name in VLLM_SERVER_FLAGS:
+        return name
+    if word in own_options:
+        raise FlagError(f"{word} is kvdoctor's own option: put it before '--' (what follows '--' goes to vLLM)")
+    candidates = sorted(set(own_options) | VLLM_SERVER_FLAGS)
+    close = difflib.get_close_matches(name, candidates, n=1, cutoff=0.6)
+    hint = f"; did you mean {close[0]}?" if close else ""
+    raise FlagError(f"unknown option {shown(word)}: neither kvdoctor's nor a vLLM {VLLM_VERSION} server flag{hint}")
+
+
+def _scan(tokens: Sequence[str], own_options: Collection[str]) -> tuple[list[_Option], list[str]]:
+    options: list[_Option] = []
+    positionals: list[str] = []
+    i = 0
+    while i < len(tokens):
+        token = tokens[i]
+        i += 1
+        if not _is_option(token):
+            positionals.append(token)
+            continue
+        word, eq, inline = token.partition("=")
+        name = resolve_option(word, own_options)
+        if eq:
+            if name in VLLM_SWITCHES:
+                raise FlagError(f"vLLM flags: argument {name}: ignored explicit argument {shown(inline)!r}")
+            options.append(_Option(name, (inline,)))
+            continue
+        values: list[str] = []
+        if name not in VLLM_SWITCHES:
+            limit = len(tokens) if name in VLLM_MULTI_VALUE else min(len(tokens), i + 1)
+            while i < limit and not _is_option(tokens[i]):
+                values.append(tokens[i])
+                i += 1
+            if not values and name not in VLLM_MULTI_VALUE | VLLM_OPTIONAL_VALUE:
+                raise FlagError(f"vLLM flags: argument {name}: expected one argument")
+        options.append(_Option(name, tuple(values)))
+    return options, positionals
+
+
+def _split_launcher(tokens: Sequence[str]) -> tuple[list[str], list[str], str | None]:
+    """(words before ``vllm serve`` / ``python -m vllm.entrypoints.openai.api_server``, words after, it)."""
+    for i in range(len(tokens)):
+        base = PurePath(tokens[i]).name
+        span = 0
+        if base == "vllm" and tokens[i + 1 : i + 2] == ["serve"]:
+            span = 2
+        elif _PYTHON.fullmatch(base) and tokens[i + 1 : i + 3] == ["-m", "vllm.entrypoints.openai.api_server"]:
+            span = 3
+        if span:
+            before = list(tokens[:i])
+            while before and _ENV_ASSIGNMENT.fullmatch(before[-1]):
+                before.pop()
+            return before, list(tokens[i + span :]), " ".join(tokens[i : i + span])
+    return [], list(tokens), None
+
+
+def parse_vllm_launch_line(tokens: Sequence[str], *, own_options: Collection[str] = ()) -> VllmLaunchLine:
+    """MODEL (positional, ``vllm serve``'s model_tag, or ``--model``) and the vLLM flags."""
+    before, after, launcher = _split_launcher(tokens)
+    head_opts, head_pos = _scan(before, own_options)
+    tail_opts, tail_pos = _scan(after, own_options)
+    options = [*head_opts, *tail_opts]
+    positionals = [*head_pos, *tail_pos]
+    named = [o.values[-1] for o in options if o.name in MODEL_FLAGS and o.values]
+    if len(positionals) > 1:
+        raise FlagError(f"unexpected argument {shown(positionals[1])!r} after MODEL {shown(positionals[0])!r} "
+                        "(vLLM flags start with --)")  # fmt: skip
+    if named and positionals and positionals[0] != named[-1]:
+        raise FlagError(f"MODEL {shown(positionals[0])!r} and --model {shown(named[-1])!r} name different models")
+    model = named[-1] if named else positionals[0] if positionals else None
+    if model is None:
+        raise FlagError("missing MODEL: give a config.json path, model directory, bundled fixture or cached Hub id")
+    argv = tuple(w for o in options if o.name not in MODEL_FLAGS for w in (o.name, *o.values))
+    return VllmLaunchLine(model, argv, launcher)
+
+
+def _one(option: _Option) -> str:
+    if len(option.values) != 1:
+        raise FlagError(f"vLLM flags: argument {option.name}: expected one argument")
+    return option.values[0]
+
+
+def _positive_int(option: _Option) -> int:
+    text = _one(option)
+    try:
+        value = int(text)
+    except ValueError:
+        raise FlagError(f"vLLM flags: argument {option.name}: invalid int value: {shown(text)!r}") from None
+    if value <= 0:
+        raise FlagError(f"vLLM flags: argument {option.name}: must be a positive integer, got {text}")
+    return value
+
+
+def _choice(option: _Option, choices: Collection[str]) -> str:
+    value = _one(option)
+    if value not in choices:
+        raise FlagError(f"vLLM flags: argument {option.name}: invalid choice: {shown(value)!r} "
+                        f"(choose from {', '.join(choices)})")  # fmt: skip
+    return value
+
+
+def parse_kv_transfer_config(text: str) -> dict[str, Any]:
+    """``--kv-transfer-config`` JSON as vLLM reads it into ``KVTransferConfig`` (extra keys forbidden)."""
+    try:
+        value = json.loads(text)
+    except (json.JSONDecodeError, RecursionError, ValueError) as exc:
+        raise FlagError(f"--kv-transfer-config: malformed JSON ({shown(str(exc), 200)})") from None
+    if not isinstance(value, dict):
+        raise FlagError(f"--kv-transfer-config: a JSON object is required, got {type(value).__name__}")
+    unknown = sorted(set(value) - KV_TRANSFER_KEYS)
+    if unknown:
+        raise FlagError(f"--kv-transfer-config: unknown field(s) {', '.join(shown(k) for k in unknown)} "
+                        "(KVTransferConfig forbids extra fields, config/kv_transfer.py)")  # fmt: skip
+    connector = value.get("kv_connector")
+    if connector is not None and not isinstance(connector, str):
+        raise FlagError("--kv-transfer-config: kv_connector must be a string")
+    role = value.get("kv_role")
+    if role is not None and role not in KV_ROLES:
+        raise FlagError(f"--kv-transfer-config: unsupported kv_role {shown(str(role))!r} "
+                        f"(one of {', '.join(KV_ROLES)})")
+    extra = value.get("kv_connector_extra_config")
+    if extra is not None and not isinstance(extra, dict):
+        raise FlagError("--kv-transfer-config: kv_connector_extra_config must be a JSON object")
+    module = value.get("kv_connector_module_path")
+    if connector is not None and module is None and connector not in rules.CONNECTORS:
+        known = ", ".join(sorted(rules.CONNECTORS))
+        raise FlagError(f"--kv-transfer-config: unknown connector {shown(connector)!r}: not one vLLM "
+                        f"{VLLM_VERSION} registers ({known})")  # fmt: skip
+    return value
+
+
+def _bool_flag(option: _Option) -> bool:
+    return not option.name.startswith("--no-")
+
+
+def parse_vllm_flags(argv: Sequence[str], *, own_options: Collection[str] = ()) -> VllmFlags:
+    """Parse vLLM server flags (no MODEL) into ``VllmFlags``; unmodelled vLLM flags are kept."""
+    options, positionals = _scan(argv, own_options)
+    if positionals:
+        raise FlagError(f"unexpected argument {shown(positionals[0])!r} among the vLLM flags")
+    values: dict[str, Any] = {}
+    not_modelled: list[str] = []
+    kv_dtypes = tuple(rules.KV_DTYPE_BYTES)
+    for o in options:
+        base = "--" + o.name[5:] if o.name.startswith("--no-") else o.name
+        if o.name == "--kv-cache-dtype":
+            values["kv_cache_dtype"] = _one(o)
+            if values["kv_cache_dtype"] not in kv_dtypes:
+                not_modelled.append(f"{o.name} {values['kv_cache_dtype']}")
+        elif o.name == "--dtype":
+            values["dtype"] = _one(o)
+        elif o.name == "--block-size":
+            values["block_size"] = _positive_int(o)
+        elif o.name in ("--tensor-parallel-size", "-tp"):
+            values["tensor_parallel_size"] = _positive_int(o)
+        elif base == "--enable-prefix-caching":
+            values["enable_prefix_caching"] = _bool_flag(o)
+        elif base == "--disable-hybrid-kv-cache-manager":
+            values["disable_hybrid_kv_cache_manager"] = _bool_flag(o)
+        elif o.name == "--mamba-cache-dtype":
+            values["mamba_cache_dtype"] = _choice(o, rules.STATE_DTYPES)
+        elif o.name == "--mamba-ssm-cache-dtype":
+            values["mamba_ssm_cache_dtype"] = _choice(o, rules.STATE_DTYPES)
+        elif o.name == "--mamba-cache-mode":
+            values["mamba_cache_mode"] = _choice(o, ("align", "none"))
+        elif o.name == "--kv-offloading-size":
+            text = _one(o)
+            try:
+                size = float(text)
+            except ValueError:
+                raise FlagError(f"vLLM flags: --kv-offloading-size: not a number of GiB: {shown(text)!r}") from None
+            if not size > 0:
+                raise FlagError(f"vLLM flags: --kv-offloading-size: must be > 0 GiB, got {text}")
+            values["kv_offloading_size"] = size
+        elif o.name == "--kv-offloading-backend":
+            values["kv_offloading_backend"] = _choice(o, OFFLOADING_BACKENDS)
+        elif o.name == "--kv-transfer-config":
+            values["kv_transfer_config"] = parse_kv_transfer_config(_one(o))
+        else:
+            not_modelled.append(" ".join((o.name, *o.values)))
+    return VllmFlags(**values, not_modelled=tuple(not_modelled))

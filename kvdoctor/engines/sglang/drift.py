@@ -1,0 +1,169 @@
+"""``kvdoctor drift``: kvdoctor's frozen rules against the installed SGLang, over a matrix.
+
+Every bundled fixture is inspected under every launch line of :data:`MATRIX`, by kvdoctor's rule
+model and by the installed SGLang (:mod:`kvdoctor.engines.sglang.inspect`), in one process that
+imports SGLang once. Against the SGLang version the rules restate, the table must be empty; against
+a user's own SGLang it shows where the frozen rules no longer hold.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from kvdoctor.core.analysis import analyze
+from kvdoctor.core.config import bundled_fixtures
+from kvdoctor.engines import EngineInfo, GpuArch
+from kvdoctor.engines.sglang import _runtime
+from kvdoctor.engines.sglang.inspect import Beside, _asked, beside
+from kvdoctor.errors import InputError
+
+SIZED = ("--max-total-tokens", "65536")  # a pool size both sides can use for the hicache ratio
+DECODE = ("--disaggregation-mode", "decode")
+
+
+@dataclass(frozen=True)
+class LaunchCase:
+    """One launch line of the matrix."""
+
+    name: str
+    argv: tuple[str, ...]
+
+
+MATRIX: tuple[LaunchCase, ...] = (
+    LaunchCase("colocated", ()),
+    LaunchCase("prefill", ("--disaggregation-mode", "prefill")),
+    LaunchCase("decode", DECODE),
+    LaunchCase("decode+radix", (*DECODE, "--disaggregation-decode-enable-radix-cache")),
+    LaunchCase("decode+cpu_tensor", (*DECODE, "--disaggregation-decode-retraction-backup", "cpu_tensor")),
+    LaunchCase("decode+host_pool", (*DECODE, "--disaggregation-decode-retraction-backup", "host_pool")),
+    LaunchCase("decode+none", (*DECODE, "--disaggregation-decode-retraction-backup", "none")),
+    LaunchCase("decode+receive<1", (*DECODE, "--disaggregation-decode-host-receive-threshold", "0.5")),
+    LaunchCase("decode+hicache", (*DECODE, "--enable-hierarchical-cache")),
+    LaunchCase("decode+offload", (*DECODE, "--disaggregation-decode-enable-offload-kvcache")),
+    LaunchCase(
+        "decode+offload+storage",
+        (*DECODE, "--disaggregation-decode-enable-offload-kvcache", "--hicache-storage-backend", "file"),
+    ),
+    LaunchCase("decode+priority", (*DECODE, "--enable-priority-scheduling")),
+    LaunchCase("decode+fp8", (*DECODE, "--kv-cache-dtype", "fp8_e4m3")),
+    LaunchCase(
+        "decode+mxfp8+fa4",
+        (*DECODE, "--kv-cache-dtype", "mxfp8", "--attention-backend", "fa4", "--page-size", "128"),
+    ),
+    LaunchCase("decode+tp2", (*DECODE, "--tp-size", "2")),
+    LaunchCase("decode+no-hybrid-swa", (*DECODE, "--disable-hybrid-swa-memory")),
+    LaunchCase("context-4096", ("--context-length", "4096")),
+)
+
+
+@dataclass
+class CaseResult:
+    """One fixture under one launch line: the fields compared and where they differ."""
+
+    model: str
+    case: str
+    argv: tuple[str, ...]
+    fields: int
+    drifts: list[dict[str, Any]] = field(default_factory=list)
+    kvdoctor_refusal: str | None = None
+    sglang_refusal: str | None = None
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return not self.drifts
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "model": self.model, "case": self.case, "argv": list(self.argv), "fields": self.fields,
+            "ok": self.ok, "drift": self.drifts, "kvdoctor_refusal": self.kvdoctor_refusal,
+            "sglang_refusal": self.sglang_refusal, "seconds": round(self.seconds, 3),
+        }  # fmt: skip
+
+
+@dataclass
+class DriftReport:
+    """The whole matrix: every case, and the totals a CI gate reads."""
+
+    engine: EngineInfo
+    cases: list[CaseResult]
+    elapsed_s: float
+
+    @property
+    def ok(self) -> bool:
+        return all(c.ok for c in self.cases)
+
+    @property
+    def fields_compared(self) -> int:
+        return sum(c.fields for c in self.cases)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "ok": self.ok,
+            "engine": self.engine.to_json(),
+            "cases": len(self.cases),
+            "fields_compared": self.fields_compared,
+            "drifting_cases": sum(not c.ok for c in self.cases),
+            "results": [c.to_json() for c in self.cases],
+            "elapsed_s": round(self.elapsed_s, 3),
+        }
+
+
+def one_case(model: str, case: LaunchCase, arch: GpuArch) -> CaseResult:
+    started = time.perf_counter()
+    argv = [*case.argv, *SIZED]
+    try:
+        analysis = analyze(model, argv, platform=arch.platform())
+        refusal = None
+    except InputError as exc:
+        analysis, refusal = None, str(exc)
+    try:
+        answers: Beside = beside(analysis, model, argv, arch, kvdoctor_refusal=refusal)
+    except Exception as exc:  # SGLang failed in a way it does not refuse: a finding for this cell only
+        error = f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]} ({_runtime.sglang_frame(exc)})"
+        return CaseResult(model, case.name, tuple(argv), 0, [{"field": "error", "kvdoctor": None, "sglang": error}],
+                          refusal, None, time.perf_counter() - started)  # fmt: skip
+    live = answers.live
+    return CaseResult(
+        model=model,
+        case=case.name,
+        argv=tuple(argv),
+        fields=sum(_asked(n, live.skipped) for n in set(answers.ours) | set(live.fields)),
+        drifts=[d.to_json() for d in answers.drifts],
+        kvdoctor_refusal=refusal,
+        sglang_refusal=live.refusal.message if live.refusal else None,
+        seconds=time.perf_counter() - started,
+    )
+
+
+def select(names: Sequence[str], known: Sequence[str], what: str) -> list[str]:
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise InputError(f"unknown {what} {', '.join(unknown)}; choose from {', '.join(known)}")
+    return list(names) or list(known)
+
+
+def run_drift(
+    fixtures: Sequence[str] = (),
+    cases: Sequence[str] = (),
+    arch: GpuArch = GpuArch.SM100,
+    progress: Callable[[str, int, int], None] | None = None,
+) -> DriftReport:
+    """Every selected fixture under every selected launch line (all of both by default)."""
+    started = time.perf_counter()
+    models = select(fixtures, sorted(bundled_fixtures()), "fixture")
+    by_name = {c.name: c for c in MATRIX}
+    chosen = [by_name[n] for n in select(cases, list(by_name), "case")]
+    info = _runtime.engine_info()
+    report = progress or (lambda what, done, total: None)
+    total = len(models) * len(chosen)
+    results = []
+    for model in models:
+        for case in chosen:
+            report(f"{model} · {case.name}", len(results), total)
+            results.append(one_case(model, case, arch))
+    report("done", total, total)
+    return DriftReport(info, results, time.perf_counter() - started)

@@ -1,0 +1,355 @@
+"""``inspect --engine sglang``: the installed SGLang answers every field ``inspect`` reports.
+
+For one model and launch line SGLang's own code is evaluated, in this process, on CPU:
+
+- the launch line through ``prepare_server_args`` and the resolution pipeline (its overrides, and its
+  refusals: a refusal is SGLang's answer, carried with its message and file:line, not a crash);
+- ``ModelConfig`` and ``uses_ssm_state``;
+- the pools its ``KVCacheConfigurator._init_pools`` builds, at a tiny size (their classes, buffer
+  dtypes and per-layer shapes are what is read; a real server only makes them longer);
+- ``resolve_decode_retraction_backup`` and the hicache ratio it resolves, against a pool that
+  reports kvdoctor's pool size (the ratio depends on it, and a tiny pool would skew it);
+- ``setup_state_kv_args`` (the PD state types it registers);
+- the checks ``create_unified_radix_cache`` and ``validate_decode_radix_cache`` make before a tree
+  cache is built (run up to the first line after the checks, then stopped).
+
+:func:`compare` puts kvdoctor's rule-model answer beside each live one; every disagreement is a
+``KVD015-RULES-DRIFT`` hazard naming the field, both answers and the SGLang version.
+"""
+
+from __future__ import annotations
+
+import types
+from dataclasses import dataclass, field
+from typing import Any
+
+from kvdoctor.core.analysis import Analysis, analyze
+from kvdoctor.engines import EngineInfo, GpuArch
+from kvdoctor.engines.sglang import _pools, _runtime
+from kvdoctor.engines.sglang._planes import planes_of
+from kvdoctor.errors import EngineRefuses, InputError
+
+DRIFT_CODE = "KVD015-RULES-DRIFT"
+TINY = _pools.PoolPlan(rows=2, pages=4, page_size=1)
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """SGLang refuses the launch: its message and the SGLang frame that raised."""
+
+    stage: str  # "start-up" (argument resolution), "pools", "tree cache"
+    message: str
+
+    def to_json(self) -> dict[str, str]:
+        return {"stage": self.stage, "message": self.message}
+
+
+@dataclass
+class LiveAnswers:
+    """What the installed SGLang says, field by field (None: SGLang was not asked, see ``skipped``)."""
+
+    info: EngineInfo
+    stubs: list[str]
+    refusal: Refusal | None = None
+    fields: dict[str, Any] = field(default_factory=dict)
+    skipped: dict[str, str] = field(default_factory=dict)  # field -> why it was not evaluated
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "engine": self.info.to_json(),
+            "stubs": self.stubs,
+            "refusal": self.refusal.to_json() if self.refusal else None,
+            "fields": self.fields,
+            "skipped": self.skipped,
+        }
+
+
+@dataclass(frozen=True)
+class Drift:
+    """One field where kvdoctor's rules and the installed SGLang disagree."""
+
+    field: str
+    kvdoctor: Any
+    sglang: Any
+
+    def to_json(self) -> dict[str, Any]:
+        return {"field": self.field, "kvdoctor": self.kvdoctor, "sglang": self.sglang}
+
+
+# ---- what the rule model says, in the same vocabulary --------------------------------------------
+def rule_answers(analysis: Analysis | None, refusal: str | None) -> dict[str, Any]:
+    """kvdoctor's answers for the fields SGLang is asked about (refusal only when it refuses)."""
+    if analysis is None:
+        return {"refuses": True}
+    layout, spec, cls = analysis.layout, analysis.spec, analysis.classification
+    out: dict[str, Any] = {
+        "refuses": refusal is not None or any(h.code.startswith("KVD014") for h in analysis.hazards),
+        "uses_ssm_state": cls.uses_ssm_state,
+        "is_hybrid_swa": cls.is_hybrid_swa,
+        "kv_pool": layout.kv_pool,
+        "full_pool": layout.full_pool,
+        "swa_pool": layout.swa_pool,
+        "req_to_token_pool": layout.req_to_token_pool,
+        "mamba_pool": layout.mamba_pool,
+        "cpu_copy_carries_mamba": layout.cpu_copy_carries_mamba,
+        "page_size": analysis.flags.page_size,
+        "pd_state_types": list(analysis.pd_state_types),
+    }
+    kv_payloads = {c.name for c in spec.components if c.sub_pool in ("full", "swa") and not c.name.endswith("_scales")
+                   and c.dtype == spec.kv_dtype.payload}  # fmt: skip
+    for comp in spec.components:
+        # A KV payload is compared as the buffer SGLang allocates (plain fp8 is stored as uint8).
+        dtype = spec.kv_dtype.store_dtype if comp.name in kv_payloads else comp.dtype
+        if comp.name == "mla_kv" and dtype.startswith("float8"):
+            dtype = "uint8"  # MLATokenToKVPool stores any fp8 latent row as uint8 (no MXFP8 MLA pool: KVD007)
+        out[f"{comp.name}.dtype"] = dtype.split(" ")[0]
+        out[f"{comp.name}.layers"] = comp.layers
+        out[f"{comp.name}.shapes"] = [list(s) for s in comp.shapes]
+    if analysis.flags.is_decode:
+        out["retraction_backup"] = analysis.backup.backend
+        out["hicache_ratio"] = analysis.backup.hicache_ratio
+    return out
+
+
+# ---- what SGLang says -----------------------------------------------------------------------------
+class _ChecksPassed(Exception):
+    """Raised on the first line after SGLang's tree-cache checks: they all passed."""
+
+
+class _StopAfterChecks:
+    def __getattr__(self, name: str) -> Any:
+        raise _ChecksPassed
+
+
+def _tree_cache_refusal(runtime: _runtime.Runtime, pools: _pools.EnginePools, ssm: bool) -> str | None:
+    """Run the checks ``create_unified_radix_cache`` makes before it builds the tree (and only them)."""
+    registry = _runtime.import_sglang("sglang.srt.mem_cache.registry")
+    builder = _runtime.import_sglang("sglang.srt.mem_cache.kv_cache_builder")
+    ctx = _runtime.import_sglang("sglang.srt.runtime_context")
+    swa = bool(runtime.model_config.is_hybrid_swa)
+    full_tokens = pools.allocator.size_full if swa else None
+    build = types.SimpleNamespace(server_args=runtime.server_args, params=_StopAfterChecks(), is_hybrid_ssm=ssm,
+                                  is_hybrid_swa=swa, full_tokens_per_layer=full_tokens)  # fmt: skip
+    try:
+        with _runtime.quiet():
+            if ctx.get_disagg().disaggregation_decode_enable_radix_cache:
+                builder.validate_decode_radix_cache(
+                    model_config=runtime.model_config, token_to_kv_pool=pools.kv_pool, is_hybrid_swa=swa,
+                    enable_hierarchical_cache=ctx.get_memory().enable_hierarchical_cache,
+                )  # fmt: skip
+            registry.create_unified_radix_cache(build)
+    except _ChecksPassed:
+        pass
+    except ValueError as exc:
+        return _runtime._refusal(exc, "refuses to build its tree cache").args[0]
+    if ctx.get_disagg().disaggregation_decode_retraction_backup != "host_pool":
+        return None
+    try:
+        with _runtime.quiet():
+            _host_capacity_check(pools, ssm, swa)
+    except ValueError as exc:
+        return _runtime._refusal(exc, "refuses to build its tree cache").args[0]
+    return None
+
+
+def _host_capacity_check(pools: _pools.EnginePools, ssm: bool, swa: bool) -> None:
+    """``UnifiedRadixCache.validate_retraction_host_capacity`` (run after the tree is built), on a tree
+    whose HiCache host stack is attached with a KV (and, for hybrid SWA, an SWA) host pool, as
+    ``--disaggregation-decode-retraction-backup host_pool`` requires; what it checks is the KV pool's class."""
+    urc = _runtime.import_sglang("sglang.srt.mem_cache.unified_radix_cache")
+    names = _runtime.import_sglang("sglang.srt.mem_cache.hicache_storage").PoolName
+    tree = types.SimpleNamespace(
+        cache_controller=object(),
+        host_pool_group=types.SimpleNamespace(entry_map={names.KV: None, **({names.SWA: None} if swa else {})}),
+        token_to_kv_pool_allocator=pools.allocator,
+        sidecar_pool_specs=[],
+        supports_mamba=lambda: ssm,
+        supports_swa=lambda: swa,
+    )
+    tree.supports_retraction_backup = types.MethodType(urc.UnifiedRadixCache.supports_retraction_backup, tree)
+    urc.UnifiedRadixCache.validate_retraction_host_capacity(tree)
+
+
+def _pd_state_types(pools: _pools.EnginePools) -> list[str]:
+    utils = _runtime.import_sglang("sglang.srt.disaggregation.utils")
+    kv_args = types.SimpleNamespace()
+    with _runtime.quiet():
+        utils.setup_state_kv_args(kv_args, pools.kv_pool, req_to_token_pool=pools.req_to_token_pool)
+    return [t.name for t in kv_args.state_types]
+
+
+def _class_names(obj: Any) -> list[str]:
+    return [c.__name__ for c in type(obj).__mro__]
+
+
+def _component_fields(pools: _pools.EnginePools) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    by_component: dict[str, list[Any]] = {}
+    for plane in planes_of(pools):
+        by_component.setdefault(plane.component, []).append(plane)
+    for name, planes in by_component.items():
+        first = planes[0].buffers[0]
+        out[f"{name}.dtype"] = str(first.dtype).removeprefix("torch.")
+        out[f"{name}.layers"] = len(planes[0].buffers)
+        if name.endswith("_scales"):
+            out[f"{name}.shapes"] = [[p.buffers[0].shape[1], p.buffers[0].shape[-1]] for p in planes]
+        else:
+            out[f"{name}.shapes"] = [list(p.buffers[0].shape[1:]) for p in planes]
+    return out
+
+
+def ask(model: str, server_argv: list[str], arch: GpuArch, pool_tokens: int | None) -> LiveAnswers:
+    """Evaluate the installed SGLang on MODEL and SERVER_ARGV (one resolution, tiny pools)."""
+    try:
+        runtime = _runtime.resolve(model, server_argv, arch)
+    except EngineRefuses as exc:
+        info = _runtime.engine_info()
+        return LiveAnswers(info, [], refusal=Refusal("start-up", str(exc)), fields={"refuses": True})
+    try:
+        return _ask(runtime, pool_tokens)
+    finally:
+        runtime.close()
+
+
+def _ask(runtime: _runtime.Runtime, pool_tokens: int | None) -> LiveAnswers:
+    ctx = _runtime.import_sglang("sglang.srt.runtime_context")
+    builder = _runtime.import_sglang("sglang.srt.mem_cache.kv_cache_builder")
+    live = LiveAnswers(runtime.info, list(runtime.stubs))
+    page = int(ctx.get_schedule().page_size)
+    plan = _pools.PoolPlan(rows=TINY.rows, pages=TINY.pages * max(1, 4096 // page // 4 or 1), page_size=page,
+                           mamba_slots_per_request=_pools.mamba_slots_per_request(runtime))  # fmt: skip
+    try:
+        pools = _pools.build(runtime, plan, "cpu")
+    except EngineRefuses as exc:
+        live.refusal = Refusal("pools", str(exc))
+        live.fields["refuses"] = True
+        return live
+    ssm = bool(builder.uses_ssm_state(runtime.model_config))
+    mamba = pools.mamba_pool
+    f = live.fields
+    f["uses_ssm_state"] = ssm
+    f["is_hybrid_swa"] = bool(runtime.model_config.is_hybrid_swa)
+    f["kv_pool"] = _class_names(pools.kv_pool)
+    subs = pools.sub_pools
+    f["full_pool"] = _class_names(subs["full"]) if _holds_layers(subs.get("full")) else None
+    f["swa_pool"] = _class_names(subs["swa"]) if _holds_layers(subs.get("swa")) else None
+    f["req_to_token_pool"] = _class_names(pools.req_to_token_pool)
+    f["mamba_pool"] = _class_names(mamba) if mamba is not None else None
+    f["cpu_copy_carries_mamba"] = bool(pools.kv_pool.cpu_copy_carries_mamba)
+    f["page_size"] = page
+    f["pd_state_types"] = _pd_state_types(pools)
+    if any(hasattr(p, "index_k_with_scale_buffer") for p in (pools.kv_pool, *subs.values())):
+        live.skipped["dsa_index_k"] = "the DSA indexer key cache: kvdoctor's plane reader does not read it yet"
+    try:
+        f.update(_component_fields(pools))
+    except EngineRefuses as exc:
+        live.skipped["components"] = f"{type(pools.kv_pool).__name__}: buffers kvdoctor cannot read ({exc})"
+    if ctx.get_disagg().disaggregation_mode == "decode":
+        f["retraction_backup"], f["hicache_ratio"] = _pools.resolve_backup(runtime, pools, pool_tokens)
+        if pool_tokens is None:
+            live.skipped["hicache_ratio"] = "kvdoctor has no pool size for this launch (pass --max-total-tokens)"
+    refusal = _tree_cache_refusal(runtime, pools, ssm)
+    if refusal is not None:
+        live.refusal = Refusal("tree cache", refusal)
+    f["refuses"] = live.refusal is not None
+    return live
+
+
+def _holds_layers(pool: Any) -> bool:
+    """A sub-pool with no layers (a pure-Mamba model's full pool) holds no state: reported as none."""
+    return pool is not None and int(getattr(pool, "layer_num", 1) or 0) > 0
+
+
+# ---- the comparison -------------------------------------------------------------------------------
+def _agrees(name: str, ours: Any, theirs: Any) -> bool:
+    if isinstance(theirs, list) and theirs and all(isinstance(c, str) for c in theirs) and name.endswith("pool"):
+        return ours in theirs  # SGLang may build a subclass of the class kvdoctor names (isinstance holds)
+    if name == "hicache_ratio" and isinstance(ours, (int, float)) and isinstance(theirs, (int, float)):
+        return abs(float(ours) - float(theirs)) <= 1e-9 * max(1.0, abs(float(theirs)))
+    return ours == theirs
+
+
+def shown(name: str, value: Any) -> Any:
+    """A live value as a person reads it: a pool by its own class, not its whole MRO."""
+    if isinstance(value, list) and value and all(isinstance(c, str) for c in value) and name.endswith("pool"):
+        return value[0]
+    return value
+
+
+def _asked(name: str, skipped: dict[str, str]) -> bool:
+    """Whether SGLang was asked about NAME (a component field is skipped with its component)."""
+    component = name.split(".")[0] if "." in name else None
+    return name not in skipped and not (component and ("components" in skipped or component in skipped))
+
+
+def compare(ours: dict[str, Any], live: LiveAnswers) -> list[Drift]:
+    """Every field both sides answered and where they differ (a refusal on either side ends the list)."""
+    theirs = live.fields
+    if ours.get("refuses") or theirs.get("refuses"):
+        if bool(ours.get("refuses")) != bool(theirs.get("refuses")):
+            return [Drift("refuses", bool(ours.get("refuses")), bool(theirs.get("refuses")))]
+        return []
+    drifts = []
+    for name in sorted(set(ours) | set(theirs)):
+        if not _asked(name, live.skipped):
+            continue
+        mine, their = ours.get(name), theirs.get(name)
+        if not _agrees(name, mine, their):
+            drifts.append(Drift(name, mine, shown(name, their)))
+    return drifts
+
+
+def drift_message(drift: Drift, version: str) -> str:
+    return f"{drift.field}: kvdoctor says {drift.kvdoctor!r}, SGLang {version} says {drift.sglang!r}"
+
+
+@dataclass
+class Beside:
+    """kvdoctor's answers and the installed SGLang's, side by side, with every disagreement."""
+
+    ours: dict[str, Any]
+    live: LiveAnswers
+    drifts: list[Drift]
+    kvdoctor_refusal: str | None = None
+
+    def hazards(self) -> list[dict[str, str]]:
+        version = self.live.info.version
+        return [{"severity": "error", "code": DRIFT_CODE, "message": drift_message(d, version)} for d in self.drifts]
+
+    def rows(self) -> list[tuple[str, Any, Any, bool | None]]:
+        """(field, kvdoctor, SGLang, agree) for every field either side answered; agree None: not asked."""
+        drifted = {d.field for d in self.drifts}
+        out = []
+        skipped = self.live.skipped
+        for name in sorted(set(self.ours) | set(self.live.fields)):
+            asked = _asked(name, skipped)
+            agree = name not in drifted if asked else None
+            out.append((name, self.ours.get(name), shown(name, self.live.fields.get(name)), agree))
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            **self.live.to_json(),
+            "kvdoctor": self.ours,
+            "kvdoctor_refusal": self.kvdoctor_refusal,
+            "drift": [d.to_json() for d in self.drifts],
+        }
+
+
+def beside(analysis: Analysis | None, model: str, server_argv: list[str], arch: GpuArch,
+           kvdoctor_refusal: str | None = None) -> Beside:  # fmt: skip
+    """Ask SGLang about MODEL and SERVER_ARGV and compare with ANALYSIS (None: kvdoctor refused).
+
+    Both sides see one GPU: an ANALYSIS made for another platform than ARCH is made again for ARCH.
+    """
+    if analysis is not None and analysis.platform.gpu_arch != arch.platform().gpu_arch:
+        try:
+            analysis = analyze(model, server_argv, platform=arch.platform())
+        except InputError as exc:
+            analysis, kvdoctor_refusal = None, str(exc)
+    tokens = None
+    if analysis is not None:
+        tokens = analysis.sizing.full_tokens or analysis.sizing.swa_tokens
+    live = ask(model, server_argv, arch, tokens)
+    ours = rule_answers(analysis, kvdoctor_refusal)
+    return Beside(ours, live, compare(ours, live), kvdoctor_refusal)

@@ -1,0 +1,65 @@
+"""The only door into vLLM: import it (one-line exit-2 errors naming the import and the fix) and configure it.
+
+vLLM is installed in its own environment (``make vllm-env``: ``.venv-vllm/``, torch 2.13.0 CPU,
+``vllm==0.33.0 --no-deps`` plus what the imported modules need). Nothing here touches a GPU: the
+modules used (``v1/kv_cache_interface.py``, ``v1/core/kv_cache_planning.py``, the mamba state
+calculators, the connector factory and offloading config) are pure bookkeeping over specs.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+from importlib import metadata
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from kvdoctor.core.vllm import rules
+from kvdoctor.engines import EngineInfo
+from kvdoctor.errors import EngineUnavailable
+
+INSTALL_HINT = "make vllm-env (then run .venv-vllm/bin/kvdoctor)"
+RULES_VLLM_VERSION = "0.33.0"
+
+
+def engine_info() -> EngineInfo:
+    """vLLM's version and location, without importing it (``EngineUnavailable`` with the install command)."""
+    try:
+        version = metadata.version("vllm")
+    except metadata.PackageNotFoundError:
+        raise EngineUnavailable(f"--engine vllm: vLLM is not installed here; install it with: {INSTALL_HINT}") from None
+    spec = importlib.util.find_spec("vllm")
+    path = str(Path(spec.origin).parent) if spec and spec.origin else None
+    return EngineInfo("vllm", version, path, None if version == RULES_VLLM_VERSION else rules.RULES_REVISION)
+
+
+def load(module: str) -> ModuleType:
+    """Import one vLLM module; any failure is one line naming the module, the error and the fix."""
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
+    os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
+    try:
+        imported = importlib.import_module(module)
+    except Exception as exc:  # ImportError, or a vLLM module that fails while importing on this machine
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        raise EngineUnavailable(f"--engine vllm: importing {module} failed ({type(exc).__name__}: {first}); "
+                                f"install with: {INSTALL_HINT}") from None  # fmt: skip
+    logging.getLogger("vllm").setLevel(logging.ERROR)
+    return imported
+
+
+def torch_dtype(name: str) -> Any:
+    torch = load("torch")
+    return {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32, "uint8": torch.uint8,
+            "float8_e4m3fn": torch.float8_e4m3fn, "float8_e5m2": torch.float8_e5m2}[name]  # fmt: skip
+
+
+def planning_config(*, hybrid_manager: bool) -> Any:
+    """A real ``VllmConfig`` with what ``get_kv_cache_groups`` reads: the hybrid-manager switch and the
+    resolved layout (LBNHC, the default preference when FLASH_ATTN declares none; utils.py:228-236)."""
+    config = load("vllm.config")
+    vllm_config = config.VllmConfig()
+    vllm_config.scheduler_config.disable_hybrid_kv_cache_manager = not hybrid_manager
+    vllm_config.cache_config.kv_cache_layout = "LBNHC"
+    return vllm_config

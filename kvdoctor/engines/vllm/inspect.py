@@ -1,0 +1,185 @@
+"""``inspect --server vllm --engine vllm``: the installed vLLM's own answers beside the rule model's.
+
+What vLLM itself computes here, on CPU, from its own classes and functions (no model weights):
+- each layer's spec as vLLM's spec class (``FullAttentionSpec``, ``SlidingWindowSpec``,
+  ``MLAAttentionSpec``, ``MambaSpec``) and its ``page_size_bytes``; Mamba state shapes and dtypes from
+  vLLM's ``MambaStateShapeCalculator`` / ``MambaStateDtypeCalculator`` on the config's fields;
+- the groups, from vLLM's ``get_kv_cache_groups`` (hybrid manager on or off as decided below);
+- the connector's HMA support, from ``KVConnectorFactory.supports_hma_config`` on a real
+  ``KVTransferConfig`` (which imports the connector class);
+- per group, what the offloading connector does: ``prefix_cacheable`` and
+  ``get_sliding_window_size_in_chunks`` (offloading/config.py).
+Inputs kvdoctor supplies (printed as such): which layer is which kind, and the block size.
+Each disagreement is a ``KVD115-VLLM-DRIFT`` error.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from kvdoctor.core.hazards import ERROR
+from kvdoctor.core.vllm.analysis import VllmAnalysis
+from kvdoctor.core.vllm.connectors import Status
+from kvdoctor.core.vllm.specs import LayerSpec, SpecKind
+from kvdoctor.engines import EngineInfo
+from kvdoctor.engines.vllm import _runtime as rt
+from kvdoctor.errors import EngineUnavailable
+
+OFFLOADING_CONFIG = "vllm.distributed.kv_transfer.kv_connector.v1.offloading.config"
+
+
+@dataclass(frozen=True)
+class Check:
+    question: str
+    kvdoctor: str
+    vllm: str
+
+    @property
+    def agree(self) -> bool:
+        return self.kvdoctor == self.vllm
+
+
+@dataclass
+class VllmAnswers:
+    info: EngineInfo
+    checks: list[Check] = field(default_factory=list)
+    groups: list[dict[str, Any]] | None = None
+
+    @property
+    def drifts(self) -> list[Check]:
+        return [c for c in self.checks if not c.agree]
+
+    def hazards(self) -> list[dict[str, str]]:
+        return [{"severity": ERROR, "code": "KVD115-VLLM-DRIFT",
+                 "message": f"{c.question}: kvdoctor says {c.kvdoctor}, vLLM {self.info.version} says {c.vllm}"}
+                for c in self.drifts]  # fmt: skip
+
+    def to_json(self) -> dict[str, Any]:
+        return {"available": True, **self.info.to_json(), "inputs_from_kvdoctor": ["layer kinds", "block size"],
+                "checks": [{"question": c.question, "kvdoctor": c.kvdoctor, "vllm": c.vllm, "agree": c.agree}
+                           for c in self.checks], "groups": self.groups}  # fmt: skip
+
+
+def vllm_spec(spec: LayerSpec, cache_dtype: str, mamba: tuple[tuple[Any, ...], tuple[Any, ...]] | None) -> Any:
+    """The rule model's layer as vLLM's own spec class (Mamba shapes/dtypes from vLLM's calculators)."""
+    iface = rt.load("vllm.v1.kv_cache_interface")
+    quant = iface.get_kv_quant_mode(cache_dtype)
+    dtype = rt.torch_dtype(spec.dtype)
+    if spec.kind is SpecKind.MAMBA:
+        assert mamba is not None
+        return iface.MambaSpec(shapes=mamba[0], dtypes=mamba[1], block_size=spec.block_size,
+                               page_size_padded=spec.page_size_padded)  # fmt: skip
+    common = {"block_size": spec.block_size, "num_kv_heads": spec.num_kv_heads, "head_size": spec.head_size,
+              "dtype": dtype, "kv_quant_mode": quant, "state_content_bytes": spec.state_content_bytes}  # fmt: skip
+    if spec.kind is SpecKind.MLA:
+        return iface.MLAAttentionSpec(**common, cache_dtype_str=cache_dtype)
+    if spec.kind is SpecKind.SLIDING:
+        return iface.SlidingWindowSpec(**common, head_size_v=spec.head_size_v, sliding_window=spec.sliding_window)
+    return iface.FullAttentionSpec(**common, head_size_v=spec.head_size_v)
+
+
+def mamba_state(a: VllmAnalysis) -> tuple[tuple[Any, ...], tuple[Any, ...]] | None:
+    """vLLM's MambaStateShapeCalculator / MambaStateDtypeCalculator on the config (mamba_utils.py)."""
+    if not a.specs.has_mamba:
+        return None
+    mu = rt.load("vllm.model_executor.layers.mamba.mamba_utils")
+    cfg, flags, tp = a.config, a.flags, a.flags.tensor_parallel_size
+    model_dtype = next(s.dtypes[0] for s in a.specs.layers.values() if s.kind is SpecKind.MAMBA)
+    model_dtype = model_dtype if flags.mamba_cache_dtype == "auto" else "bfloat16"
+    if a.specs.family.value == "gdn":
+        shapes = mu.MambaStateShapeCalculator.gated_delta_net_state_shape(
+            tp, cfg.get("linear_num_key_heads"), cfg.get("linear_num_value_heads"), cfg.get("linear_key_head_dim"),
+            cfg.get("linear_value_head_dim"), cfg.get("linear_conv_kernel_dim"), 0)
+        dtypes = mu.MambaStateDtypeCalculator.gated_delta_net_state_dtype(
+            rt.torch_dtype(model_dtype), flags.mamba_cache_dtype, flags.mamba_ssm_cache_dtype)
+    else:
+        heads, head_dim = cfg.get("mamba_num_heads"), cfg.get("mamba_head_dim")
+        shapes = mu.MambaStateShapeCalculator.mamba2_state_shape(
+            tp_world_size=tp, intermediate_size=heads * head_dim, n_groups=cfg.get("n_groups"), num_heads=heads,
+            head_dim=head_dim, state_size=cfg.get("ssm_state_size"), conv_kernel=cfg.get("conv_kernel"))
+        ssm = flags.mamba_ssm_cache_dtype
+        if ssm == "auto":  # NemotronHForCausalLMConfig.update_mamba_ssm_cache_dtype, vLLM's own default
+            conf = rt.load("vllm.model_executor.models.config")
+            ssm = cfg.get("mamba_ssm_cache_dtype") or conf.NemotronHForCausalLMConfig.DEFAULT_MAMBA_SSM_CACHE_DTYPE
+        dtypes = mu.MambaStateDtypeCalculator.mamba2_state_dtype(
+            rt.torch_dtype(model_dtype), flags.mamba_cache_dtype, ssm)
+    return tuple(tuple(s) for s in shapes), tuple(dtypes)  # fmt: skip
+
+
+def _group_text(kind: str, block: int, page: int, names: Any) -> str:
+    return f"{kind} block {block} page {page} B x {len(list(names))} layers"
+
+
+def _status_of(spec: Any, block_size: int, offloading: Any) -> str:
+    """What vLLM's offloading config makes of one group spec."""
+    if not spec.prefix_cacheable:
+        return Status.LEFT.value
+    if offloading is None:
+        return Status.CARRIED.value
+    window = offloading.get_sliding_window_size_in_chunks(spec, block_size)
+    iface = rt.load("vllm.v1.kv_cache_interface")
+    return Status.WINDOW.value if window is not None and not isinstance(spec, iface.MambaSpec) else Status.CARRIED.value
+
+
+def beside(a: VllmAnalysis) -> VllmAnswers:
+    """Ask the installed vLLM; ``EngineUnavailable`` when it cannot be imported."""
+    answers = VllmAnswers(rt.engine_info())
+    mamba = mamba_state(a)
+    specs = {name: vllm_spec(s, a.flags.kv_cache_dtype, mamba) for name, s in a.specs.layers.items()}
+    for name, rule_spec in a.specs.layers.items():
+        theirs = specs[name]
+        answers.checks.append(Check(f"{name} page bytes", str(rule_spec.page_size_bytes), str(theirs.page_size_bytes)))
+        if rule_spec.kind is SpecKind.MAMBA:
+            ours = f"{[list(s) for s in rule_spec.shapes]} {list(rule_spec.dtypes)}"
+            vllm = f"{[list(s) for s in theirs.shapes]} {[str(d).removeprefix('torch.') for d in theirs.dtypes]}"
+            answers.checks.append(Check(f"{name} Mamba state", ours, vllm))
+    hma = _supports_hma(a, answers)
+    hybrid = a.hybrid.enabled if hma is None else (hma and a.flags.disable_hybrid_kv_cache_manager is not True)
+    planning = rt.load("vllm.v1.core.kv_cache_planning")
+    try:
+        groups = planning.get_kv_cache_groups(rt.planning_config(hybrid_manager=hybrid), dict(specs))
+    except (ValueError, AssertionError, NotImplementedError) as exc:
+        answers.checks.append(Check("KV cache groups", "refused" if a.groups is None else f"{len(a.groups)} groups",
+                                    "refused"))  # fmt: skip
+        answers.groups = None
+        del exc
+        return answers
+    ours = [_group_text(g.kind.value, g.spec.block_size, g.spec.page_size_bytes, g.layer_names) for g in a.groups or ()]
+    theirs = [_group_text(type(g.kv_cache_spec).__name__, g.kv_cache_spec.block_size, g.kv_cache_spec.page_size_bytes,
+                          g.layer_names) for g in groups]  # fmt: skip
+    answers.checks.append(Check("KV cache groups", "; ".join(ours) if a.groups is not None else "refused",
+                                "; ".join(theirs)))  # fmt: skip
+    answers.checks.append(Check("group layers", str([list(g.layer_names) for g in a.groups or ()]),
+                                str([list(g.layer_names) for g in groups])))  # fmt: skip
+    answers.groups = [{"spec": type(g.kv_cache_spec).__name__, "layers": list(g.layer_names),
+                       "block_size": g.kv_cache_spec.block_size, "page_size_bytes": g.kv_cache_spec.page_size_bytes}
+                      for g in groups]  # fmt: skip
+    rule = a.connector.rule
+    if rule is not None and rule.name == "OffloadingConnector" and a.groups is not None:
+        offloading = rt.load(OFFLOADING_CONFIG)
+        ours_s = [r.status.value for r in a.connector.rows]
+        theirs_s = [_status_of(g.kv_cache_spec, g.kv_cache_spec.block_size, offloading) for g in groups]
+        answers.checks.append(Check("OffloadingConnector per group", str(ours_s), str(theirs_s)))
+    return answers
+
+
+def _supports_hma(a: VllmAnalysis, answers: VllmAnswers) -> bool | None:
+    """vLLM's KVConnectorFactory.supports_hma_config on a real KVTransferConfig (imports the class)."""
+    transfer = a.flags.transfer
+    if transfer is None:
+        return None
+    kv = rt.load("vllm.config.kv_transfer")
+    factory = rt.load("vllm.distributed.kv_transfer.kv_connector.factory")
+    config = kv.KVTransferConfig(kv_connector=transfer.connector, kv_role=transfer.role or "kv_both",
+                                 kv_connector_module_path=transfer.module_path,
+                                 kv_connector_extra_config=dict(transfer.extra))  # fmt: skip
+    try:
+        hma = bool(factory.KVConnectorFactory.supports_hma_config(config))
+    except Exception as exc:  # the connector's module needs a package not installed here (lmcache, nixl, ...)
+        answers.checks.append(Check(f"{transfer.connector} SupportsHMA", str(a.connector.supports_hma),
+                                    f"not importable here ({type(exc).__name__})"))  # fmt: skip
+        raise EngineUnavailable(f"--engine vllm: importing connector {transfer.connector} failed "
+                                f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})") from None
+    answers.checks.append(Check(f"{transfer.connector} SupportsHMA", str(a.connector.supports_hma), str(hma)))
+    return hma
