@@ -600,6 +600,13 @@ class RefusalRule:
 
 
 REFUSALS: dict[str, RefusalRule] = {
+    # Not a message SGLang writes: with hybrid SWA off, _derive_pool_sizes leaves the full and SWA sizes
+    # None and DeepSeekV4TokenToKVPool fails on them (a TypeError at deepseek_v4_memory_pool.py:171);
+    # the server does not start, which is what KVD014 reports.
+    "dsv4_no_hybrid_swa": RefusalRule(
+        "DeepSeek-V4 with --disable-hybrid-swa-memory: the pool gets no full/SWA size (is_hybrid_swa is False) "
+        "and SGLang fails building DeepSeekV4TokenToKVPool (TypeError): the server does not start.",
+        cite("srt/mem_cache/kv_cache_configurator.py", "_derive_pool_sizes", 528, 535)),
     # kv_cache_builder / registry / unified tree: what a host_pool retraction backup needs.
     "host_pool_mamba": RefusalRule(
         "Host-pool retraction does not support Mamba models.",

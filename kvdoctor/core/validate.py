@@ -320,6 +320,8 @@ def _model_refusals(cfg: ModelConfig, flags: ServerFlags, spec: StateSpec, deriv
     from kvdoctor.core import geometry  # geometry reads configs, which this module validates first
 
     found: list[Refusal] = []
+    if spec.classification.is_dsv4 and flags.disable_hybrid_swa_memory:
+        found.append(_refusal("dsv4_no_hybrid_swa"))
     if flags.context_length is not None and flags.context_length > derived_context:
         found.append(_refusal("context_length", requested=flags.context_length, derived=derived_context))
     tp, heads = flags.attention_tp_size, cfg.get("num_attention_heads")

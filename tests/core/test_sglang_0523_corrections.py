@@ -295,3 +295,10 @@ def test_nemotron_h_layers_block_type_schema() -> None:
         old.spec.full.layer_ids, old.spec.recurrent.layer_ids)
     with pytest.raises(ConfigError, match="unknown layer kind"):
         _with("nemotron-h-8b-lbt", layers_block_type=["mamba", "hyena"] * 28)
+
+
+def test_deepseek_v4_without_hybrid_swa_does_not_start() -> None:
+    """SGLang 0.5.23 builds DeepSeek-V4's pool with no full/SWA size when hybrid SWA is off (found by drift)."""
+    off = analyze("deepseek-v4", ["--disaggregation-mode", "decode", "--disable-hybrid-swa-memory"])
+    assert [r.key for r in off.refusals] == ["dsv4_no_hybrid_swa"]
+    assert not analyze("deepseek-v4", ["--disaggregation-mode", "decode"]).refusals

@@ -12,15 +12,7 @@ import pytest
 pytestmark = pytest.mark.sglang
 
 # (fixture, matrix case, field) -> why it is allowed to differ for now.
-ALLOWED: dict[tuple[str, str, str], str] = {
-    ("deepseek-v4", "decode+no-hybrid-swa", "refuses"): (
-        "SGLang 0.5.23 itself fails: with --disable-hybrid-swa-memory ModelConfig.is_hybrid_swa is False, so "
-        "KVCacheConfigurator._derive_pool_sizes drops the full/SWA sizes (kv_cache_configurator.py:531-535) and "
-        "DeepSeekV4TokenToKVPool gets size None (deepseek_v4_memory_pool.py:171, TypeError); the model runner "
-        "passes the same is_hybrid_swa (model_runner.py:404), so this is SGLang's crash, not a refusal kvdoctor "
-        "restates"
-    ),
-}
+ALLOWED: dict[tuple[str, str, str], str] = {}
 
 
 def test_drift_matrix_shows_no_unexplained_disagreement() -> None:
