@@ -601,7 +601,7 @@ class RefusalRule:
 
 REFUSALS: dict[str, RefusalRule] = {
     # Not a message SGLang writes: with hybrid SWA off, _derive_pool_sizes leaves the full and SWA sizes
-    # None and DeepSeekV4TokenToKVPool fails on them (a TypeError at deepseek_v4_memory_pool.py:171);
+    # None and DeepSeekV4TokenToKVPool's constructor fails on them (a TypeError);
     # the server does not start, which is what KVD014 reports.
     "dsv4_no_hybrid_swa": RefusalRule(
         "DeepSeek-V4 with --disable-hybrid-swa-memory: the pool gets no full/SWA size (is_hybrid_swa is False) "
