@@ -9,6 +9,7 @@ import typer
 
 from kvdoctor.cli.errors import exit_on_error
 from kvdoctor.cli.launch import launch_line
+from kvdoctor.cli.options import GpuArchOption
 from kvdoctor.cli.text import safe
 from kvdoctor.engines import Engine, GpuArch
 
@@ -55,11 +56,7 @@ def bench_roundtrip(
     engine: Annotated[Engine, typer.Option(
         "--engine", help="sglang: also time SGLang's own backup_kv_cache/restore_kv_cache in the same rounds.",
     )] = Engine.KVDOCTOR,
-    gpu_arch: Annotated[GpuArch, typer.Option(
-        "--gpu-arch",
-        help="The GPU the server runs on: SGLang's defaults (attention backend, page size, MXFP8) depend on it; "
-        "with --engine sglang, the platform SGLang is told (a stub).",
-    )] = GpuArch.SM100,
+    gpu_arch: GpuArchOption = GpuArch.SM100,
 ) -> None:
     """Offload and restore bandwidth of kvdoctor's copy engine vs SGLang's per-layer copy, one run.
 

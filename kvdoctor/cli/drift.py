@@ -9,6 +9,7 @@ from typing import Annotated, Any
 import typer
 
 from kvdoctor.cli.errors import exit_on_error
+from kvdoctor.cli.options import GpuArchOption
 from kvdoctor.cli.progress import with_progress
 from kvdoctor.cli.text import safe
 from kvdoctor.engines import GpuArch
@@ -18,9 +19,7 @@ def drift(
     fixture: Annotated[list[str] | None, typer.Option("--fixture", help="Only this bundled fixture (repeatable).")]
     = None,
     case: Annotated[list[str] | None, typer.Option("--case", help="Only this launch case (repeatable).")] = None,
-    gpu_arch: Annotated[GpuArch, typer.Option(
-        "--gpu-arch", help="The GPU SGLang is told it runs on (a platform stub)."
-    )] = GpuArch.SM100,
+    gpu_arch: GpuArchOption = GpuArch.SM100,
     json_output: bool = typer.Option(False, "--json", help="Print one JSON object instead of tables."),
     junit_path: Annotated[Path | None, typer.Option("--junit", help="Write JUnit XML: one case per matrix cell.")]
     = None,

@@ -10,6 +10,7 @@ import typer
 
 from kvdoctor.cli.errors import exit_on_error
 from kvdoctor.cli.launch import launch_line
+from kvdoctor.cli.options import GpuArchOption
 from kvdoctor.engines import Engine, GpuArch, Server
 
 
@@ -24,11 +25,7 @@ def inspect(
     engine: Annotated[Engine, typer.Option(
         "--engine", help="Who answers: kvdoctor's rule model alone, or also the installed SGLang, shown beside it.",
     )] = Engine.KVDOCTOR,
-    gpu_arch: Annotated[GpuArch, typer.Option(
-        "--gpu-arch",
-        help="The GPU the server runs on: SGLang's defaults (attention backend, page size, MXFP8) depend on it; "
-        "with --engine sglang, the platform SGLang is told (a stub).",
-    )] = GpuArch.SM100,
+    gpu_arch: GpuArchOption = GpuArch.SM100,
     server: Annotated[Server, typer.Option(
         "--server", help="Which server the flags are for: sglang (default) or vllm (vLLM 0.33 flags and groups).",
     )] = Server.SGLANG,

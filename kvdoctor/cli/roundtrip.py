@@ -10,6 +10,7 @@ import typer
 
 from kvdoctor.cli.errors import exit_on_error
 from kvdoctor.cli.launch import launch_line
+from kvdoctor.cli.options import GpuArchOption
 from kvdoctor.cli.progress import with_progress
 from kvdoctor.cli.text import safe
 from kvdoctor.cli.units import format_bytes
@@ -152,11 +153,7 @@ def roundtrip(
         "--engine",
         help="Whose pools and retraction code run: kvdoctor's model of SGLang, or the installed SGLang itself.",
     )] = Engine.KVDOCTOR,
-    gpu_arch: Annotated[GpuArch, typer.Option(
-        "--gpu-arch",
-        help="The GPU the server runs on: SGLang's defaults (attention backend, page size, MXFP8) depend on it; "
-        "with --engine sglang, the platform SGLang is told (a stub).",
-    )] = GpuArch.SM100,
+    gpu_arch: GpuArchOption = GpuArch.SM100,
     emulate_d2h: bool = typer.Option(
         False,
         "--emulate-d2h",
