@@ -12,14 +12,15 @@ import triton.language as tl
 from kvdoctor_kernels.mxfp8_numerics import bf16_bits_rne, decode_e4m3, scale_value
 
 FP32, FP16, BF16 = 0, 1, 2
-_OUT_KIND = {torch.float32: (FP32, torch.int32), torch.float16: (FP16, torch.int16),
-             torch.bfloat16: (BF16, torch.int16)}  # fmt: skip
+_OUT_KIND = {
+    torch.float32: (FP32, torch.int32),
+    torch.float16: (FP16, torch.int16),
+    torch.bfloat16: (BF16, torch.int16),
+}
 
 
 @triton.jit
-def _mxfp8_dequantize_kernel(
-    q_ptr, s_ptr, y_ptr, n_blocks, BLOCKS: tl.constexpr, OUT: tl.constexpr
-):
+def _mxfp8_dequantize_kernel(q_ptr, s_ptr, y_ptr, n_blocks, BLOCKS: tl.constexpr, OUT: tl.constexpr):
     blk = tl.program_id(0).to(tl.int64) * BLOCKS + tl.arange(0, BLOCKS)
     offs = blk[:, None] * 32 + tl.arange(0, 32)[None, :]
     live = blk < n_blocks
@@ -37,8 +38,12 @@ def _mxfp8_dequantize_kernel(
 
 
 def launch_dequantize(
-    payload: torch.Tensor, scales: torch.Tensor, out: torch.Tensor,
-    *, blocks_per_program: int = 128, num_warps: int = 4,
+    payload: torch.Tensor,
+    scales: torch.Tensor,
+    out: torch.Tensor,
+    *,
+    blocks_per_program: int = 128,
+    num_warps: int = 4,
 ) -> None:
     """Decode contiguous uint8 ``payload`` / ``scales`` into contiguous ``out``."""
     n_blocks = payload.numel() // 32
@@ -47,5 +52,11 @@ def launch_dequantize(
     grid = (triton.cdiv(n_blocks, blocks_per_program),)
     kind, bits = _OUT_KIND[out.dtype]
     _mxfp8_dequantize_kernel[grid](
-        payload, scales, out.view(bits), n_blocks, BLOCKS=blocks_per_program, OUT=kind, num_warps=num_warps,
+        payload,
+        scales,
+        out.view(bits),
+        n_blocks,
+        BLOCKS=blocks_per_program,
+        OUT=kind,
+        num_warps=num_warps,
     )

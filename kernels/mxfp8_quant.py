@@ -40,8 +40,13 @@ def quantize_blocks(xb, MODE: tl.constexpr):
 
 @triton.jit
 def _mxfp8_quantize_kernel(
-    x_ptr, q_ptr, s_ptr, n_blocks,
-    MODE: tl.constexpr, BLOCKS: tl.constexpr, BF16_BITS: tl.constexpr,
+    x_ptr,
+    q_ptr,
+    s_ptr,
+    n_blocks,
+    MODE: tl.constexpr,
+    BLOCKS: tl.constexpr,
+    BF16_BITS: tl.constexpr,
 ):
     blk = tl.program_id(0).to(tl.int64) * BLOCKS + tl.arange(0, BLOCKS)
     offs = blk[:, None] * 32 + tl.arange(0, 32)[None, :]  # 2-D from the start: no reshape
@@ -53,8 +58,13 @@ def _mxfp8_quantize_kernel(
 
 
 def launch_quantize(
-    x: torch.Tensor, payload: torch.Tensor, scales: torch.Tensor, scale_mode: str,
-    *, blocks_per_program: int = 128, num_warps: int = 4,
+    x: torch.Tensor,
+    payload: torch.Tensor,
+    scales: torch.Tensor,
+    scale_mode: str,
+    *,
+    blocks_per_program: int = 128,
+    num_warps: int = 4,
 ) -> None:
     """Quantize contiguous ``x`` into contiguous uint8 ``payload`` (same numel) and ``scales``."""
     n_blocks = x.numel() // 32
@@ -63,7 +73,12 @@ def launch_quantize(
     grid = (triton.cdiv(n_blocks, blocks_per_program),)
     bf16 = x.dtype == torch.bfloat16
     _mxfp8_quantize_kernel[grid](
-        x.view(torch.int16) if bf16 else x, payload, scales, n_blocks,
-        MODE=MODE_IDS[scale_mode], BLOCKS=blocks_per_program, BF16_BITS=bf16,
+        x.view(torch.int16) if bf16 else x,
+        payload,
+        scales,
+        n_blocks,
+        MODE=MODE_IDS[scale_mode],
+        BLOCKS=blocks_per_program,
+        BF16_BITS=bf16,
         num_warps=num_warps,
     )

@@ -16,9 +16,17 @@ from kvdoctor_kernels.mxfp8_quant import quantize_blocks, widen
 
 @triton.jit
 def _mxfp8_quantize_scatter_kernel(
-    x_ptr, loc_ptr, q_ptr, s_ptr,
-    H: tl.constexpr, D: tl.constexpr, PAGE: tl.constexpr, SF_P2: tl.constexpr,
-    MODE: tl.constexpr, SKIP_SLOT0: tl.constexpr, BF16_BITS: tl.constexpr,
+    x_ptr,
+    loc_ptr,
+    q_ptr,
+    s_ptr,
+    H: tl.constexpr,
+    D: tl.constexpr,
+    PAGE: tl.constexpr,
+    SF_P2: tl.constexpr,
+    MODE: tl.constexpr,
+    SKIP_SLOT0: tl.constexpr,
+    BF16_BITS: tl.constexpr,
 ):
     t = tl.program_id(0).to(tl.int64)
     h = tl.program_id(1).to(tl.int64)
@@ -39,8 +47,14 @@ def _mxfp8_quantize_scatter_kernel(
 
 
 def launch_quantize_scatter(
-    x: torch.Tensor, loc: torch.Tensor, payload: torch.Tensor, scales: torch.Tensor,
-    *, page_size: int, scale_mode: str, skip_padding_slot: bool,
+    x: torch.Tensor,
+    loc: torch.Tensor,
+    payload: torch.Tensor,
+    scales: torch.Tensor,
+    *,
+    page_size: int,
+    scale_mode: str,
+    skip_padding_slot: bool,
 ) -> None:
     """x (n, H, D) contiguous, loc (n,) int64, payload (rows, H, D) uint8, scales flat uint8."""
     n, heads, head_dim = x.shape
@@ -49,7 +63,15 @@ def launch_quantize_scatter(
     sf_p2 = triton.next_power_of_2(head_dim // 32)
     bf16 = x.dtype == torch.bfloat16
     _mxfp8_quantize_scatter_kernel[(n, heads)](
-        x.view(torch.int16) if bf16 else x, loc, payload, scales,
-        H=heads, D=head_dim, PAGE=page_size, SF_P2=sf_p2,
-        MODE=MODE_IDS[scale_mode], SKIP_SLOT0=skip_padding_slot, BF16_BITS=bf16,
+        x.view(torch.int16) if bf16 else x,
+        loc,
+        payload,
+        scales,
+        H=heads,
+        D=head_dim,
+        PAGE=page_size,
+        SF_P2=sf_p2,
+        MODE=MODE_IDS[scale_mode],
+        SKIP_SLOT0=skip_padding_slot,
+        BF16_BITS=bf16,
     )

@@ -60,8 +60,10 @@ def _nargs(call: ast.Call) -> ast.AST | None:
     nargs = _keyword(call, "nargs")
     extra = _keyword(call, "action_kwargs")
     if nargs is None and isinstance(extra, ast.Dict):
-        nargs = next((v for k, v in zip(extra.keys, extra.values, strict=True) if k is not None
-                      and _const_str(k) == "nargs"), None)  # fmt: skip
+        nargs = next(
+            (v for k, v in zip(extra.keys, extra.values, strict=True) if k is not None and _const_str(k) == "nargs"),
+            None,
+        )
     return None if isinstance(nargs, ast.Constant) and nargs.value is None else nargs
 
 

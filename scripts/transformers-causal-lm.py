@@ -21,7 +21,7 @@ def main() -> None:
     print()
     print("SGLang serves such a model through its Transformers backend when it registers no class of its own")
     print("(``srt/models/registry.py``, ``ModelRegistry._normalize_archs``): attention KV only, on the plain pools.")
-    print('Regenerate with ``scripts/transformers-causal-lm.py`` when the transformers pin in constraints/sglang.txt')
+    print("Regenerate with ``scripts/transformers-causal-lm.py`` when the transformers pin in constraints/sglang.txt")
     print('moves."""')
     print("\nfrom __future__ import annotations\n")
     print(f'TRANSFORMERS_VERSION = "{transformers.__version__}"')

@@ -98,9 +98,13 @@ def _kwargs_sources(tree: ast.AST) -> dict[str, str]:
     """``cache_kwargs = get_kwargs(CacheConfig)`` → {"cache_kwargs": "CacheConfig"}."""
     found: dict[str, str] = {}
     for node in ast.walk(tree):
-        if (isinstance(node, ast.Assign) and isinstance(node.value, ast.Call)
-                and getattr(node.value.func, "id", None) == "get_kwargs" and node.value.args
-                and isinstance(node.value.args[0], ast.Name)):  # fmt: skip
+        if (
+            isinstance(node, ast.Assign)
+            and isinstance(node.value, ast.Call)
+            and getattr(node.value.func, "id", None) == "get_kwargs"
+            and node.value.args
+            and isinstance(node.value.args[0], ast.Name)
+        ):
             for target in node.targets:
                 if isinstance(target, ast.Name):
                     found[target.id] = node.value.args[0].id
@@ -113,8 +117,11 @@ def _field_of(call: ast.Call, sources: dict[str, str]) -> tuple[str, str] | None
         if kw.arg is not None:
             continue
         # **cache_kwargs["field"], or **{**cache_kwargs["field"], "default": None}
-        values = [kw.value] if not isinstance(kw.value, ast.Dict) else [
-            v for k, v in zip(kw.value.keys, kw.value.values, strict=True) if k is None]
+        values = (
+            [kw.value]
+            if not isinstance(kw.value, ast.Dict)
+            else [v for k, v in zip(kw.value.keys, kw.value.values, strict=True) if k is None]
+        )
         for value in values:
             if isinstance(value, ast.Subscript) and isinstance(value.value, ast.Name):
                 field = _const_str(value.slice)
@@ -129,8 +136,9 @@ def engine_flags(root: Path, fields: dict[str, dict[str, str]]) -> list[Flag]:
         tree = ast.parse(path.read_text(encoding="utf-8"))
         sources = _kwargs_sources(tree)
         for call in ast.walk(tree):
-            if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute)
-                    and call.func.attr == "add_argument"):  # fmt: skip
+            if not (
+                isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr == "add_argument"
+            ):
                 continue
             names = tuple(s for s in (_const_str(a) for a in call.args) if s and s.startswith("-"))
             if not names:

@@ -19,8 +19,14 @@ from kvdoctor.bench.timing import Timing, time_call
 from kvdoctor.errors import InputError
 
 # Spec HBM bandwidth, GB/s (mxfp8.md §8); matched against torch.cuda.get_device_name().
-SPEC_PEAK_GBPS = {"H200": 4800.0, "H100 SXM": 3350.0, "H100 80GB HBM3": 3350.0,
-                  "H100 PCIe": 2000.0, "B200": 7672.0, "A100": 2039.0}
+SPEC_PEAK_GBPS = {
+    "H200": 4800.0,
+    "H100 SXM": 3350.0,
+    "H100 80GB HBM3": 3350.0,
+    "H100 PCIe": 2000.0,
+    "B200": 7672.0,
+    "A100": 2039.0,
+}
 # (blocks per program, warps) tried by --sweep on CUDA; the API default is (128, 4).
 TILE_SWEEP = ((32, 2), (64, 4), (128, 4), (128, 8), (256, 8), (512, 8))
 CPU_TRITON_BYTES = 64 * 1024  # the interpreter is ~10^4x slower: a token size, clearly labelled
@@ -93,9 +99,15 @@ def _source(elements: int, dtype: torch.dtype, device: torch.device) -> torch.Te
 
 
 def run_mxfp8_bench(
-    *, size_bytes: int, device: str, dtype: torch.dtype = torch.bfloat16, scale_mode: str = "sglang",
-    backends: tuple[str, ...] = ("torch", "triton"), repeats: int = 10,
-    peak_gbps: float | None = None, sweep: bool = False,
+    *,
+    size_bytes: int,
+    device: str,
+    dtype: torch.dtype = torch.bfloat16,
+    scale_mode: str = "sglang",
+    backends: tuple[str, ...] = ("torch", "triton"),
+    repeats: int = 10,
+    peak_gbps: float | None = None,
+    sweep: bool = False,
 ) -> BenchResult:
     """Measure quantize and dequantize for each backend, the plain casts, and a device copy."""
     from kvdoctor import mxfp8
@@ -115,23 +127,41 @@ def run_mxfp8_bench(
     copy_gbps = 2 * elements * in_bytes / copy_s.median_s / 1e9
     peak, peak_source = _peak(dev, peak_gbps, copy_gbps)
 
-    def row(op: str, backend: str, n: int, moved: int, t: Timing, cast_s: float | None,
-            match: bool | None = None, note: str = "") -> BenchRow:
+    def row(
+        op: str,
+        backend: str,
+        n: int,
+        moved: int,
+        t: Timing,
+        cast_s: float | None,
+        match: bool | None = None,
+        note: str = "",
+    ) -> BenchRow:
         gbps = moved / t.median_s / 1e9
-        return BenchRow(op, backend, n, moved, t.median_s, t.min_s, gbps,
-                        gbps / peak if peak else None, t.median_s / cast_s if cast_s else None,
-                        match, note)
+        return BenchRow(
+            op,
+            backend,
+            n,
+            moved,
+            t.median_s,
+            t.min_s,
+            gbps,
+            gbps / peak if peak else None,
+            t.median_s / cast_s if cast_s else None,
+            match,
+            note,
+        )
 
     rows = [row("copy", "memcpy", elements, 2 * elements * in_bytes, copy_s, None)]
     cast_q = timed(lambda: x.to(torch.float8_e4m3fn))
-    rows.append(row("quantize", "cast", elements, elements * (in_bytes + 1), cast_q,
-                    cast_q.median_s,
-                    note="plain fp8 cast"))
+    rows.append(
+        row("quantize", "cast", elements, elements * (in_bytes + 1), cast_q, cast_q.median_s, note="plain fp8 cast")
+    )
     fp8 = x.to(torch.float8_e4m3fn)
     cast_d = timed(lambda: fp8.to(dtype))
-    rows.append(row("dequantize", "cast", elements, elements * (1 + in_bytes), cast_d,
-                    cast_d.median_s,
-                    note="plain fp8 cast"))
+    rows.append(
+        row("dequantize", "cast", elements, elements * (1 + in_bytes), cast_d, cast_d.median_s, note="plain fp8 cast")
+    )
 
     reference = mxfp8.quantize(x, scale_mode=scale_mode, backend="torch")
     notes: list[str] = []
@@ -143,34 +173,43 @@ def run_mxfp8_bench(
                 continue
             n = max(1024, CPU_TRITON_BYTES // in_bytes // 1024 * 1024)
             xb, note = x.view(-1)[:n].view(-1, 1024), "interpreter"
-            notes.append(f"triton on CPU runs under the Triton interpreter at {n} elements only; "
-                         "its vs-cast ratio scales the cast time linearly")
+            notes.append(
+                f"triton on CPU runs under the Triton interpreter at {n} elements only; "
+                "its vs-cast ratio scales the cast time linearly"
+            )
         nq = n * (in_bytes + 1) + n // 32
         t = mxfp8.quantize(xb, scale_mode=scale_mode, backend=backend)
-        ref_bytes = reference if xb is x else mxfp8.quantize(xb, scale_mode=scale_mode,
-                                                             backend="torch")
+        ref_bytes = reference if xb is x else mxfp8.quantize(xb, scale_mode=scale_mode, backend="torch")
         match = torch.equal(t.scales, ref_bytes.scales) and torch.equal(
-            t.payload.view(torch.uint8), ref_bytes.payload.view(torch.uint8))
+            t.payload.view(torch.uint8), ref_bytes.payload.view(torch.uint8)
+        )
         reps = repeats if xb is x else max(2, repeats // 4)
-        timing = timed(lambda xb=xb, b=backend: mxfp8.quantize(xb, scale_mode=scale_mode,
-                                                                backend=b), reps)
-        rows.append(row("quantize", backend, n, nq, timing, cast_q.median_s * n / elements,
-                        match, note))
+        timing = timed(lambda xb=xb, b=backend: mxfp8.quantize(xb, scale_mode=scale_mode, backend=b), reps)
+        rows.append(row("quantize", backend, n, nq, timing, cast_q.median_s * n / elements, match, note))
         timing = timed(lambda t=t, b=backend: mxfp8.dequantize(t, dtype, backend=b), reps)
-        rows.append(row("dequantize", backend, n, nq, timing, cast_d.median_s * n / elements,
-                        None, note))
+        rows.append(row("dequantize", backend, n, nq, timing, cast_d.median_s * n / elements, None, note))
     if sweep and dev.type == "cuda":
         rows.extend(_sweep_tiles(x, reference, scale_mode, timed, row))
     elif sweep:
         notes.append("--sweep runs only on CUDA")
     name = torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu"
-    return BenchResult(device=name, dtype=str(dtype).removeprefix("torch."), scale_mode=scale_mode,
-                       input_bytes=elements * in_bytes, peak_gbps=peak, peak_source=peak_source,
-                       rows=rows, notes=notes)
+    return BenchResult(
+        device=name,
+        dtype=str(dtype).removeprefix("torch."),
+        scale_mode=scale_mode,
+        input_bytes=elements * in_bytes,
+        peak_gbps=peak,
+        peak_source=peak_source,
+        rows=rows,
+        notes=notes,
+    )
 
 
 def _sweep_tiles(
-    x: torch.Tensor, reference: object, scale_mode: str, timed: Callable[..., Timing],
+    x: torch.Tensor,
+    reference: object,
+    scale_mode: str,
+    timed: Callable[..., Timing],
     row: Callable[..., BenchRow],
 ) -> list[BenchRow]:
     """Quantize kernel at each (blocks per program, warps) tile, straight through the launcher."""
@@ -182,13 +221,13 @@ def _sweep_tiles(
     moved = n * (x.element_size() + 1) + n // 32
     out = []
     for blocks, warps in TILE_SWEEP:
+
         def run(blocks: int = blocks, warps: int = warps) -> None:
-            launch_quantize(x, payload, scales, scale_mode, blocks_per_program=blocks,
-                            num_warps=warps)
+            launch_quantize(x, payload, scales, scale_mode, blocks_per_program=blocks, num_warps=warps)
 
         run()
         match = torch.equal(scales, reference.scales.view(-1)) and torch.equal(  # type: ignore[attr-defined]
-            payload, reference.payload.view(torch.uint8))  # type: ignore[attr-defined]
-        out.append(row("quantize", f"triton b{blocks} w{warps}", n, moved, timed(run), None, match,
-                       "tile sweep"))
+            payload, reference.payload.view(torch.uint8)
+        )  # type: ignore[attr-defined]
+        out.append(row("quantize", f"triton b{blocks} w{warps}", n, moved, timed(run), None, match, "tile sweep"))
     return out

@@ -50,8 +50,11 @@ class LoopTiming:
         return 1e6 * self.client_cpu_s / self.requests
 
     def to_dict(self) -> dict[str, float | str | int]:
-        return {**asdict(self), "questions_per_s": self.per_second,
-                "client_cpu_us_per_request": self.cpu_us_per_request}
+        return {
+            **asdict(self),
+            "questions_per_s": self.per_second,
+            "client_cpu_us_per_request": self.cpu_us_per_request,
+        }
 
 
 @dataclass(frozen=True)
@@ -64,9 +67,14 @@ class BenchResult:
     loops: list[LoopTiming]
 
     def to_dict(self) -> dict[str, object]:
-        return {"questions": self.questions, "parallel": self.parallel, "repeats": self.repeats,
-                "prepare_s": self.prepare_s, "score_s": self.score_s,
-                "loops": [loop.to_dict() for loop in self.loops]}
+        return {
+            "questions": self.questions,
+            "parallel": self.parallel,
+            "repeats": self.repeats,
+            "prepare_s": self.prepare_s,
+            "score_s": self.score_s,
+            "loops": [loop.to_dict() for loop in self.loops],
+        }
 
 
 # -- the instant server ---------------------------------------------------------------------
@@ -97,7 +105,7 @@ def _serve(port: int, data_path: str) -> None:
 
         def do_GET(self) -> None:
             if self.path == "/metrics":
-                text = f"sglang:num_retracted_requests_total{{tp_rank=\"0\"}} {counter['n']}\n"
+                text = f'sglang:num_retracted_requests_total{{tp_rank="0"}} {counter["n"]}\n'
                 self.reply(200, text.encode(), "text/plain")
             else:
                 self.reply(200, b"{}")
@@ -105,11 +113,10 @@ def _serve(port: int, data_path: str) -> None:
         def do_POST(self) -> None:
             body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
             prompt = str(body.get("prompt") or body.get("text"))
-            question = prompt[prompt.rfind("Question: ") + 10:].rsplit("\nAnswer:", 1)[0]
+            question = prompt[prompt.rfind("Question: ") + 10 :].rsplit("\nAnswer:", 1)[0]
             text = answers.get(question, " 0")
             counter["n"] += 1
-            out = {"choices": [{"text": text, "finish_reason": "stop"}],
-                   "usage": {"completion_tokens": len(text) // 4}}
+            out = {"choices": [{"text": text, "finish_reason": "stop"}], "usage": {"completion_tokens": len(text) // 4}}
             self.reply(200, json.dumps(out).encode())
 
     _Server(("127.0.0.1", port), Handler).serve_forever()
@@ -155,8 +162,9 @@ class InstantServer:
 
 
 # -- the loops ------------------------------------------------------------------------------
-async def _single_pool(url: str, prompts: Sequence[str], sampling: client.Sampling,
-                       parallel: int, watchdog: Callable[[], None]) -> list[client.Completion]:
+async def _single_pool(
+    url: str, prompts: Sequence[str], sampling: client.Sampling, parallel: int, watchdog: Callable[[], None]
+) -> list[client.Completion]:
     """The naive client: one pool of ``parallel`` connections and a semaphore."""
     gate = asyncio.Semaphore(parallel)
     async with client.make_client(url, parallel, 60.0) as http:
@@ -189,8 +197,9 @@ def _timed(name: str, run: Callable[[], list[client.Completion]]) -> LoopTiming:
     return LoopTiming(name, time.perf_counter() - wall, time.process_time() - cpu, len(done))
 
 
-def bench(data_path: Path, *, parallel: int = 128, num_questions: int | None = None,
-          num_shots: int = 5, repeats: int = 3) -> BenchResult:
+def bench(
+    data_path: Path, *, parallel: int = 128, num_questions: int | None = None, num_shots: int = 5, repeats: int = 3
+) -> BenchResult:
     started = time.perf_counter()
     questions = gsm8k.select(gsm8k.load_records(data_path), num_shots, num_questions)
     prepare_s = time.perf_counter() - started
@@ -202,18 +211,20 @@ def bench(data_path: Path, *, parallel: int = 128, num_questions: int | None = N
     # kvdoctor.pd.signals), so the ``with`` unwinds and the instant server is stopped.
     with signals_raise() as latch, InstantServer(data_path) as server:
         for _ in range(repeats):
+
             def sharded() -> list[client.Completion]:
                 nonlocal done
                 with latch.deferred():
-                    done = asyncio.run(client.complete_all(
-                        server.url, prompts, sampling, parallel=parallel, request_timeout_s=60,
-                        watchdog=latch.check))
+                    done = asyncio.run(
+                        client.complete_all(
+                            server.url, prompts, sampling, parallel=parallel, request_timeout_s=60, watchdog=latch.check
+                        )
+                    )
                 return done
 
             def single() -> list[client.Completion]:
                 with latch.deferred():
-                    return asyncio.run(_single_pool(server.url, prompts, sampling, parallel,
-                                                    latch.check))
+                    return asyncio.run(_single_pool(server.url, prompts, sampling, parallel, latch.check))
 
             loops["sharded"].append(_timed("sharded", sharded))
             loops["single pool"].append(_timed("single pool", single))
@@ -228,5 +239,9 @@ def bench(data_path: Path, *, parallel: int = 128, num_questions: int | None = N
 
 
 def _median(name: str, runs: list[LoopTiming]) -> LoopTiming:
-    return LoopTiming(name, statistics.median(r.wall_s for r in runs),
-                      statistics.median(r.client_cpu_s for r in runs), runs[0].requests)
+    return LoopTiming(
+        name,
+        statistics.median(r.wall_s for r in runs),
+        statistics.median(r.client_cpu_s for r in runs),
+        runs[0].requests,
+    )

@@ -327,9 +327,14 @@ def bench_roundtrip(analysis: Analysis, opts: BenchOptions, extra: Sequence[Extr
         bytes_match=match,
         rows=rows,
         versus=versus,
-        used={"reductions": opts.reductions.describe(), "page_size": sizing.page_size, "repeats": opts.repeats,
-              "kv_pool": analysis.layout.kv_pool, "host_arena_bytes": session.mover.arena.held_bytes},
-    )  # fmt: skip
+        used={
+            "reductions": opts.reductions.describe(),
+            "page_size": sizing.page_size,
+            "repeats": opts.repeats,
+            "kv_pool": analysis.layout.kv_pool,
+            "host_arena_bytes": session.mover.arena.held_bytes,
+        },
+    )
 
 
 def _ledger_round(session: Session, out: Callable[[], object], back: Callable[[object], None]):

@@ -24,8 +24,7 @@ class Timing:
     samples: int
 
 
-def time_call(fn: Callable[[], object], *, device: torch.device | str, repeats: int = 10,
-              warmup: int = 2) -> Timing:
+def time_call(fn: Callable[[], object], *, device: torch.device | str, repeats: int = 10, warmup: int = 2) -> Timing:
     """Time ``fn`` ``repeats`` times after ``warmup`` untimed calls."""
     device = torch.device(device)
     for _ in range(warmup):

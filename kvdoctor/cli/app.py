@@ -61,6 +61,7 @@ def _root(
 ) -> None:
     """Diagnose and regression-test how an inference server keeps KV-cache state alive."""
 
+
 app.command("inspect", context_settings=PASSTHROUGH)(inspect_cmd.inspect)
 app.command("roundtrip", context_settings=PASSTHROUGH)(roundtrip.roundtrip)
 app.command("pd-eval", context_settings=PASSTHROUGH)(pd_eval.pd_eval)

@@ -12,11 +12,14 @@ from kvdoctor.cli.errors import exit_on_error
 
 
 def bench_pd_eval(
-    data_path: Annotated[Path | None, typer.Option(
-        "--data-path", help="GSM8K test.jsonl (default: sha256-checked cache, bundled copy, download).")] = None,
+    data_path: Annotated[
+        Path | None,
+        typer.Option("--data-path", help="GSM8K test.jsonl (default: sha256-checked cache, bundled copy, download)."),
+    ] = None,
     parallel: int = typer.Option(128, "--parallel", help="Requests in flight."),
     num_questions: int | None = typer.Option(
-        None, "--num-questions", help="Scored questions (default: all after the shots)."),
+        None, "--num-questions", help="Scored questions (default: all after the shots)."
+    ),
     repeats: int = typer.Option(3, "--repeats", help="Runs per client; medians are reported."),
     json_out: bool = typer.Option(False, "--json", help="Print the measurements as JSON."),
 ) -> None:
@@ -37,26 +40,33 @@ def bench_pd_eval(
         data = gsm8k.resolve_data(data_path)
         assert data is not None
         try:
-            result = bench(data.path, parallel=parallel, num_questions=num_questions,
-                           repeats=repeats)
+            result = bench(data.path, parallel=parallel, num_questions=num_questions, repeats=repeats)
         except Interrupted as exc:  # the instant server is already stopped
             print(f"kvdoctor: interrupted by {exc}", file=sys.stderr)
             raise typer.Exit(128 + exc.signum) from None
         if json_out:
             print(json_report.dumps(result.to_dict()), end="")
             return
-        table = Table(title=f"pd-eval client: {result.questions} questions, "
-                            f"{result.parallel} in flight, median of {result.repeats}")
-        for column in ("client", "wall s", "questions/s", "client CPU µs/request",
-                       "client CPU share of wall"):
+        table = Table(
+            title=f"pd-eval client: {result.questions} questions, "
+            f"{result.parallel} in flight, median of {result.repeats}"
+        )
+        for column in ("client", "wall s", "questions/s", "client CPU µs/request", "client CPU share of wall"):
             table.add_column(column, justify="right" if column != "client" else "left")
         for loop in result.loops:
-            table.add_row(loop.name, f"{loop.wall_s:.2f}", f"{loop.per_second:.0f}",
-                          f"{loop.cpu_us_per_request:.0f}", f"{loop.client_cpu_s / loop.wall_s:.0%}")
+            table.add_row(
+                loop.name,
+                f"{loop.wall_s:.2f}",
+                f"{loop.per_second:.0f}",
+                f"{loop.cpu_us_per_request:.0f}",
+                f"{loop.client_cpu_s / loop.wall_s:.0%}",
+            )
         console = Console()
         console.print(table)
         sharded, single = result.loops
-        console.print(f"data + prompts {result.prepare_s * 1e3:.0f} ms; scoring "
-                      f"{result.score_s * 1e3:.0f} ms; sharded vs single pool: "
-                      f"{single.wall_s / sharded.wall_s:.2f}x faster wall, "
-                      f"{single.client_cpu_s / sharded.client_cpu_s:.2f}x less client CPU")
+        console.print(
+            f"data + prompts {result.prepare_s * 1e3:.0f} ms; scoring "
+            f"{result.score_s * 1e3:.0f} ms; sharded vs single pool: "
+            f"{single.wall_s / sharded.wall_s:.2f}x faster wall, "
+            f"{single.client_cpu_s / sharded.client_cpu_s:.2f}x less client CPU"
+        )

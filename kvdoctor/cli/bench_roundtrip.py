@@ -19,26 +19,37 @@ def render(report: dict[str, Any]) -> None:
     from rich.table import Table
 
     console = Console()
-    title = (f"bench roundtrip: {safe(report['model'])} | kv {report['kv_cache_dtype']} | {report['device']} | "
-             f"{report['requests']} requests x {report['tokens']} tokens | "
-             f"{report['bytes_per_round'] / 2**20:,.1f} MiB per round")  # fmt: skip
+    title = (
+        f"bench roundtrip: {safe(report['model'])} | kv {report['kv_cache_dtype']} | {report['device']} | "
+        f"{report['requests']} requests x {report['tokens']} tokens | "
+        f"{report['bytes_per_round'] / 2**20:,.1f} MiB per round"
+    )
     console.print(title, highlight=False)
     table = Table(title_justify="left")
     for col in ("path", "direction", "GB/s (median)", "GB/s (best)", "median", "vs naive (best)", "vs pinned"):
         table.add_column(col, no_wrap=True)
     for r in report["rows"]:
         table.add_row(
-            r["path"], r["direction"], f"{r['gbps']:,.2f}", f"{r['best_gbps']:,.2f}", f"{r['median_s'] * 1e3:,.1f} ms",
+            r["path"],
+            r["direction"],
+            f"{r['gbps']:,.2f}",
+            f"{r['best_gbps']:,.2f}",
+            f"{r['median_s'] * 1e3:,.1f} ms",
             "" if r["vs_naive"] is None else f"{r['vs_naive']:.2f}x",
             "" if r["vs_pinned"] is None else f"{r['vs_pinned']:.0%}",
-        )  # fmt: skip
+        )
     console.print(table)
     match = "[green]identical[/]" if report["bytes_match"] else "[bold red]DIFFER[/]"
-    console.print(f"backup bytes, ours vs naive: {match}; offload {report['offload_speedup']:.2f}x, "
-                  f"restore {report['restore_speedup']:.2f}x the naive copy")  # fmt: skip
+    console.print(
+        f"backup bytes, ours vs naive: {match}; offload {report['offload_speedup']:.2f}x, "
+        f"restore {report['restore_speedup']:.2f}x the naive copy"
+    )
     for name, ratios in report.get("versus", {}).items():
-        console.print(f"ours vs {safe(name)}'s own path (best GB/s): offload {ratios['offload']:.2f}x, "
-                      f"restore {ratios['restore']:.2f}x", highlight=False)  # fmt: skip
+        console.print(
+            f"ours vs {safe(name)}'s own path (best GB/s): offload {ratios['offload']:.2f}x, "
+            f"restore {ratios['restore']:.2f}x",
+            highlight=False,
+        )
     for note in report["used"].get("sglang_notes", []):
         console.print(f"note: {safe(note)} (SGLang's MXFP8 scale stores are Triton kernels)", highlight=False)
 
@@ -53,9 +64,13 @@ def bench_roundtrip(
     layers: int | None = typer.Option(None, "--layers", min=1, help="Reduce: at most N layers per sub-pool."),
     heads: int | None = typer.Option(None, "--heads", min=1, help="Reduce: at most N KV / recurrent heads."),
     json_output: bool = typer.Option(False, "--json", help="Print one JSON object instead of a table."),
-    engine: Annotated[Engine, typer.Option(
-        "--engine", help="sglang: also time SGLang's own backup_kv_cache/restore_kv_cache in the same rounds.",
-    )] = Engine.KVDOCTOR,
+    engine: Annotated[
+        Engine,
+        typer.Option(
+            "--engine",
+            help="sglang: also time SGLang's own backup_kv_cache/restore_kv_cache in the same rounds.",
+        ),
+    ] = Engine.KVDOCTOR,
     gpu_arch: GpuArchOption = GpuArch.SM100,
 ) -> None:
     """Offload and restore bandwidth of kvdoctor's copy engine vs SGLang's per-layer copy, one run.
@@ -71,8 +86,13 @@ def bench_roundtrip(
         line = launch_line(ctx, model, default_model="inkling-small")
         flags = list(line.server_argv) or ["--kv-cache-dtype", "mxfp8", "--disaggregation-mode", "decode"]
         analysis = analyze(line.model, flags, platform=gpu_arch.platform())
-        options = BenchOptions(device=device, requests=requests, tokens=tokens, repeats=repeats,
-                               reductions=Reductions(layers=layers, heads=heads))  # fmt: skip
+        options = BenchOptions(
+            device=device,
+            requests=requests,
+            tokens=tokens,
+            repeats=repeats,
+            reductions=Reductions(layers=layers, heads=heads),
+        )
         extra, used = [], {}
         if engine is Engine.SGLANG:
             from kvdoctor.engines.sglang.bench import sglang_path

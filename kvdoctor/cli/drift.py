@@ -16,13 +16,15 @@ from kvdoctor.engines import GpuArch
 
 
 def drift(
-    fixture: Annotated[list[str] | None, typer.Option("--fixture", help="Only this bundled fixture (repeatable).")]
-    = None,
+    fixture: Annotated[
+        list[str] | None, typer.Option("--fixture", help="Only this bundled fixture (repeatable).")
+    ] = None,
     case: Annotated[list[str] | None, typer.Option("--case", help="Only this launch case (repeatable).")] = None,
     gpu_arch: GpuArchOption = GpuArch.SM100,
     json_output: bool = typer.Option(False, "--json", help="Print one JSON object instead of tables."),
-    junit_path: Annotated[Path | None, typer.Option("--junit", help="Write JUnit XML: one case per matrix cell.")]
-    = None,
+    junit_path: Annotated[
+        Path | None, typer.Option("--junit", help="Write JUnit XML: one case per matrix cell.")
+    ] = None,
 ) -> None:
     """Compare kvdoctor's frozen rules with the installed SGLang on every fixture x launch case.
 
@@ -49,11 +51,19 @@ def drift(
     from kvdoctor.report import junit, verdicts
 
     with exit_on_error():
-        cases = [junit.Case(f"{r['model']} · {r['case']}", junit.PASSED if r["ok"] else junit.FAILED,
-                            message="; ".join(_drift_line(d) for d in r["drift"]))
-                 for r in report["results"]]  # fmt: skip
-        rows = [verdicts.github.Row("drifting cases", str(report["drifting_cases"]), "0",
-                                    junit.PASSED if result.ok else junit.FAILED)]  # fmt: skip
+        cases = [
+            junit.Case(
+                f"{r['model']} · {r['case']}",
+                junit.PASSED if r["ok"] else junit.FAILED,
+                message="; ".join(_drift_line(d) for d in r["drift"]),
+            )
+            for r in report["results"]
+        ]
+        rows = [
+            verdicts.github.Row(
+                "drifting cases", str(report["drifting_cases"]), "0", junit.PASSED if result.ok else junit.FAILED
+            )
+        ]
         summary = verdicts.summary("kvdoctor drift", result.ok, rows)
         verdicts.publish("kvdoctor.drift", cases, summary, junit_path=junit_path)
     if not result.ok:
@@ -71,21 +81,25 @@ def render(report: dict[str, Any]) -> None:
     console = Console(emoji=False)
     engine = report["engine"]
     bad = [r for r in report["results"] if not r["ok"]]
-    table = Table(title=safe(f"kvdoctor rules vs SGLang {engine['version']} ({engine['path']})"),
-                  title_justify="left")  # fmt: skip
+    table = Table(title=safe(f"kvdoctor rules vs SGLang {engine['version']} ({engine['path']})"), title_justify="left")
     for col in ("model", "case", "field", "kvdoctor", "SGLang"):
         table.add_column(col, overflow="fold")
     for r in bad:
         for d in r["drift"]:
-            table.add_row(safe(r["model"]), safe(r["case"]), safe(d["field"]), safe(str(d["kvdoctor"])),
-                          safe(str(d["sglang"])))  # fmt: skip
+            table.add_row(
+                safe(r["model"]), safe(r["case"]), safe(d["field"]), safe(str(d["kvdoctor"])), safe(str(d["sglang"]))
+            )
     if bad:
         console.print(table)
         for r in bad:
             for who, why in (("kvdoctor", r["kvdoctor_refusal"]), ("SGLang", r["sglang_refusal"])):
                 if why:
-                    console.print(f"{safe(r['model'])} · {safe(r['case'])}: {who} refuses: {safe(why)}",
-                                  highlight=False)  # fmt: skip
+                    console.print(
+                        f"{safe(r['model'])} · {safe(r['case'])}: {who} refuses: {safe(why)}", highlight=False
+                    )
     verdict = "[bold red]drift[/]" if bad else "[green]no drift[/]"
-    console.print(f"verdict: {verdict}: {report['cases']} cases, {report['fields_compared']} fields compared, "
-                  f"{report['drifting_cases']} drifting, {report['elapsed_s']} s", highlight=False)  # fmt: skip
+    console.print(
+        f"verdict: {verdict}: {report['cases']} cases, {report['fields_compared']} fields compared, "
+        f"{report['drifting_cases']} drifting, {report['elapsed_s']} s",
+        highlight=False,
+    )

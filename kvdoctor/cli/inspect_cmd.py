@@ -22,13 +22,21 @@ def inspect(
     request_tokens: int = typer.Option(2048, "--request-tokens", min=1, help="Tokens per request (forecast)."),
     concurrent: int = typer.Option(128, "--concurrent", min=1, help="Requests in flight for the retraction forecast."),
     junit_path: Annotated[Path | None, typer.Option("--junit", help="Write JUnit XML: one case per hazard.")] = None,
-    engine: Annotated[Engine, typer.Option(
-        "--engine", help="Who answers: kvdoctor's rule model alone, or also the installed SGLang, shown beside it.",
-    )] = Engine.KVDOCTOR,
+    engine: Annotated[
+        Engine,
+        typer.Option(
+            "--engine",
+            help="Who answers: kvdoctor's rule model alone, or also the installed SGLang, shown beside it.",
+        ),
+    ] = Engine.KVDOCTOR,
     gpu_arch: GpuArchOption = GpuArch.SM100,
-    server: Annotated[Server, typer.Option(
-        "--server", help="Which server the flags are for: sglang (default) or vllm (vLLM 0.33 flags and groups).",
-    )] = Server.SGLANG,
+    server: Annotated[
+        Server,
+        typer.Option(
+            "--server",
+            help="Which server the flags are for: sglang (default) or vllm (vLLM 0.33 flags and groups).",
+        ),
+    ] = Server.SGLANG,
 ) -> None:
     """Which state a model carries, where it lives, and how SGLang backs it up at retraction.
 
@@ -39,8 +47,9 @@ def inspect(
     if server is Server.VLLM or engine is Engine.VLLM:  # vLLM's flags, rules and engine: kvdoctor/cli/inspect_vllm.py
         from kvdoctor.cli.inspect_vllm import inspect_vllm
 
-        return inspect_vllm(ctx, model, server=server, engine=engine, json_output=json_output, strict=strict,
-                            junit_path=junit_path)
+        return inspect_vllm(
+            ctx, model, server=server, engine=engine, json_output=json_output, strict=strict, junit_path=junit_path
+        )
     from kvdoctor.core.analysis import analyze
     from kvdoctor.core.report import inspect_report
 
@@ -72,8 +81,9 @@ def inspect(
     with exit_on_error():  # a failure in JUnit and the summary exactly when the exit code says so
         rows = verdicts.inspect_rows(report, gated=strict)
         summary = verdicts.summary(f"kvdoctor inspect {model}", not (strict and failed), rows)
-        verdicts.publish("kvdoctor.inspect", verdicts.inspect_cases(report, gated=strict), summary,
-                         junit_path=junit_path)  # fmt: skip
+        verdicts.publish(
+            "kvdoctor.inspect", verdicts.inspect_cases(report, gated=strict), summary, junit_path=junit_path
+        )
     if strict and failed:
         raise typer.Exit(1)
 
@@ -89,8 +99,13 @@ def _with_sglang(model: str, argv: list[str], arch: GpuArch, request_tokens: int
         analysis = analyze(model, argv, platform=arch.platform())
     except InputError as exc:  # kvdoctor refuses; SGLang may still answer, and the refusal is drift
         answers = beside(None, model, argv, arch, kvdoctor_refusal=str(exc))
-        report = {"model": {"source": model}, "hazards": answers.hazards(), "engine": answers.live.info.to_json(),
-                  "sglang": answers.to_json(), "rules_revision": None}  # fmt: skip
+        report = {
+            "model": {"source": model},
+            "hazards": answers.hazards(),
+            "engine": answers.live.info.to_json(),
+            "sglang": answers.to_json(),
+            "rules_revision": None,
+        }
         return report, bool(answers.drifts)
     answers = beside(analysis, model, argv, arch)
     report = inspect_report(analysis, request_tokens, concurrent)

@@ -21,8 +21,16 @@ from kvdoctor.engines import Engine, Server
 from kvdoctor.errors import EngineUnavailable, InputError
 
 
-def inspect_vllm(ctx: typer.Context, model: str | None, *, server: Server, engine: Engine, json_output: bool,
-                 strict: bool, junit_path: Path | None) -> None:  # fmt: skip
+def inspect_vllm(
+    ctx: typer.Context,
+    model: str | None,
+    *,
+    server: Server,
+    engine: Engine,
+    json_output: bool,
+    strict: bool,
+    junit_path: Path | None,
+) -> None:
     """Parse the vLLM line, analyse, (ask vLLM), render, publish verdicts, exit code."""
     from kvdoctor.core.vllm.analysis import analyze_vllm_config
     from kvdoctor.core.vllm.flags import parse_vllm_flags, parse_vllm_launch_line
@@ -51,9 +59,12 @@ def inspect_vllm(ctx: typer.Context, model: str | None, *, server: Server, engin
     from kvdoctor.report import github, junit, verdicts
 
     with exit_on_error():
-        rows = [github.Row(h["code"], h["severity"], h["message"],
-                           junit.FAILED if h["severity"] == "error" else junit.PASSED)
-                for h in report["hazards"]]  # fmt: skip
+        rows = [
+            github.Row(
+                h["code"], h["severity"], h["message"], junit.FAILED if h["severity"] == "error" else junit.PASSED
+            )
+            for h in report["hazards"]
+        ]
         summary = verdicts.summary(f"kvdoctor inspect --server vllm {line.model}", not failed, rows)
         verdicts.publish("kvdoctor.inspect", verdicts.inspect_cases(report), summary, junit_path=junit_path)
     if strict and failed:
@@ -115,21 +126,35 @@ def render(r: dict[str, Any], console: Any = None) -> None:
         for row in r["groups"]:
             layers = f"{len(row['layers'])}" + (f" (+{row['padding_layers']} padding)" if row["padding_layers"] else "")
             per_token = "per request" if row["per_request"] else _fmt(row["bytes_per_token"])
-            g.add_row(str(row["group"]), safe(row["spec"]), layers, str(row["block_size"]),
-                      _fmt(row["page_size_bytes"]), _fmt(row["bytes_per_block"]), per_token)  # fmt: skip
+            g.add_row(
+                str(row["group"]),
+                safe(row["spec"]),
+                layers,
+                str(row["block_size"]),
+                _fmt(row["page_size_bytes"]),
+                _fmt(row["bytes_per_block"]),
+                per_token,
+            )
         console.print(g)
     c = r["connector"]
     if c is None:
         console.print("Connector: none (preempted requests come back through the prefix cache or recompute)")
     else:
-        ct = Table(title=safe(f"Connector {c['name']} ({c['source']}; SupportsHMA: {c['supports_hma']})"),
-                   title_justify="left")  # fmt: skip
+        ct = Table(
+            title=safe(f"Connector {c['name']} ({c['source']}; SupportsHMA: {c['supports_hma']})"), title_justify="left"
+        )
         for col in ("group", "spec", "layers", "status", "reason", "vLLM source"):
             ct.add_column(col)
         for row in c["groups"]:
             style = "green" if row["status"].startswith("carried") else "bold red"
-            ct.add_row("all" if row["group"] < 0 else str(row["group"]), safe(row["spec"]), str(row["layers"]),
-                       f"[{style}]{safe(row['status'])}[/]", safe(row["reason"]), safe(row["where"]))  # fmt: skip
+            ct.add_row(
+                "all" if row["group"] < 0 else str(row["group"]),
+                safe(row["spec"]),
+                str(row["layers"]),
+                f"[{style}]{safe(row['status'])}[/]",
+                safe(row["reason"]),
+                safe(row["where"]),
+            )
         console.print(ct)
     if "vllm" in r:
         _render_vllm(r["vllm"], console)

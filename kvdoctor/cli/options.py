@@ -8,8 +8,11 @@ import typer
 
 from kvdoctor.engines import GpuArch
 
-GpuArchOption = Annotated[GpuArch, typer.Option(
-    "--gpu-arch",
-    help="The GPU the server runs on: SGLang's defaults (attention backend, page size, MXFP8) depend on it; "
-    "with --engine sglang, the platform SGLang is told (a stub).",
-)]  # fmt: skip
+GpuArchOption = Annotated[
+    GpuArch,
+    typer.Option(
+        "--gpu-arch",
+        help="The GPU the server runs on: SGLang's defaults (attention backend, page size, MXFP8) depend on it; "
+        "with --engine sglang, the platform SGLang is told (a stub).",
+    ),
+]

@@ -22,28 +22,27 @@ DEFAULT_OUTPUT_DIR = Path("kvdoctor-out/pd-eval")
 def pd_eval(
     ctx: typer.Context,
     model: str = typer.Argument(..., help="Model path or HF id, passed as --model-path."),
-    preset: str | None = typer.Option(
-        None, "--preset", help="Reproduce a reference test exactly (inkling-mxfp8)."),
+    preset: str | None = typer.Option(None, "--preset", help="Reproduce a reference test exactly (inkling-mxfp8)."),
     tp: int | None = typer.Option(None, "--tp", help="TP size per role (default 1, or preset)."),
     transfer_backend: str = typer.Option(
-        "mooncake", "--transfer-backend", help="--disaggregation-transfer-backend for both roles."),
-    ib_device: str | None = typer.Option(
-        None, "--ib-device", help="--disaggregation-ib-device for both roles."),
+        "mooncake", "--transfer-backend", help="--disaggregation-transfer-backend for both roles."
+    ),
+    ib_device: str | None = typer.Option(None, "--ib-device", help="--disaggregation-ib-device for both roles."),
     num_shots: int | None = typer.Option(None, "--num-shots", help="Few-shot examples (5)."),
-    num_questions: int | None = typer.Option(
-        None, "--num-questions", help="Scored questions after the shots (200)."),
+    num_questions: int | None = typer.Option(None, "--num-questions", help="Scored questions after the shots (200)."),
     threshold: float | None = typer.Option(None, "--threshold", help="Accuracy floor (0.80)."),
     max_new_tokens: int | None = typer.Option(None, "--max-new-tokens", help="Per answer (512)."),
     parallel: int | None = typer.Option(None, "--parallel", help="Requests in flight (128)."),
-    api: str | None = typer.Option(
-        None, "--api", help="completions (/v1/completions, as SGLang's gate) or generate."),
-    data_path: Annotated[Path | None, typer.Option(
-        "--data-path", help="GSM8K test.jsonl (default: sha256-checked cache, bundled copy, download).")] = None,
+    api: str | None = typer.Option(None, "--api", help="completions (/v1/completions, as SGLang's gate) or generate."),
+    data_path: Annotated[
+        Path | None,
+        typer.Option("--data-path", help="GSM8K test.jsonl (default: sha256-checked cache, bundled copy, download)."),
+    ] = None,
     launcher: str = typer.Option(DEFAULT_LAUNCHER, "--launcher", help="Server command."),
-    router_launcher: str = typer.Option(
-        DEFAULT_ROUTER_LAUNCHER, "--router-launcher", help="Router command."),
+    router_launcher: str = typer.Option(DEFAULT_ROUTER_LAUNCHER, "--router-launcher", help="Router command."),
     mini_lb: bool | None = typer.Option(
-        None, "--mini-lb/--no-mini-lb", help="Python mini load balancer instead of the Rust one."),
+        None, "--mini-lb/--no-mini-lb", help="Python mini load balancer instead of the Rust one."
+    ),
     prefill_url: str | None = typer.Option(None, "--prefill-url", help="Use a running prefill."),
     decode_url: str | None = typer.Option(None, "--decode-url", help="Use a running decode."),
     router_url: str | None = typer.Option(None, "--router-url", help="Use a running router."),
@@ -52,18 +51,24 @@ def pd_eval(
     decode_port: int | None = typer.Option(None, "--decode-port", help="Default: a free port."),
     router_port: int | None = typer.Option(None, "--router-port", help="Default: a free port."),
     bootstrap_port: int | None = typer.Option(
-        None, "--bootstrap-port", help="Shared by prefill and decode. Default: a free port."),
-    output_dir: Annotated[Path, typer.Option(
-        "--output-dir", help="Each run writes its logs, result.json and per-question rows into a new "
-                             "run-<time>-<id>/ directory here.")] = DEFAULT_OUTPUT_DIR,
+        None, "--bootstrap-port", help="Shared by prefill and decode. Default: a free port."
+    ),
+    output_dir: Annotated[
+        Path,
+        typer.Option(
+            "--output-dir",
+            help="Each run writes its logs, result.json and per-question rows into a new "
+            "run-<time>-<id>/ directory here.",
+        ),
+    ] = DEFAULT_OUTPUT_DIR,
     timeout: float = typer.Option(3600.0, "--timeout", help="Seconds for the whole run."),
     request_timeout: float = typer.Option(600.0, "--request-timeout", help="Seconds per request."),
     allow_no_retraction: bool = typer.Option(
-        False, "--allow-no-retraction", help="Do not fail when decode never retracted."),
+        False, "--allow-no-retraction", help="Do not fail when decode never retracted."
+    ),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the launch plan and stop."),
     json_out: bool = typer.Option(False, "--json", help="Print the result as JSON on stdout."),
-    junit_path: Annotated[Path | None, typer.Option(
-        "--junit", help="Write JUnit XML, one test case per gate.")] = None,
+    junit_path: Annotated[Path | None, typer.Option("--junit", help="Write JUnit XML, one test case per gate.")] = None,
 ) -> None:
     """Launch SGLang prefill + decode + router, run GSM8K few-shot, and gate on accuracy *and* on
     decode-side retraction having happened. Extra server flags after `--` go to both roles."""
@@ -75,31 +80,53 @@ def pd_eval(
         from kvdoctor.report import json as json_report
 
         options = PdEvalOptions(
-            model=model, preset=preset, tp=tp, transfer_backend=transfer_backend,
-            ib_device=ib_device, num_shots=num_shots, num_questions=num_questions,
-            threshold=threshold, max_new_tokens=max_new_tokens, parallel=parallel, api=api,
-            data_path=data_path, launcher=launcher, router_launcher=router_launcher,
-            mini_lb=mini_lb, prefill_url=prefill_url, decode_url=decode_url,
-            router_url=router_url, host=host, prefill_port=prefill_port,
-            decode_port=decode_port, router_port=router_port, bootstrap_port=bootstrap_port,
-            output_dir=output_dir, timeout_s=timeout, request_timeout_s=request_timeout,
-            allow_no_retraction=allow_no_retraction, extra_args=tuple(ctx.args),
+            model=model,
+            preset=preset,
+            tp=tp,
+            transfer_backend=transfer_backend,
+            ib_device=ib_device,
+            num_shots=num_shots,
+            num_questions=num_questions,
+            threshold=threshold,
+            max_new_tokens=max_new_tokens,
+            parallel=parallel,
+            api=api,
+            data_path=data_path,
+            launcher=launcher,
+            router_launcher=router_launcher,
+            mini_lb=mini_lb,
+            prefill_url=prefill_url,
+            decode_url=decode_url,
+            router_url=router_url,
+            host=host,
+            prefill_port=prefill_port,
+            decode_port=decode_port,
+            router_port=router_port,
+            bootstrap_port=bootstrap_port,
+            output_dir=output_dir,
+            timeout_s=timeout,
+            request_timeout_s=request_timeout,
+            allow_no_retraction=allow_no_retraction,
+            extra_args=tuple(ctx.args),
             junit_path=junit_path,
-        )  # fmt: skip
+        )
         console = Console(stderr=json_out)
         prepared = prepare(options, download=not dry_run, dry_run=dry_run)
         if dry_run:
             if json_out:
                 forecast = prepared.prediction.to_dict() if prepared.prediction else None
-                print(json_report.dumps({"dry_run": True, "launch_plan": prepared.plan.to_dict(),
-                                         "prediction": forecast}), end="")
+                print(
+                    json_report.dumps(
+                        {"dry_run": True, "launch_plan": prepared.plan.to_dict(), "prediction": forecast}
+                    ),
+                    end="",
+                )
             else:
                 render.print_plan(console, prepared)
             return
         render.print_plan(console, prepared)
         with render.progress(console) as hook:
             result = run(prepared, progress=hook, notify=lambda m: render.event(console, m))
-        code = reporting.finish(result, Path(result.run_dir), junit_path=junit_path, json_out=json_out,
-                                console=console)
+        code = reporting.finish(result, Path(result.run_dir), junit_path=junit_path, json_out=json_out, console=console)
         if code:
             raise typer.Exit(code)

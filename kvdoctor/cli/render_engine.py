@@ -13,8 +13,11 @@ def _value(value: Any) -> str:
     if isinstance(value, bool):
         return "yes" if value else "no"
     if isinstance(value, list):
-        return ", ".join(_value(v) for v in value) if not any(isinstance(v, list) for v in value) else \
-            " + ".join("x".join(str(d) for d in v) for v in value)
+        return (
+            ", ".join(_value(v) for v in value)
+            if not any(isinstance(v, list) for v in value)
+            else " + ".join("x".join(str(d) for d in v) for v in value)
+        )
     return str(value)
 
 
@@ -51,7 +54,8 @@ def render_beside(report: dict[str, Any]) -> None:
         console.print(f"stub: {safe(stub)}", highlight=False)
     for drift in answers["drift"]:
         ours, theirs = safe(_value(drift["kvdoctor"])), safe(_value(drift["sglang"]))
-        console.print(f"[bold red]KVD015-RULES-DRIFT[/] {safe(drift['field'])}: kvdoctor {ours}, SGLang {theirs}",
-                      highlight=False)  # fmt: skip
+        console.print(
+            f"[bold red]KVD015-RULES-DRIFT[/] {safe(drift['field'])}: kvdoctor {ours}, SGLang {theirs}", highlight=False
+        )
     verdict = "[bold red]drift[/]" if answers["drift"] else "[green]no drift[/]"
     console.print(f"verdict: {verdict} over {len(names)} fields", highlight=False)

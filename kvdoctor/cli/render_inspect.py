@@ -27,12 +27,15 @@ def _model_table(r: dict[str, Any]) -> Table:
         ("model_type", f"{m['model_type']} (text: {m['text_model_type']})"),
         ("architecture", m["architecture"]),
         ("family", f"{m['family']}  [{m['sglang_predicate'] or 'attention only'}; {m['rule_source']}]"),
-        ("layers", f"{layers['total']} total: {layers['full_attention']} full attention, "
-                   f"{layers['sliding_window']} sliding window, {layers['recurrent']} recurrent"),
+        (
+            "layers",
+            f"{layers['total']} total: {layers['full_attention']} full attention, "
+            f"{layers['sliding_window']} sliding window, {layers['recurrent']} recurrent",
+        ),
         ("kv cache dtype", r["kv_cache_dtype"]),
         ("tp size", str(m["tp_size"])),
         ("rules", r["rules_revision"]),
-    ]  # fmt: skip
+    ]
     for key, value in rows:
         t.add_row(key, safe(value))
     return t
@@ -47,8 +50,10 @@ def _components_table(r: dict[str, Any]) -> Table:
         size = c.get("bytes_per_token") or c.get("bytes_per_request")
         unit = "/token" if "bytes_per_token" in c else "/request"
         shapes = " + ".join("x".join(map(str, s)) for s in c["shape_per_layer"])
-        t.add_row(*(safe(v) for v in (c["name"], c["pool"], c["index"], c["dtype"], c["layers"], shapes)),
-                  f"{format_bytes(size)}{unit}")  # fmt: skip
+        t.add_row(
+            *(safe(v) for v in (c["name"], c["pool"], c["index"], c["dtype"], c["layers"], shapes)),
+            f"{format_bytes(size)}{unit}",
+        )
     return t
 
 
@@ -56,7 +61,8 @@ def _backup_table(r: dict[str, Any]) -> Table:
     b = r["retraction_backup"]
     applies = "applies" if b["applies"] else "does not apply (not a PD decode server)"
     how = {"flag": "explicit flag", "host-receive threshold": "declared by the host-receive threshold"}.get(
-        b["source"], "inferred")
+        b["source"], "inferred"
+    )
     title = f"Retraction backup: {b['backend']} ({how}; {applies}); hicache_ratio {b['hicache_ratio']}"
     t = Table(title=safe(title), title_justify="left")
     for col in ("host_pool needs", "holds", "value"):
@@ -81,14 +87,16 @@ def _sizing_table(r: dict[str, Any]) -> Table:
     if r["uses_ssm_state"]:
         slots = s["mamba_slots"] if s["mamba_slots"] is not None else "?"
         ratio = f"ratio {s['mamba_full_memory_ratio']} ({s['mamba_ratio_source']})"
-        t.add_row("mamba pool", safe(f"{slots} slots ({s['mamba_slots_source']}), "
-                                     f"{s['mamba_slots_per_request']} per request, {ratio}"))
+        t.add_row(
+            "mamba pool",
+            safe(f"{slots} slots ({s['mamba_slots_source']}), {s['mamba_slots_per_request']} per request, {ratio}"),
+        )
     fit = f["requests_fit"] if f["requests_fit"] is not None else "unknown (set --max-total-tokens)"
     verdicts = {True: "[yellow]retraction expected[/]", False: "fits, no retraction", None: "unknown"}
     verdict = verdicts[f["will_retract"]]
     load = f"{f['concurrent']} in flight"
     t.add_row("forecast", f"{safe(fit)} requests of {f['tokens_per_request']} tokens fit; {load}: {verdict}")
-    return t  # fmt: skip
+    return t
 
 
 def _hazard_table(r: dict[str, Any]) -> Table:
@@ -108,11 +116,13 @@ def render(report: dict[str, Any], console: Console | None = None) -> None:
     pools = report["pools"]
     console.print(_model_table(report))
     console.print(_components_table(report))
-    console.print(safe(
-        f"uses_ssm_state={report['uses_ssm_state']}  kv_pool={report['kv_pool']}  "
-        f"req_to_token_pool={pools['req_to_token_pool']}  cpu_copy_carries_mamba={report['cpu_copy_carries_mamba']}"
-        f"  => caller backs up recurrent state: {report['caller_backs_up_mamba']}"
-    ))  # fmt: skip
+    console.print(
+        safe(
+            f"uses_ssm_state={report['uses_ssm_state']}  kv_pool={report['kv_pool']}  "
+            f"req_to_token_pool={pools['req_to_token_pool']}  cpu_copy_carries_mamba={report['cpu_copy_carries_mamba']}"
+            f"  => caller backs up recurrent state: {report['caller_backs_up_mamba']}"
+        )
+    )
     console.print(safe(f"PD state types: {', '.join(report['pd_state_types']) or 'none beyond the main KV'}"))
     console.print(_backup_table(report))
     console.print(_sizing_table(report))

@@ -22,8 +22,10 @@ def _where(row: dict[str, Any]) -> str:
         return ""
     rid = row.get("first_request")
     who = "padding" if rid is None else f"req {rid}"
-    return (f"{who}, {row['first_plane']}, layer {row['first_layer']}, "
-            f"pos {row['first_position']}, slot {row['first_slot']}")  # fmt: skip
+    return (
+        f"{who}, {row['first_plane']}, layer {row['first_layer']}, "
+        f"pos {row['first_position']}, slot {row['first_slot']}"
+    )
 
 
 def render(report: dict[str, Any]) -> None:
@@ -35,11 +37,14 @@ def render(report: dict[str, Any]) -> None:
     engine = report.get("engine") or {}
     who = f"engine {engine['name']} {engine['version']}" if engine.get("version") else "engine kvdoctor"
     console.print(
-        "[bold]kvdoctor roundtrip[/] " + safe(f"{used['model']} | {who} | kv {report['kv_cache_dtype']} | backend "
-                                              f"{report['backend']} | {report['device']} | injected: "
-                                              f"{report['injected'] or 'none'}"),
+        "[bold]kvdoctor roundtrip[/] "
+        + safe(
+            f"{used['model']} | {who} | kv {report['kv_cache_dtype']} | backend "
+            f"{report['backend']} | {report['device']} | injected: "
+            f"{report['injected'] or 'none'}"
+        ),
         highlight=False,
-    )  # fmt: skip
+    )
     verdict = "[bold green]OK[/]" if report["ok"] else "[bold red]DIFFERS[/]"
     table = Table(title=f"Round trip {verdict}", title_justify="left")
     for col in ("component", "bytes", "differ", "out/in", "ledger", "verdict"):
@@ -47,8 +52,14 @@ def render(report: dict[str, Any]) -> None:
     for row in report["components"]:
         mark = "[green]equal[/]" if row["ok"] else "[bold red]RED[/]"
         ledger = "ok" if row["ledger_ok"] else "[red]BAD[/]"
-        table.add_row(safe(row["name"]), format_bytes(row["bytes"]), f"{row['mismatched_bytes']:,}",
-                      f"{row['copies_out']}/{row['copies_in']}", ledger, mark)  # fmt: skip
+        table.add_row(
+            safe(row["name"]),
+            format_bytes(row["bytes"]),
+            f"{row['mismatched_bytes']:,}",
+            f"{row['copies_out']}/{row['copies_in']}",
+            ledger,
+            mark,
+        )
     console.print(table)
     if (report.get("engine") or {}).get("name") == "sglang":
         _render_engine_used(console, report)
@@ -58,9 +69,11 @@ def render(report: dict[str, Any]) -> None:
         if not row["ok"]:
             console.print(f"[red]{safe(row['name'])}[/]: {safe(_why(row))}", highlight=False)
     for hazard in report.get("hazards", []):
-        console.print(f"[bold red]{safe(hazard['code'])}[/] ({safe(hazard['severity'])}): {safe(hazard['message'])} "
-                      "SGLang would refuse this launch line; the round trip above tests the pool's copy path only.",
-                      highlight=False)  # fmt: skip
+        console.print(
+            f"[bold red]{safe(hazard['code'])}[/] ({safe(hazard['severity'])}): {safe(hazard['message'])} "
+            "SGLang would refuse this launch line; the round trip above tests the pool's copy path only.",
+            highlight=False,
+        )
     mismatch = inject_mismatch(report)
     if mismatch:
         console.print(f"[bold yellow]injected fault mismatch:[/] {safe(mismatch)}", highlight=False)
@@ -70,15 +83,17 @@ def render(report: dict[str, Any]) -> None:
 
 def _render_model_used(console: Any, report: dict[str, Any]) -> None:
     used = report["used"]
-    console.print(safe(
-        f"used: {used['requests']} requests ({used['retracted']} retracted) up to {used['max_tokens']} tokens, "
-        f"page {used['page_size']}, seed {used['seed']}; layers full/swa/recurrent "
-        f"{used['full_layers']}/{used['swa_layers']}/{used['recurrent_layers']}, KV heads {used['kv_heads']}, "
-        f"window {used['sliding_window']}; reductions: {used['reductions']}; pool {used['kv_pool']} "
-        f"(cpu_copy_carries_mamba={used['cpu_copy_carries_mamba']}); scales: {used['scale_layout'] or '-'}; "
-        f"{format_bytes(used['pool_bytes'])} of pools; {report['elapsed_s']} s"),
+    console.print(
+        safe(
+            f"used: {used['requests']} requests ({used['retracted']} retracted) up to {used['max_tokens']} tokens, "
+            f"page {used['page_size']}, seed {used['seed']}; layers full/swa/recurrent "
+            f"{used['full_layers']}/{used['swa_layers']}/{used['recurrent_layers']}, KV heads {used['kv_heads']}, "
+            f"window {used['sliding_window']}; reductions: {used['reductions']}; pool {used['kv_pool']} "
+            f"(cpu_copy_carries_mamba={used['cpu_copy_carries_mamba']}); scales: {used['scale_layout'] or '-'}; "
+            f"{format_bytes(used['pool_bytes'])} of pools; {report['elapsed_s']} s"
+        ),
         highlight=False,
-    )  # fmt: skip
+    )
 
 
 def _render_engine_used(console: Any, report: dict[str, Any]) -> None:
@@ -104,8 +119,10 @@ def _render_engine_used(console: Any, report: dict[str, Any]) -> None:
 
 def _why(row: dict[str, Any]) -> str:
     if row["name"] == "backup_aliasing":
-        return (f"the backup of {row['first_plane']} for req {row['first_request']} is a view of the live pool, "
-                "not a copy: its bytes are lost as soon as another request reuses the slot")  # fmt: skip
+        return (
+            f"the backup of {row['first_plane']} for req {row['first_request']} is a view of the live pool, "
+            "not a copy: its bytes are lost as soon as another request reuses the slot"
+        )
     if row["name"] == "slot_reuse" and row.get("first_request") is None:
         return "no restored slot was captured: nothing shows the restore landed in fresh slots"
     if row["name"] == "slot_reuse":
@@ -149,10 +166,13 @@ def roundtrip(
     heads: int | None = typer.Option(None, "--heads", min=1, help="Reduce: at most N KV / recurrent heads."),
     json_output: bool = typer.Option(False, "--json", help="Print one JSON object instead of tables."),
     junit_path: Annotated[Path | None, typer.Option("--junit", help="Write JUnit XML: one case per component.")] = None,
-    engine: Annotated[Engine, typer.Option(
-        "--engine",
-        help="Whose pools and retraction code run: kvdoctor's model of SGLang, or the installed SGLang itself.",
-    )] = Engine.KVDOCTOR,
+    engine: Annotated[
+        Engine,
+        typer.Option(
+            "--engine",
+            help="Whose pools and retraction code run: kvdoctor's model of SGLang, or the installed SGLang itself.",
+        ),
+    ] = Engine.KVDOCTOR,
     gpu_arch: GpuArchOption = GpuArch.SM100,
     emulate_d2h: bool = typer.Option(
         False,
@@ -177,8 +197,14 @@ def roundtrip(
 
         line = launch_line(ctx, model)
         model = line.model
-        options = RoundtripOptions(device=device, requests=requests, tokens=tokens, seed=seed, inject=inject,
-                                   reductions=Reductions(layers=layers, heads=heads))  # fmt: skip
+        options = RoundtripOptions(
+            device=device,
+            requests=requests,
+            tokens=tokens,
+            seed=seed,
+            inject=inject,
+            reductions=Reductions(layers=layers, heads=heads),
+        )
         if engine is Engine.SGLANG:
             result = _run_engine(model, list(line.server_argv), options, gpu_arch, emulate_d2h, json_output)
         else:

@@ -71,16 +71,21 @@ def model_overrides(config: ModelConfig, flags: ServerFlags, platform: Platform 
 
 
 def _radix_cache_on(config: ModelConfig, flags: ServerFlags) -> bool:
-    return not (flags.disable_radix_cache or (flags.is_decode and not flags.disaggregation_decode_enable_radix_cache)
-                or config.model_type in rules.RADIX_OFF_MODEL_TYPES)  # fmt: skip
+    return not (
+        flags.disable_radix_cache
+        or (flags.is_decode and not flags.disaggregation_decode_enable_radix_cache)
+        or config.model_type in rules.RADIX_OFF_MODEL_TYPES
+    )
 
 
 def _asymmetric_kv(config: ModelConfig) -> bool:
     """ModelConfig.has_asymmetric_kv: K and V rows of different widths (a config that names both)."""
     head_dim, v_head_dim = config.get("head_dim"), config.get("v_head_dim")
     swa_head_dim, swa_v_head_dim = config.get("swa_head_dim"), config.get("swa_v_head_dim")
-    return bool((head_dim and v_head_dim and head_dim != v_head_dim)
-                or (swa_head_dim and swa_v_head_dim and swa_head_dim != swa_v_head_dim))  # fmt: skip
+    return bool(
+        (head_dim and v_head_dim and head_dim != v_head_dim)
+        or (swa_head_dim and swa_v_head_dim and swa_head_dim != swa_v_head_dim)
+    )
 
 
 def default_attention_backend(config: ModelConfig, flags: ServerFlags, platform: Platform) -> dict[str, object]:
@@ -104,8 +109,9 @@ def default_attention_backend(config: ModelConfig, flags: ServerFlags, platform:
     generic = rules.GENERIC_BACKENDS.get((gpu, kinds))
     if arch in rules.RADIX_TRITON_ARCHS and platform.is_sm100:
         backend = "triton"
-        if generic == "trtllm_mha" and not (_radix_cache_on(config, flags)
-                                            and flags.mamba_radix_cache_strategy != "extra_buffer"):
+        if generic == "trtllm_mha" and not (
+            _radix_cache_on(config, flags) and flags.mamba_radix_cache_strategy != "extra_buffer"
+        ):
             backend = "trtllm_mha"
         return {"attention_backend": backend, "page_size": rules.RADIX_TRITON_PAGES[backend]}
     if is_dsa(config) or is_dsv4(config):  # their own backends (dsa, dsv4); pages: resolve_flags
@@ -120,8 +126,9 @@ def default_attention_backend(config: ModelConfig, flags: ServerFlags, platform:
     return {"attention_backend": picked} if picked else {}
 
 
-def resolve_flags(config: ModelConfig, cls: Classification, flags: ServerFlags,
-                  platform: Platform = DEFAULT_PLATFORM) -> ServerFlags:  # fmt: skip
+def resolve_flags(
+    config: ModelConfig, cls: Classification, flags: ServerFlags, platform: Platform = DEFAULT_PLATFORM
+) -> ServerFlags:
     """The page size SGLang resolves for this model: a model override first (DSA 64 per pooled index
     group, DeepSeek-V4 256), then the attention backends' page rules (MLA backends, TensorRT-LLM MHA,
     FA4 on SM100)."""
@@ -135,8 +142,12 @@ def resolve_flags(config: ModelConfig, cls: Classification, flags: ServerFlags,
             page = rules.MLA_PAGE_SIZE
     if flags.uses_backend("trtllm_mha") and page not in rules.TRTLLM_MHA_PAGE_SIZES:
         page = rules.TRTLLM_MHA_PAGE_SIZE
-    if (flags.uses_fa4 and platform.is_sm100 and not cls.is_mla
-            and not set(config.architectures) & rules.FA4_PAGE_EXEMPT_ARCHS):  # fmt: skip
+    if (
+        flags.uses_fa4
+        and platform.is_sm100
+        and not cls.is_mla
+        and not set(config.architectures) & rules.FA4_PAGE_EXEMPT_ARCHS
+    ):
         page = rules.FA4_PAGE_SIZE
     return dataclasses.replace(flags, page_size=page) if page != flags.page_size else flags
 
@@ -176,10 +187,10 @@ def analyze_config(config: ModelConfig, flags: ServerFlags, platform: Platform =
     layout = pool_layout(spec, decode=flags.is_decode)
     sizing = size_pools(spec, flags, config.model_type)
     pool_tokens = sizing.full_tokens or sizing.swa_tokens
-    backup = decide_backup(spec, layout, flags, platform, pool_tokens=pool_tokens,
-                           context_len=context_length(config, flags))
-    refusals = launch_refusals(config, flags, spec, layout, backup.backend, derived_context_length(config),
-                               platform)  # fmt: skip
+    backup = decide_backup(
+        spec, layout, flags, platform, pool_tokens=pool_tokens, context_len=context_length(config, flags)
+    )
+    refusals = launch_refusals(config, flags, spec, layout, backup.backend, derived_context_length(config), platform)
     return Analysis(
         config=config,
         flags=flags,

@@ -136,11 +136,7 @@ def _fixtures_root() -> Any:
 def bundled_fixtures() -> dict[str, Path]:
     """Fixture name → path, for every ``fixtures/models/*.json`` shipped with kvdoctor."""
     root = _fixtures_root() / "models"
-    return {
-        Path(entry.name).stem: Path(str(entry))
-        for entry in root.iterdir()
-        if entry.name.endswith(".json")
-    }
+    return {Path(entry.name).stem: Path(str(entry)) for entry in root.iterdir() if entry.name.endswith(".json")}
 
 
 def _hf_cache_config(repo_id: str) -> Path | None:

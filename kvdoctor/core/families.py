@@ -134,14 +134,17 @@ def classify(cfg: ModelConfig, *, disable_hybrid_swa_memory: bool = False) -> Cl
     if rule is not None:
         return Classification(rule.family, True, swa, mla, rule.predicate, rules.shown(rule.source), is_dsa=dsa)
     if via_transformers(cfg):
-        return Classification("dense", False, False, False, None, rules.shown(rules.TRANSFORMERS_FALLBACK),
-                              transformers_backend=True)  # fmt: skip
+        return Classification(
+            "dense", False, False, False, None, rules.shown(rules.TRANSFORMERS_FALLBACK), transformers_backend=True
+        )
     if dsv4:
-        return Classification("dsv4", False, swa, False, None,
-                              rules.shown((rules.DSV4_SOURCE, rules.DSV4_POOL_SOURCE)), is_dsv4=True)  # fmt: skip
+        return Classification(
+            "dsv4", False, swa, False, None, rules.shown((rules.DSV4_SOURCE, rules.DSV4_POOL_SOURCE)), is_dsv4=True
+        )
     if dsa:
-        return Classification("dsa", False, swa, mla, None, rules.shown((rules.DSA_SOURCE, rules.DSA_POOL_SOURCE)),
-                              is_dsa=True)  # fmt: skip
+        return Classification(
+            "dsa", False, swa, mla, None, rules.shown((rules.DSA_SOURCE, rules.DSA_POOL_SOURCE)), is_dsa=True
+        )
     family = "mla" if mla else "hybrid_swa" if swa else "dense"
     source = rules.MLA_SOURCE if mla else rules.HYBRID_SWA_SOURCE if swa else rules.ATTENTION_ONLY_SOURCE
     return Classification(family, False, swa, mla, None, rules.shown(source))

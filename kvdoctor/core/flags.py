@@ -32,17 +32,36 @@ from kvdoctor.text import shown
 
 # arg_groups/fields/model.py:197-221, disagg.py:95-108, exec_.py:483-519.
 KV_CACHE_DTYPES = (
-    "auto", "fp8_e5m2", "fp8_e4m3", "mxfp8", "bf16", "bfloat16", "nvfp4", "fp4_mx_block16",
-)  # fmt: skip
+    "auto",
+    "fp8_e5m2",
+    "fp8_e4m3",
+    "mxfp8",
+    "bf16",
+    "bfloat16",
+    "nvfp4",
+    "fp4_mx_block16",
+)
 DISAGGREGATION_MODES = ("null", "prefill", "decode")
 RETRACTION_BACKUPS = ("cpu_tensor", "host_pool", "none")
 STATE_DTYPES = ("float32", "bfloat16", "float16")
 MAMBA_RADIX_STRATEGIES = ("auto", "no_buffer", "extra_buffer", "extra_buffer_lazy")
 # arg_groups/fields/memory.py: hicache_storage_backend, hicache_host_memory_mode.
 HICACHE_STORAGE_BACKENDS = (
-    "file", "sim", "mooncake", "npu_memcache", "hf3fs", "nixl", "aibrix", "dynamic", "eic", "simm", "mori", "shm",
-    "tensorcast", "seaweedfs",
-)  # fmt: skip
+    "file",
+    "sim",
+    "mooncake",
+    "npu_memcache",
+    "hf3fs",
+    "nixl",
+    "aibrix",
+    "dynamic",
+    "eic",
+    "simm",
+    "mori",
+    "shm",
+    "tensorcast",
+    "seaweedfs",
+)
 HICACHE_HOST_MEMORY_MODES = ("cache", "buffer_only")
 
 
@@ -194,8 +213,9 @@ def _build_parser() -> _Parser:
     p.add_argument("--kv-cache-dtype", choices=KV_CACHE_DTYPES, default="auto")
     p.add_argument("--disaggregation-mode", choices=DISAGGREGATION_MODES, default="null")
     p.add_argument("--disaggregation-decode-retraction-backup", choices=RETRACTION_BACKUPS)
-    p.add_argument("--enable-hierarchical-cache", "--enable-hicache", action="store_true",
-                   dest="enable_hierarchical_cache")  # fmt: skip
+    p.add_argument(
+        "--enable-hierarchical-cache", "--enable-hicache", action="store_true", dest="enable_hierarchical_cache"
+    )
     p.add_argument("--hicache-ratio", type=_positive_float)
     p.add_argument("--hicache-size", type=_non_negative_int, default=0)
     p.add_argument("--hicache-storage-backend", choices=HICACHE_STORAGE_BACKENDS)
@@ -217,13 +237,12 @@ def _build_parser() -> _Parser:
     p.add_argument("--disable-overlap-schedule", action="store_true")
     p.add_argument("--dtype", default="auto")
     # SGLang's parser accepts unique prefixes, so its own fixtures pass --tp for --tp-size.
-    p.add_argument("--tp-size", "--tp", "--tensor-parallel-size", dest="tp_size",
-                   type=_positive_int, action="append")  # fmt: skip
-    p.add_argument("--dcp-size", "--decode-context-parallel-size", dest="dcp_size",
-                   type=_positive_int, default=1)  # fmt: skip
+    p.add_argument("--tp-size", "--tp", "--tensor-parallel-size", dest="tp_size", type=_positive_int, action="append")
+    p.add_argument("--dcp-size", "--decode-context-parallel-size", dest="dcp_size", type=_positive_int, default=1)
     p.add_argument("--dp-size", "--data-parallel-size", dest="dp_size", type=_positive_int, default=1)
-    p.add_argument("--attn-dp-size", "--attention-data-parallel-size", dest="attn_dp_size",
-                   type=_positive_int, default=1)  # fmt: skip
+    p.add_argument(
+        "--attn-dp-size", "--attention-data-parallel-size", dest="attn_dp_size", type=_positive_int, default=1
+    )
     p.add_argument("--enable-dp-attention", action="store_true")
     p.add_argument("--enable-unified-memory", action="store_true")
     p.add_argument("--disable-hybrid-swa-memory", action="store_true")
@@ -367,14 +386,18 @@ def parse_launch_line(
     options = [o for o in (*head.options, *tail.options) if o.name not in MODEL_FLAGS]
     named = [o.values[-1] for o in (*head.options, *tail.options) if o.name in MODEL_FLAGS and o.values]
     if len(positionals) > 1:
-        raise FlagError(f"unexpected argument {shown(positionals[1])!r} after MODEL {shown(positionals[0])!r} "
-                        "(server flags start with --)")  # fmt: skip
+        raise FlagError(
+            f"unexpected argument {shown(positionals[1])!r} after MODEL {shown(positionals[0])!r} "
+            "(server flags start with --)"
+        )
     model = named[-1] if named else positionals[0] if positionals else default_model
     if named and positionals and positionals[0] != named[-1]:
         raise FlagError(f"MODEL {shown(positionals[0])!r} and --model-path {shown(named[-1])!r} name different models")
     if model is None:
-        raise FlagError("missing MODEL: give a config.json path, model directory, bundled fixture or cached Hub id "
-                        "(or --model-path, as in an SGLang launch line)")  # fmt: skip
+        raise FlagError(
+            "missing MODEL: give a config.json path, model directory, bundled fixture or cached Hub id "
+            "(or --model-path, as in an SGLang launch line)"
+        )
     argv = tuple(word for o in options for word in o.argv)
     return LaunchLine(model, argv, launcher)
 
@@ -387,8 +410,9 @@ def parse_flags(argv: Sequence[str], *, own_options: Collection[str] = ()) -> Se
     """Parse SGLang server flags (no MODEL) into ``ServerFlags``; unmodelled SGLang flags are kept."""
     found = scan(argv, own_options)
     if found.positionals:
-        raise FlagError(f"unexpected argument {shown(found.positionals[0])!r} among the server flags "
-                        "(server flags start with --)")  # fmt: skip
+        raise FlagError(
+            f"unexpected argument {shown(found.positionals[0])!r} among the server flags (server flags start with --)"
+        )
     parser = _build_parser()
     modelled = _modelled_options(parser)
     try:

@@ -98,8 +98,10 @@ def kv_heads_per_rank(cfg: ModelConfig, tp: int) -> int:
 def unbuildable(cfg: ModelConfig, key: str) -> ConfigError:
     """The exit-2 error for a config SGLang loads but cannot build pools for, naming the field."""
     rule = rules.UNBUILDABLE[key]
-    return ConfigError(f"{cfg.source}: field '{cfg.where(rule.field)}' is missing or unusable: SGLang cannot build "
-                       f"this model's pools ({rule.why}; {rule.source})")  # fmt: skip
+    return ConfigError(
+        f"{cfg.source}: field '{cfg.where(rule.field)}' is missing or unusable: SGLang cannot build "
+        f"this model's pools ({rule.why}; {rule.source})"
+    )
 
 
 def default_head_dim(cfg: ModelConfig) -> int:
@@ -154,8 +156,9 @@ def _where(kinds: list[str], wanted: set[str]) -> tuple[int, ...]:
     return tuple(i for i, kind in enumerate(kinds) if kind in wanted)
 
 
-def _mamba2_shapes(inner: int, groups: int, heads: int, head_dim: int, state: int, kernel: int, tp: int,
-                   source: str) -> tuple[tuple[Shape, ...], Shape]:  # fmt: skip
+def _mamba2_shapes(
+    inner: int, groups: int, heads: int, head_dim: int, state: int, kernel: int, tp: int, source: str
+) -> tuple[tuple[Shape, ...], Shape]:
     """Mamba2StateShape.create: groups padded for the TP shards, conv (conv_dim/tp, K-1) with
     conv_dim = I + 2*G*N, temporal (H/tp, P, N)."""
     if groups % tp:
@@ -197,8 +200,7 @@ def _jet_gdn(cfg: ModelConfig, tp: int) -> LayerSplit:
     dv = int(dk * float(jet.get("expand_v", 1.0)))
     kernel = int(jet.get("conv_size", 4))
     conv, temporal = _mamba2_shapes(heads * dv, heads, heads, dv, dk, kernel, tp, cfg.source)
-    recurrent = RecurrentGeometry(_where(kinds, {"jet"}), conv, temporal,
-                                  *state_dtypes(cfg, from_config=True))  # fmt: skip
+    recurrent = RecurrentGeometry(_where(kinds, {"jet"}), conv, temporal, *state_dtypes(cfg, from_config=True))
     return LayerSplit(_where(kinds, {"attn", "swa"}), (), recurrent)
 
 
@@ -211,8 +213,7 @@ def _nemotron_h(cfg: ModelConfig, tp: int) -> LayerSplit:
     conv, temporal = _mamba2_shapes(heads * head_dim, groups, heads, head_dim, state, kernel, tp, cfg.source)
     mamba = tuple(i for i, c in enumerate(pattern) if c == "M")
     full = tuple(i for i, c in enumerate(pattern) if c == "*")
-    return LayerSplit(full, (), RecurrentGeometry(mamba, conv, temporal,
-                                                  *state_dtypes(cfg, from_config=True)))  # fmt: skip
+    return LayerSplit(full, (), RecurrentGeometry(mamba, conv, temporal, *state_dtypes(cfg, from_config=True)))
 
 
 def _falcon_h1(cfg: ModelConfig, tp: int) -> LayerSplit:
@@ -222,22 +223,28 @@ def _falcon_h1(cfg: ModelConfig, tp: int) -> LayerSplit:
     head_dim = cfg.get("mamba_d_head")
     head_dim = inner // heads if head_dim in (None, "auto") else int(head_dim)
     state, groups = cfg.positive_int("mamba_d_state"), cfg.positive_int("mamba_n_groups")
-    conv, temporal = _mamba2_shapes(inner, groups, heads, head_dim, state,
-                                    cfg.positive_int("mamba_d_conv", 4), tp, cfg.source)  # fmt: skip
+    conv, temporal = _mamba2_shapes(
+        inner, groups, heads, head_dim, state, cfg.positive_int("mamba_d_conv", 4), tp, cfg.source
+    )
     layers = _all(cfg)
-    return LayerSplit(layers, (), RecurrentGeometry(layers, conv, temporal,
-                                                    *state_dtypes(cfg, from_config=True)))  # fmt: skip
+    return LayerSplit(layers, (), RecurrentGeometry(layers, conv, temporal, *state_dtypes(cfg, from_config=True)))
 
 
 def _granite_hybrid(cfg: ModelConfig, tp: int) -> LayerSplit:
     kinds = granite_layer_types(cfg)
     inner = cfg.positive_int("mamba_expand", 2) * cfg.positive_int("hidden_size")
     state, groups = cfg.positive_int("mamba_d_state"), cfg.positive_int("mamba_n_groups", 1)
-    conv, temporal = _mamba2_shapes(inner, groups, cfg.positive_int("mamba_n_heads"),
-                                    cfg.positive_int("mamba_d_head"), state,
-                                    cfg.positive_int("mamba_d_conv", 4), tp, cfg.source)  # fmt: skip
-    recurrent = RecurrentGeometry(_where(kinds, {"mamba"}), conv, temporal,
-                                  *state_dtypes(cfg, from_config=False))  # fmt: skip
+    conv, temporal = _mamba2_shapes(
+        inner,
+        groups,
+        cfg.positive_int("mamba_n_heads"),
+        cfg.positive_int("mamba_d_head"),
+        state,
+        cfg.positive_int("mamba_d_conv", 4),
+        tp,
+        cfg.source,
+    )
+    recurrent = RecurrentGeometry(_where(kinds, {"mamba"}), conv, temporal, *state_dtypes(cfg, from_config=False))
     return LayerSplit(_where(kinds, {"attention"}), (), recurrent)
 
 
@@ -249,11 +256,17 @@ def _mamba2(cfg: ModelConfig, tp: int) -> LayerSplit:
     state, groups = cfg.positive_int("state_size"), cfg.positive_int("n_groups", 1)
     if cfg.get("intermediate_size") is None:  # SGLang's Mamba2Config no longer derives it from expand
         raise unbuildable(cfg, "mamba2_intermediate")
-    conv, temporal = _mamba2_shapes(cfg.positive_int("intermediate_size"), groups, cfg.positive_int("num_heads"),
-                                    cfg.positive_int("head_dim"), state,
-                                    cfg.positive_int("conv_kernel", 4), tp, cfg.source)  # fmt: skip
-    return LayerSplit((), (), RecurrentGeometry(_all(cfg), conv, temporal,
-                                                *state_dtypes(cfg, from_config=False)))  # fmt: skip
+    conv, temporal = _mamba2_shapes(
+        cfg.positive_int("intermediate_size"),
+        groups,
+        cfg.positive_int("num_heads"),
+        cfg.positive_int("head_dim"),
+        state,
+        cfg.positive_int("conv_kernel", 4),
+        tp,
+        cfg.source,
+    )
+    return LayerSplit((), (), RecurrentGeometry(_all(cfg), conv, temporal, *state_dtypes(cfg, from_config=False)))
 
 
 def _mamba1(cfg: ModelConfig, tp: int) -> LayerSplit:
@@ -261,8 +274,7 @@ def _mamba1(cfg: ModelConfig, tp: int) -> LayerSplit:
     inner = _per_rank(_inner_size(cfg), tp, "intermediate_size", cfg.source)
     conv = ((inner, cfg.positive_int("conv_kernel", 4) - 1),)
     temporal = (inner, 1, cfg.positive_int("state_size"))
-    return LayerSplit((), (), RecurrentGeometry(_all(cfg), conv, temporal,
-                                                *state_dtypes(cfg, from_config=False)))  # fmt: skip
+    return LayerSplit((), (), RecurrentGeometry(_all(cfg), conv, temporal, *state_dtypes(cfg, from_config=False)))
 
 
 def _lfm2(cfg: ModelConfig, tp: int) -> LayerSplit:
@@ -271,8 +283,12 @@ def _lfm2(cfg: ModelConfig, tp: int) -> LayerSplit:
         raise unbuildable(cfg, "lfm2_no_conv")
     hidden = _per_rank(cfg.positive_int("hidden_size"), tp, "hidden_size", cfg.source)
     conv = ((hidden, cfg.positive_int("conv_L_cache", 3) - 1),)
-    recurrent = RecurrentGeometry(_where(kinds, {"conv", "short_conv"}), conv, (1, hidden, 0),
-                                  *state_dtypes(cfg, from_config=cfg.model_type == "lfm2"))  # fmt: skip
+    recurrent = RecurrentGeometry(
+        _where(kinds, {"conv", "short_conv"}),
+        conv,
+        (1, hidden, 0),
+        *state_dtypes(cfg, from_config=cfg.model_type == "lfm2"),
+    )
     return LayerSplit(_where(kinds, {"full_attention"}), (), recurrent)
 
 
@@ -285,8 +301,7 @@ def _zaya(cfg: ModelConfig, tp: int) -> LayerSplit:
     width = _per_rank(heads * default_head_dim(cfg), tp, "cca conv width", cfg.source)
     window = (cfg.positive_int("cca_time0", 2) - 1) + (cfg.positive_int("cca_time1", 2) - 1)
     conv = ((width, window), (cfg.positive_int("hidden_size"), 1))
-    return LayerSplit(full, (), RecurrentGeometry(full, conv, (1, 1, 0),
-                                                  *state_dtypes(cfg, from_config=True)))  # fmt: skip
+    return LayerSplit(full, (), RecurrentGeometry(full, conv, (1, 1, 0), *state_dtypes(cfg, from_config=True)))
 
 
 def _kda_shapes(heads: int, head_dim: int, kernel: int, tp: int, source: str) -> tuple[tuple[Shape, ...], Shape]:
@@ -311,8 +326,13 @@ def _kda(cfg: ModelConfig, tp: int) -> LayerSplit:
     layers = _all(cfg)
     if "bailing_hybrid" in (cfg.model_type, cfg.text_model_type):  # BailingHybridConfig, top or text config
         linear = _bailing_linear_layers(cfg)
-        conv, temporal = _kda_shapes(cfg.positive_int("num_attention_heads"), default_head_dim(cfg),
-                                     cfg.positive_int("short_conv_kernel_size"), tp, cfg.source)  # fmt: skip
+        conv, temporal = _kda_shapes(
+            cfg.positive_int("num_attention_heads"),
+            default_head_dim(cfg),
+            cfg.positive_int("short_conv_kernel_size"),
+            tp,
+            cfg.source,
+        )
     else:
         linear_cfg = cfg.require("linear_attn_config")
         one_based = cfg.model_type in rules.KDA_ONE_BASED_MODEL_TYPES
@@ -323,11 +343,9 @@ def _kda(cfg: ModelConfig, tp: int) -> LayerSplit:
         heads, head_dim = linear_cfg.get("num_heads"), linear_cfg.get("head_dim")
         if not (isinstance(heads, int) and isinstance(head_dim, int) and heads > 0 and head_dim > 0):
             raise ConfigError(f"{cfg.source}: linear_attn_config needs positive integer num_heads and head_dim")
-        conv, temporal = _kda_shapes(heads, head_dim, int(linear_cfg.get("short_conv_kernel_size", 4)), tp,
-                                     cfg.source)  # fmt: skip
+        conv, temporal = _kda_shapes(heads, head_dim, int(linear_cfg.get("short_conv_kernel_size", 4)), tp, cfg.source)
     full = tuple(i for i in layers if i not in linear)
-    return LayerSplit(full, (), RecurrentGeometry(linear, conv, temporal,
-                                                  *state_dtypes(cfg, from_config=False)))  # fmt: skip
+    return LayerSplit(full, (), RecurrentGeometry(linear, conv, temporal, *state_dtypes(cfg, from_config=False)))
 
 
 def _lightning(cfg: ModelConfig, tp: int) -> LayerSplit:
@@ -341,8 +359,7 @@ def _lightning(cfg: ModelConfig, tp: int) -> LayerSplit:
         heads, head_dim = cfg.positive_int("num_attention_heads"), default_head_dim(cfg)
     temporal = (_per_rank(heads, tp, "lightning heads", cfg.source), head_dim, head_dim)
     full = tuple(i for i in layers if i not in linear)
-    return LayerSplit(full, (), RecurrentGeometry(linear, ((0, 0),), temporal,
-                                                  *state_dtypes(cfg, from_config=False)))  # fmt: skip
+    return LayerSplit(full, (), RecurrentGeometry(linear, ((0, 0),), temporal, *state_dtypes(cfg, from_config=False)))
 
 
 def _inkling(cfg: ModelConfig, tp: int, *, scattered_sconv: bool = False) -> LayerSplit:
@@ -424,9 +441,13 @@ def dsv4_compression(cfg: ModelConfig) -> tuple[int, ...]:
     """DeepSeek-V4's compression ratio per layer (0: sliding window only; 4 / 128: a compressed cache too)."""
     layers = cfg.positive_int("num_hidden_layers")
     ratios = cfg.require("compress_ratios")
-    if not isinstance(ratios, list) or len(ratios) < layers or any(
-        isinstance(r, bool) or not isinstance(r, int) or r < 0 for r in ratios
+    if (
+        not isinstance(ratios, list)
+        or len(ratios) < layers
+        or any(isinstance(r, bool) or not isinstance(r, int) or r < 0 for r in ratios)
     ):
-        raise ConfigError(f"{cfg.source}: field '{cfg.where('compress_ratios')}' must list a compression ratio "
-                          f"(0, 4, 128, …) for each of the {layers} layers")  # fmt: skip
+        raise ConfigError(
+            f"{cfg.source}: field '{cfg.where('compress_ratios')}' must list a compression ratio "
+            f"(0, 4, 128, …) for each of the {layers} layers"
+        )
     return tuple(ratios[:layers])

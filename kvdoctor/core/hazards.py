@@ -55,29 +55,38 @@ def ssm_on_host_pool(ctx: Context) -> Iterator[Hazard]:
             "declares host_pool retraction.",
         }.get(ctx.backup.source, "")
         refused = rules.REFUSALS["host_pool_mamba"].source
-        yield Hazard(ERROR, "KVD001-SSM-ON-HOST-POOL",
-                     f"recurrent state (conv/SSM) on the host_pool retraction backup. SGLang 0.5.23 refuses this "
-                     f"launch at start-up (KVD014, {refused.where}); a server without that check (an SGLang "
-                     "build or fork whose tree cache does not refuse Mamba models) starts, and since the host "
-                     "pool has no recurrent-state sidecar, every retracted request then silently resumes on "
-                     f"another request's state. {fix}")  # fmt: skip
+        yield Hazard(
+            ERROR,
+            "KVD001-SSM-ON-HOST-POOL",
+            f"recurrent state (conv/SSM) on the host_pool retraction backup. SGLang 0.5.23 refuses this "
+            f"launch at start-up (KVD014, {refused.where}); a server without that check (an SGLang "
+            "build or fork whose tree cache does not refuse Mamba models) starts, and since the host "
+            "pool has no recurrent-state sidecar, every retracted request then silently resumes on "
+            f"another request's state. {fix}",
+        )
 
 
 def sglang_refuses(ctx: Context) -> Iterator[Hazard]:
     for refusal in ctx.refusals:
-        yield Hazard(ERROR, "KVD014-SGLANG-REFUSES",
-                     f"SGLang 0.5.23 refuses this launch at start-up: \"{refusal.message}\" ({refusal.where})",
-                     refusal.where)  # fmt: skip
+        yield Hazard(
+            ERROR,
+            "KVD014-SGLANG-REFUSES",
+            f'SGLang 0.5.23 refuses this launch at start-up: "{refusal.message}" ({refusal.where})',
+            refusal.where,
+        )
 
 
 def block_scales_dropped(ctx: Context) -> Iterator[Hazard]:
     lost = [n for n in _lost_components(ctx) if n.endswith("_scales")]
     if lost:
-        yield Hazard(ERROR, "KVD002-BLOCK-SCALES-DROPPED",
-                     f"--kv-cache-dtype {ctx.spec.kv_dtype.flag} keeps per-block scales ({', '.join(lost)}) that the "
-                     f"{ctx.backup.backend} retraction path does not copy: restored KV decodes with stale scales. "
-                     "Use a path that carries them (mxfp8 at --page-size 128, cpu_tensor for mxfp8) or an "
-                     "unscaled KV dtype (fp8_e4m3, bf16).")  # fmt: skip
+        yield Hazard(
+            ERROR,
+            "KVD002-BLOCK-SCALES-DROPPED",
+            f"--kv-cache-dtype {ctx.spec.kv_dtype.flag} keeps per-block scales ({', '.join(lost)}) that the "
+            f"{ctx.backup.backend} retraction path does not copy: restored KV decodes with stale scales. "
+            "Use a path that carries them (mxfp8 at --page-size 128, cpu_tensor for mxfp8) or an "
+            "unscaled KV dtype (fp8_e4m3, bf16).",
+        )
 
 
 def other_state_lost(ctx: Context) -> Iterator[Hazard]:
@@ -85,13 +94,19 @@ def other_state_lost(ctx: Context) -> Iterator[Hazard]:
         return  # reported by KVD001 with its own advice
     lost = [n for n in _lost_components(ctx) if not n.endswith("_scales")]
     if ctx.backup.applies and ctx.backup.backend == "none":
-        yield Hazard(WARNING, "KVD003-NO-RETRACTION-BACKUP",
-                     "--disaggregation-decode-retraction-backup none keeps no backup: every retracted request is "
-                     "aborted with HTTP 503 instead of resumed.")  # fmt: skip
+        yield Hazard(
+            WARNING,
+            "KVD003-NO-RETRACTION-BACKUP",
+            "--disaggregation-decode-retraction-backup none keeps no backup: every retracted request is "
+            "aborted with HTTP 503 instead of resumed.",
+        )
     elif lost:
-        yield Hazard(ERROR, "KVD004-STATE-NOT-BACKED-UP",
-                     f"the {ctx.backup.backend} retraction backup leaves {', '.join(lost)} behind on a slot "
-                     "that another request will reuse.")  # fmt: skip
+        yield Hazard(
+            ERROR,
+            "KVD004-STATE-NOT-BACKED-UP",
+            f"the {ctx.backup.backend} retraction backup leaves {', '.join(lost)} behind on a slot "
+            "that another request will reuse.",
+        )
 
 
 def mxfp8_alignment(ctx: Context) -> Iterator[Hazard]:
@@ -101,62 +116,83 @@ def mxfp8_alignment(ctx: Context) -> Iterator[Hazard]:
     dims |= {g.v_head_dim for g in (ctx.spec.full, ctx.spec.swa) if g is not None and not g.mla}
     bad = sorted(d for d in dims if d % rules.MXFP8_ALIGNMENT)
     if bad:
-        yield Hazard(ERROR, "KVD005-MXFP8-HEAD-DIM",
-                     f"MXFP8 scales cover 32 elements of head_dim, but head_dim {bad} is not a multiple of 32: "
-                     "SGLang refuses to build the pool.")  # fmt: skip
+        yield Hazard(
+            ERROR,
+            "KVD005-MXFP8-HEAD-DIM",
+            f"MXFP8 scales cover 32 elements of head_dim, but head_dim {bad} is not a multiple of 32: "
+            "SGLang refuses to build the pool.",
+        )
     interleaved = ctx.flags.page_size == rules.MXFP8_INTERLEAVED_PAGE
     if not interleaved:
-        yield Hazard(ERROR, "KVD006-MXFP8-PAGE-SIZE",
-                     "SGLang's MXFP8 KV writes assert the page-interleaved scale layout, which exists only at "
-                     f"--page-size 128 (got {ctx.flags.page_size}; --attention-backend fa4 forces 128).")  # fmt: skip
+        yield Hazard(
+            ERROR,
+            "KVD006-MXFP8-PAGE-SIZE",
+            "SGLang's MXFP8 KV writes assert the page-interleaved scale layout, which exists only at "
+            f"--page-size 128 (got {ctx.flags.page_size}; --attention-backend fa4 forces 128).",
+        )
     if interleaved and dims - {rules.MXFP8_INTERLEAVED_HEAD_DIM}:
-        yield Hazard(ERROR, "KVD010-MXFP8-INTERLEAVED-HEAD-DIM",
-                     "at --page-size 128 SGLang stores MXFP8 scales page-interleaved, which packs exactly four "
-                     f"scales (head_dim 128) per slot and head; head_dim {sorted(dims)} fails its store "
-                     "assert.")  # fmt: skip
+        yield Hazard(
+            ERROR,
+            "KVD010-MXFP8-INTERLEAVED-HEAD-DIM",
+            "at --page-size 128 SGLang stores MXFP8 scales page-interleaved, which packs exactly four "
+            f"scales (head_dim 128) per slot and head; head_dim {sorted(dims)} fails its store "
+            "assert.",
+        )
     if ctx.spec.full is not None and ctx.spec.full.mla:
-        yield Hazard(ERROR, "KVD007-MXFP8-ON-MLA",
-                     "SGLang has no MXFP8 pool for MLA latent KV; use fp8_e4m3 or bf16.")  # fmt: skip
+        yield Hazard(ERROR, "KVD007-MXFP8-ON-MLA", "SGLang has no MXFP8 pool for MLA latent KV; use fp8_e4m3 or bf16.")
 
 
 def mxfp8_hardware(ctx: Context) -> Iterator[Hazard]:
     """On a Hopper GPU SGLang refuses --kv-cache-dtype mxfp8 at start-up (KVD014 carries its message);
     on Blackwell the requirement holds and there is nothing to warn about."""
     if ctx.spec.kv_dtype.flag == "mxfp8" and not ctx.platform.is_sm100:
-        yield Hazard(WARNING, "KVD008-MXFP8-NEEDS-SM100",
-                     "SGLang's MXFP8 KV path needs SM100+ (Blackwell) with --attention-backend fa4; on H100/H200 "
-                     "the server refuses it (kvdoctor's own kernels still run there).")  # fmt: skip
+        yield Hazard(
+            WARNING,
+            "KVD008-MXFP8-NEEDS-SM100",
+            "SGLang's MXFP8 KV path needs SM100+ (Blackwell) with --attention-backend fa4; on H100/H200 "
+            "the server refuses it (kvdoctor's own kernels still run there).",
+        )
 
 
 def pd_scales_not_transferred(ctx: Context) -> Iterator[Hazard]:
     scales = [c.name for c in ctx.spec.components if c.name.endswith("_scales")]
     if ctx.flags.disaggregation_mode != "null" and scales and "BLOCK_SCALE" not in pd_state_types(ctx.spec, ctx.layout):
-        yield Hazard(ERROR, "KVD011-PD-BLOCK-SCALES-NOT-TRANSFERRED",
-                     f"a PD transfer from a {ctx.layout.kv_pool} registers no BLOCK_SCALE state: decode would "
-                     f"read {', '.join(scales)} that prefill never sent. Use a KV dtype without block scales "
-                     "here.")  # fmt: skip
+        yield Hazard(
+            ERROR,
+            "KVD011-PD-BLOCK-SCALES-NOT-TRANSFERRED",
+            f"a PD transfer from a {ctx.layout.kv_pool} registers no BLOCK_SCALE state: decode would "
+            f"read {', '.join(scales)} that prefill never sent. Use a KV dtype without block scales "
+            "here.",
+        )
 
 
 def swa_pool_too_small(ctx: Context) -> Iterator[Hazard]:
     window, swa_tokens = ctx.spec.sliding_window, ctx.sizing.swa_tokens
     if window is not None and swa_tokens is not None and window + ctx.flags.page_size >= swa_tokens:
-        yield Hazard(ERROR, "KVD012-SWA-POOL-TOO-SMALL",
-                     f"the SWA pool ({swa_tokens} tokens) cannot hold even one request's window ({window}) plus a "
-                     f"page ({ctx.flags.page_size}): SGLang refuses to start. Raise --max-total-tokens or "
-                     "--swa-full-tokens-ratio.")  # fmt: skip
+        yield Hazard(
+            ERROR,
+            "KVD012-SWA-POOL-TOO-SMALL",
+            f"the SWA pool ({swa_tokens} tokens) cannot hold even one request's window ({window}) plus a "
+            f"page ({ctx.flags.page_size}): SGLang refuses to start. Raise --max-total-tokens or "
+            "--swa-full-tokens-ratio.",
+        )
 
 
 def all_swa_paged(ctx: Context) -> Iterator[Hazard]:
     if ctx.spec.full is None and ctx.spec.swa is not None and ctx.flags.page_size != rules.ALL_SWA_PAGE_SIZE:
-        yield Hazard(ERROR, "KVD013-ALL-SWA-PAGED",
-                     "a model whose every attention layer is sliding-window runs on SGLang's pure-SWA allocator, "
-                     f"which only supports --page-size 1 (got {ctx.flags.page_size}).")  # fmt: skip
+        yield Hazard(
+            ERROR,
+            "KVD013-ALL-SWA-PAGED",
+            "a model whose every attention layer is sliding-window runs on SGLang's pure-SWA allocator, "
+            f"which only supports --page-size 1 (got {ctx.flags.page_size}).",
+        )
 
 
 def not_modelled(ctx: Context) -> Iterator[Hazard]:
     if ctx.flags.not_modelled:
-        yield Hazard(INFO, "KVD009-FLAGS-NOT-MODELLED",
-                     f"flags accepted but not modelled: {' '.join(ctx.flags.not_modelled)}")  # fmt: skip
+        yield Hazard(
+            INFO, "KVD009-FLAGS-NOT-MODELLED", f"flags accepted but not modelled: {' '.join(ctx.flags.not_modelled)}"
+        )
 
 
 RULES: tuple[Callable[[Context], Iterator[Hazard]], ...] = (
@@ -171,7 +207,6 @@ RULES: tuple[Callable[[Context], Iterator[Hazard]], ...] = (
     all_swa_paged,
     not_modelled,
 )
-
 
 
 def find_hazards(ctx: Context) -> tuple[Hazard, ...]:

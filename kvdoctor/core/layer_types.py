@@ -15,21 +15,26 @@ from kvdoctor.core.config import ModelConfig
 from kvdoctor.errors import ConfigError
 
 
-def layer_kinds(cfg: ModelConfig, key: str, kinds: Collection[str], *, aliases: dict[str, str] | None = None,
-                extra_ok: bool = False) -> list[str]:  # fmt: skip
+def layer_kinds(
+    cfg: ModelConfig, key: str, kinds: Collection[str], *, aliases: dict[str, str] | None = None, extra_ok: bool = False
+) -> list[str]:
     """CFG's KEY list, one entry per layer, each (after ALIASES) one of KINDS; EXTRA_OK keeps entries
     past ``num_hidden_layers`` out of the answer instead of refusing them."""
     layers = cfg.positive_int("num_hidden_layers")
     where = cfg.where(key)
     value = _string_list(cfg, key, cfg.require(key))
     if len(value) < layers or (len(value) > layers and not extra_ok):
-        raise ConfigError(f"{cfg.source}: field '{where}' has {len(value)} entries for {layers} layers "
-                          "(num_hidden_layers); one per layer is required")  # fmt: skip
+        raise ConfigError(
+            f"{cfg.source}: field '{where}' has {len(value)} entries for {layers} layers "
+            "(num_hidden_layers); one per layer is required"
+        )
     value = [(aliases or {}).get(k, k) for k in value[:layers]]
     unknown = sorted(set(value) - set(kinds))
     if unknown:
-        raise ConfigError(f"{cfg.source}: field '{where}' names unknown layer kind(s) {unknown}; "
-                          f"{cfg.model_type} layers are one of {sorted(kinds)}")  # fmt: skip
+        raise ConfigError(
+            f"{cfg.source}: field '{where}' names unknown layer kind(s) {unknown}; "
+            f"{cfg.model_type} layers are one of {sorted(kinds)}"
+        )
     return value
 
 
@@ -80,10 +85,12 @@ def gigachat_layer_types(cfg: ModelConfig) -> list[str]:
     kinds = [rules.GDN_LINEAR_KIND] * layers
     full = cfg.get("full_attention_layers")
     if full is not None:
-        if not isinstance(full, list) or any(isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < layers
-                                             for i in full):  # fmt: skip
-            raise ConfigError(f"{cfg.source}: field '{cfg.where('full_attention_layers')}' must list layer ids in "
-                              f"[0, {layers - 1}]")  # fmt: skip
+        if not isinstance(full, list) or any(
+            isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < layers for i in full
+        ):
+            raise ConfigError(
+                f"{cfg.source}: field '{cfg.where('full_attention_layers')}' must list layer ids in [0, {layers - 1}]"
+            )
         for i in full:
             kinds[i] = "attention"
     return kinds

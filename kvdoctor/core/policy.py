@@ -126,19 +126,26 @@ def _condition_values(
         "decode_server": (flags.is_decode, f"--disaggregation-mode {flags.disaggregation_mode}"),
         "not_hip": (not platform.hip, "ROCm build" if platform.hip else "CUDA build"),
         "no_dcp": (not flags.dcp_enabled, f"--dcp-size {flags.dcp_size}"),
-        "no_decode_radix_cache": (not flags.disaggregation_decode_enable_radix_cache,
-                                  f"radix cache {'on' if flags.disaggregation_decode_enable_radix_cache else 'off'}"),
-        "no_decode_offload": (not flags.disaggregation_decode_enable_offload_kvcache,
-                              f"offload {'on' if flags.disaggregation_decode_enable_offload_kvcache else 'off'}"),
+        "no_decode_radix_cache": (
+            not flags.disaggregation_decode_enable_radix_cache,
+            f"radix cache {'on' if flags.disaggregation_decode_enable_radix_cache else 'off'}",
+        ),
+        "no_decode_offload": (
+            not flags.disaggregation_decode_enable_offload_kvcache,
+            f"offload {'on' if flags.disaggregation_decode_enable_offload_kvcache else 'off'}",
+        ),
         "no_priority_preemption": (not preemption, f"priority preemption {'on' if preemption else 'off'}"),
-        "no_recurrent_state": (not cls.uses_ssm_state,
-                               f"uses_ssm_state={cls.uses_ssm_state} ({cls.predicate or 'no SSM predicate'})"),
-        "no_unified_hybrid_swa": (not (flags.enable_unified_memory and cls.is_hybrid_swa),
-                                  f"unified memory {'on' if flags.enable_unified_memory else 'off'}, "
-                                  f"hybrid SWA {cls.is_hybrid_swa}"),
+        "no_recurrent_state": (
+            not cls.uses_ssm_state,
+            f"uses_ssm_state={cls.uses_ssm_state} ({cls.predicate or 'no SSM predicate'})",
+        ),
+        "no_unified_hybrid_swa": (
+            not (flags.enable_unified_memory and cls.is_hybrid_swa),
+            f"unified memory {'on' if flags.enable_unified_memory else 'off'}, hybrid SWA {cls.is_hybrid_swa}",
+        ),
         "unified_draft_ok": (draft_ok, f"MTP draft pools {'yes' if platform.mtp_draft_pools else 'no'}"),
         "host_pool_kv_layout": (layout_ok, f"KV pool {layout.kv_pool}"),
-    }  # fmt: skip
+    }
 
 
 def _hicache_ratio(

@@ -91,57 +91,141 @@ class FamilyRule:
 FAMILY_RULES: tuple[FamilyRule, ...] = (
     FamilyRule(
         "gdn",
-        ("qwen3_next", "qwen3_5", "qwen3_5_moe", "qwen3_5_text", "qwen3_5_moe_text",
-         "intern_s2_preview"),
-        "hybrid_gdn_config", HYBRID_GDN, on_text_config=True,
+        ("qwen3_next", "qwen3_5", "qwen3_5_moe", "qwen3_5_text", "qwen3_5_moe_text", "intern_s2_preview"),
+        "hybrid_gdn_config",
+        HYBRID_GDN,
+        on_text_config=True,
     ),
     # Their text configs subclass Qwen3-Next / Qwen3.5-MoE's, so the isinstance test sees GDN state.
-    FamilyRule("gdn", ("qwen4_exp", "qwen4_exp_text"), "hybrid_gdn_config",
-               (HYBRID_GDN, cite("srt/configs/qwen4_exp.py", "Qwen4ExpTextConfig", 15)), on_text_config=True),
-    FamilyRule("gdn", ("interns2_mobius", "interns2_mobius_text"), "hybrid_gdn_config",
-               (HYBRID_GDN, cite("srt/configs/interns2_mobius.py", "InternS2MobiusTextConfig", 17)),
-               on_text_config=True),
+    FamilyRule(
+        "gdn",
+        ("qwen4_exp", "qwen4_exp_text"),
+        "hybrid_gdn_config",
+        (HYBRID_GDN, cite("srt/configs/qwen4_exp.py", "Qwen4ExpTextConfig", 15)),
+        on_text_config=True,
+    ),
+    FamilyRule(
+        "gdn",
+        ("interns2_mobius", "interns2_mobius_text"),
+        "hybrid_gdn_config",
+        (HYBRID_GDN, cite("srt/configs/interns2_mobius.py", "InternS2MobiusTextConfig", 17)),
+        on_text_config=True,
+    ),
     FamilyRule("jet_gdn", ("jet_nemotron", "jet_vlm"), "hybrid_gdn_config", HYBRID_GDN, on_text_config=True),
-    FamilyRule("inkling", ("inkling_mm_model", "inkling_model"), "mamba2_config",
-               cite("srt/configs/hybrid_arch.py", "mamba2_cache_params", 91, 95)),
-    FamilyRule("nemotron_h", ("nemotron_h", "nemotron_h_puzzle", "NemotronH_Nano_VL_V2",
-                              "NemotronH_Nano_Omni_Reasoning_V3", "nemotron_h_omni"),
-               "mamba2_config", MAMBA2_CONFIG, condition="draft_pattern_has_mamba"),
+    FamilyRule(
+        "inkling",
+        ("inkling_mm_model", "inkling_model"),
+        "mamba2_config",
+        cite("srt/configs/hybrid_arch.py", "mamba2_cache_params", 91, 95),
+    ),
+    FamilyRule(
+        "nemotron_h",
+        (
+            "nemotron_h",
+            "nemotron_h_puzzle",
+            "NemotronH_Nano_VL_V2",
+            "NemotronH_Nano_Omni_Reasoning_V3",
+            "nemotron_h_omni",
+        ),
+        "mamba2_config",
+        MAMBA2_CONFIG,
+        condition="draft_pattern_has_mamba",
+    ),
     FamilyRule("falcon_h1", ("falcon_h1",), "mamba2_config", MAMBA2_CONFIG),
     FamilyRule("lfm2", ("lfm2", "lfm2_moe", "lfm2_vl"), "mamba2_config", MAMBA2_CONFIG),
-    FamilyRule("granite_hybrid", ("granitemoehybrid",), "mamba2_config",
-               cite("srt/configs/hybrid_arch.py", "GraniteMoeHybridConfig", 99, 106), condition="any_layer_is_mamba"),
+    FamilyRule(
+        "granite_hybrid",
+        ("granitemoehybrid",),
+        "mamba2_config",
+        cite("srt/configs/hybrid_arch.py", "GraniteMoeHybridConfig", 99, 106),
+        condition="any_layer_is_mamba",
+    ),
     FamilyRule("zaya", ("zaya",), "mamba2_config", MAMBA2_CONFIG),
     FamilyRule("mamba2", ("mamba2",), "mamba2_config", MAMBA2_CONFIG),
     FamilyRule("mamba1", ("mamba", "falcon_mamba"), "mamba2_config", MAMBA2_CONFIG),
     FamilyRule("kda", ("kimi_linear",), "kimi_linear_config", KIMI_LINEAR_CONFIG),
-    FamilyRule("kda", ("kimi_k3",), "kimi_linear_config",
-               (cite("srt/configs/hybrid_arch.py", "KimiLinearConfig", 120, 122),
-                cite("srt/configs/kimi_k3.py", "KimiLinearConfig", 80, 95))),
+    FamilyRule(
+        "kda",
+        ("kimi_k3",),
+        "kimi_linear_config",
+        (
+            cite("srt/configs/hybrid_arch.py", "KimiLinearConfig", 120, 122),
+            cite("srt/configs/kimi_k3.py", "KimiLinearConfig", 80, 95),
+        ),
+    ),
     FamilyRule("kda", ("bailing_hybrid",), "kimi_linear_config", KIMI_LINEAR_CONFIG, condition="bailing_uses_kda"),
     # A Bailing-MoE-V3-VL whose text_config is a KDA BailingHybridConfig (the unwrapped text config).
-    FamilyRule("kda", ("bailing_moe_v3_vl",), "kimi_linear_config",
-               (cite("srt/configs/hybrid_arch.py", "BailingHybridConfig", 117, 119),
-                cite("srt/configs/bailing_hybrid.py", "BailingHybridConfig", 263, 264)),
-               condition="bailing_uses_kda", on_text_config=True),
-    FamilyRule("lightning", ("bailing_hybrid",), "hybrid_lightning_config", LIGHTNING_CONFIG,
-               condition="bailing_not_kda"),
-    FamilyRule("lightning", ("minicpm_sala",), "hybrid_lightning_config", LIGHTNING_CONFIG,
-               condition="has_lightning_layers"),
-    FamilyRule("glm5_next", ("glm5_next",), "glm5_next_config",
-               cite("srt/configs/hybrid_arch.py", "glm5_next_config", 126, 133)),
-    FamilyRule("gdn", ("gigachat3_5",), "linear_attn_model_spec",
-               cite("srt/configs/gigachat35.py", "uses_mamba_radix_cache", 241, 252)),
-)  # fmt: skip
+    FamilyRule(
+        "kda",
+        ("bailing_moe_v3_vl",),
+        "kimi_linear_config",
+        (
+            cite("srt/configs/hybrid_arch.py", "BailingHybridConfig", 117, 119),
+            cite("srt/configs/bailing_hybrid.py", "BailingHybridConfig", 263, 264),
+        ),
+        condition="bailing_uses_kda",
+        on_text_config=True,
+    ),
+    FamilyRule(
+        "lightning", ("bailing_hybrid",), "hybrid_lightning_config", LIGHTNING_CONFIG, condition="bailing_not_kda"
+    ),
+    FamilyRule(
+        "lightning", ("minicpm_sala",), "hybrid_lightning_config", LIGHTNING_CONFIG, condition="has_lightning_layers"
+    ),
+    FamilyRule(
+        "glm5_next",
+        ("glm5_next",),
+        "glm5_next_config",
+        cite("srt/configs/hybrid_arch.py", "glm5_next_config", 126, 133),
+    ),
+    FamilyRule(
+        "gdn",
+        ("gigachat3_5",),
+        "linear_attn_model_spec",
+        cite("srt/configs/gigachat35.py", "uses_mamba_radix_cache", 241, 252),
+    ),
+)
 
 # Model types SGLang knows that carry attention KV only (matched when no FAMILY_RULES row applies).
-ATTENTION_ONLY_MODEL_TYPES: frozenset[str] = frozenset({
-    "llama", "llama4", "llama4_text", "mistral", "mixtral", "qwen", "qwen2", "qwen2_moe", "qwen3",
-    "qwen3_moe", "gemma", "gemma2", "gemma3", "gemma3_text", "gemma4", "gemma4_text", "gpt_oss",
-    "deepseek_v2", "deepseek_v3", "deepseek_v32", "deepseek_v4", "kimi_k2", "minicpm", "minicpm3", "phi3",
-    "glm4", "glm4_moe", "olmo2", "exaone", "granite", "granitemoe", "step3p5", "mimo_v2_flash", "beam",
-    "longcat_flash",
-})  # fmt: skip
+ATTENTION_ONLY_MODEL_TYPES: frozenset[str] = frozenset(
+    {
+        "llama",
+        "llama4",
+        "llama4_text",
+        "mistral",
+        "mixtral",
+        "qwen",
+        "qwen2",
+        "qwen2_moe",
+        "qwen3",
+        "qwen3_moe",
+        "gemma",
+        "gemma2",
+        "gemma3",
+        "gemma3_text",
+        "gemma4",
+        "gemma4_text",
+        "gpt_oss",
+        "deepseek_v2",
+        "deepseek_v3",
+        "deepseek_v32",
+        "deepseek_v4",
+        "kimi_k2",
+        "minicpm",
+        "minicpm3",
+        "phi3",
+        "glm4",
+        "glm4_moe",
+        "olmo2",
+        "exaone",
+        "granite",
+        "granitemoe",
+        "step3p5",
+        "mimo_v2_flash",
+        "beam",
+        "longcat_flash",
+    }
+)
 ATTENTION_ONLY_SOURCE = cite("srt/utils/hf_transformers/common.py", "_CONFIG_REGISTRY", 117, 191)
 # An architecture SGLang does not register runs on its Transformers backend (appended as the fallback),
 # when transformers has a causal-LM class for the model type (data in transformers_causal_lm.py).
@@ -156,10 +240,15 @@ GRANITE_DEFAULT_SOURCE = cite("srt/configs/granitemoehybrid.py", "layer_types", 
 GRANITE_DEFAULT_ATTENTION_EVERY = 6
 MINICPM_ALIASES_SOURCE = cite("srt/configs/minicpm.py", "_MIXER_TYPE_ALIASES", 6, 15)
 MINICPM_MIXER_ALIASES = {
-    "minicpm4": "minicpm4", "minicpm": "minicpm4", "standard": "minicpm4", "attention": "minicpm4",
-    "attn": "minicpm4", "lightning": "lightning-attn", "lightning_attn": "lightning-attn",
+    "minicpm4": "minicpm4",
+    "minicpm": "minicpm4",
+    "standard": "minicpm4",
+    "attention": "minicpm4",
+    "attn": "minicpm4",
+    "lightning": "lightning-attn",
+    "lightning_attn": "lightning-attn",
     "lightning-attn": "lightning-attn",
-}  # fmt: skip
+}
 MINICPM_TILE_SOURCE = cite("srt/configs/minicpm.py", "mixer_types", 93, 104)
 LIGHTNING_MIXER = "lightning-attn"
 # The per-layer kinds each reader counts; SGLang silently drops a layer of any other name, so kvdoctor
@@ -233,32 +322,58 @@ class Unbuildable:
 
 
 UNBUILDABLE: dict[str, Unbuildable] = {
-    "gdn_interval": Unbuildable(GDN_INTERVAL_FIELD, "Qwen3NextConfig.layers_block_type reads it (no default)",
-                                GDN_INTERVAL_SOURCE),
-    "mamba2_intermediate": Unbuildable("intermediate_size", "Mamba2Config.mamba2_cache_params reads it "
-                                       "(transformers no longer derives it from expand)",
-                                       cite("srt/configs/mamba2.py", "intermediate_size", 40, 48)),
-    "lfm2_no_conv": Unbuildable("layer_types", "Lfm2Config.mamba2_cache_params is None without a conv / "
-                                "short_conv layer, yet mamba2_config still marks the model recurrent",
-                                cite("srt/configs/lfm2.py", "conv_layer_ids", 67, 69)),
-}  # fmt: skip
+    "gdn_interval": Unbuildable(
+        GDN_INTERVAL_FIELD, "Qwen3NextConfig.layers_block_type reads it (no default)", GDN_INTERVAL_SOURCE
+    ),
+    "mamba2_intermediate": Unbuildable(
+        "intermediate_size",
+        "Mamba2Config.mamba2_cache_params reads it (transformers no longer derives it from expand)",
+        cite("srt/configs/mamba2.py", "intermediate_size", 40, 48),
+    ),
+    "lfm2_no_conv": Unbuildable(
+        "layer_types",
+        "Lfm2Config.mamba2_cache_params is None without a conv / "
+        "short_conv layer, yet mamba2_config still marks the model recurrent",
+        cite("srt/configs/lfm2.py", "conv_layer_ids", 67, 69),
+    ),
+}
 
 
 # --- Hybrid SWA and MLA: srt/configs/model_config.py ---
 
 # is_hybrid_swa_model. Gemma 2/3 are absent: they run on the plain MHA pool with a window.
-HYBRID_SWA_ARCHS: frozenset[str] = frozenset({
-    "BeamForCausalLM", "Llama4ForConditionalGeneration", "DeepseekV4ForCausalLM",
-    "DeepseekV4ForCausalLMNextN", "DeepseekV4ForCausalLMDSpark", "GptOssForCausalLM",
-    "GraniteSWAForCausalLM", "GraniteMoeSWAForCausalLM", "IQuestQ1ForCausalLM", "IQuestQ1MTP",
-    "MiMoV2ForCausalLM", "MiMoV2FlashForCausalLM", "MiMoV2MTP", "Step3p5ForCausalLM", "Step3p5MTP",
-    "Step3p7ForConditionalGeneration", "Gemma4ForCausalLM", "Gemma4ForConditionalGeneration",
-    "EmbeddingGemma2Model", "Gemma4UnifiedForConditionalGeneration",
-    "DiffusionGemmaForBlockDiffusion", "LagunaForCausalLM", "MellumForCausalLM",
-    "MuseGlimmerForCausalLM", "MuseGlimmerForConditionalGeneration",
-    "InklingForConditionalGeneration", "InklingForConditionalGenerationMTP",
-    "UnlimitedOCRForCausalLM",
-})  # fmt: skip
+HYBRID_SWA_ARCHS: frozenset[str] = frozenset(
+    {
+        "BeamForCausalLM",
+        "Llama4ForConditionalGeneration",
+        "DeepseekV4ForCausalLM",
+        "DeepseekV4ForCausalLMNextN",
+        "DeepseekV4ForCausalLMDSpark",
+        "GptOssForCausalLM",
+        "GraniteSWAForCausalLM",
+        "GraniteMoeSWAForCausalLM",
+        "IQuestQ1ForCausalLM",
+        "IQuestQ1MTP",
+        "MiMoV2ForCausalLM",
+        "MiMoV2FlashForCausalLM",
+        "MiMoV2MTP",
+        "Step3p5ForCausalLM",
+        "Step3p5MTP",
+        "Step3p7ForConditionalGeneration",
+        "Gemma4ForCausalLM",
+        "Gemma4ForConditionalGeneration",
+        "EmbeddingGemma2Model",
+        "Gemma4UnifiedForConditionalGeneration",
+        "DiffusionGemmaForBlockDiffusion",
+        "LagunaForCausalLM",
+        "MellumForCausalLM",
+        "MuseGlimmerForCausalLM",
+        "MuseGlimmerForConditionalGeneration",
+        "InklingForConditionalGeneration",
+        "InklingForConditionalGenerationMTP",
+        "UnlimitedOCRForCausalLM",
+    }
+)
 HYBRID_SWA_SOURCE = (
     cite("srt/configs/model_config.py", "is_hybrid_swa_model", 2651, 2696),
     cite("srt/configs/model_config.py", "SWA_SINK_ARCHS", 88, 96),
@@ -266,11 +381,20 @@ HYBRID_SWA_SOURCE = (
 )
 
 # Hybrid-SWA models whose sliding layers compress their KV (is_hybrid_swa_compress, by architectures[0]).
-SWA_COMPRESS_ARCHS = frozenset({
-    "MiMoV2ForCausalLM", "MiMoV2FlashForCausalLM", "MiMoV2MTP", "Gemma4ForCausalLM", "Gemma4ForConditionalGeneration",
-    "EmbeddingGemma2Model", "InklingForConditionalGeneration", "InklingForConditionalGenerationMTP",
-    "Gemma4UnifiedForConditionalGeneration", "DiffusionGemmaForBlockDiffusion",
-})  # fmt: skip
+SWA_COMPRESS_ARCHS = frozenset(
+    {
+        "MiMoV2ForCausalLM",
+        "MiMoV2FlashForCausalLM",
+        "MiMoV2MTP",
+        "Gemma4ForCausalLM",
+        "Gemma4ForConditionalGeneration",
+        "EmbeddingGemma2Model",
+        "InklingForConditionalGeneration",
+        "InklingForConditionalGenerationMTP",
+        "Gemma4UnifiedForConditionalGeneration",
+        "DiffusionGemmaForBlockDiffusion",
+    }
+)
 SWA_COMPRESS_SOURCE = cite("srt/configs/model_config.py", "is_hybrid_swa_compress", 1246, 1256)
 
 # How each hybrid-SWA architecture names its sliding layers (get_hybrid_layer_ids).
@@ -290,16 +414,34 @@ SWA_LAYER_RULES: dict[str, str] = {
 SWA_LAYER_DEFAULT_RULE = "layer_types"
 
 # attention_arch = MLA by architecture name.
-MLA_ARCHS: frozenset[str] = frozenset({
-    "DeepseekV2ForCausalLM", "DeepseekV32ForCausalLM", "DeepseekV3ForCausalLM",
-    "DeepseekV3ForCausalLMNextN", "Glm4MoeLiteForCausalLM", "GlmMoeDsaForCausalLM",
-    "Glm5NextForConditionalGeneration", "LongcatFlashForCausalLM", "HYV4ForCausalLM",
-    "DotsVLMForCausalLM", "Dots3NoteForCausalLM", "MistralLarge3ForCausalLM",
-    "KimiK25ForConditionalGeneration", "GigaChat35ForCausalLM", "MiniCPM3ForCausalLM",
-    "DeepseekVL2ForCausalLM", "KimiVLForConditionalGeneration", "KimiLinearForCausalLM",
-    "KimiK3LinearForCausalLM", "KimiK3ForConditionalGeneration", "BailingMoeV2_5ForCausalLM",
-    "BailingMoeV3ForCausalLM", "BailingMoeV3VLForConditionalGeneration", "SarvamMLAForCausalLM",
-})  # fmt: skip
+MLA_ARCHS: frozenset[str] = frozenset(
+    {
+        "DeepseekV2ForCausalLM",
+        "DeepseekV32ForCausalLM",
+        "DeepseekV3ForCausalLM",
+        "DeepseekV3ForCausalLMNextN",
+        "Glm4MoeLiteForCausalLM",
+        "GlmMoeDsaForCausalLM",
+        "Glm5NextForConditionalGeneration",
+        "LongcatFlashForCausalLM",
+        "HYV4ForCausalLM",
+        "DotsVLMForCausalLM",
+        "Dots3NoteForCausalLM",
+        "MistralLarge3ForCausalLM",
+        "KimiK25ForConditionalGeneration",
+        "GigaChat35ForCausalLM",
+        "MiniCPM3ForCausalLM",
+        "DeepseekVL2ForCausalLM",
+        "KimiVLForConditionalGeneration",
+        "KimiLinearForCausalLM",
+        "KimiK3LinearForCausalLM",
+        "KimiK3ForConditionalGeneration",
+        "BailingMoeV2_5ForCausalLM",
+        "BailingMoeV3ForCausalLM",
+        "BailingMoeV3VLForConditionalGeneration",
+        "SarvamMLAForCausalLM",
+    }
+)
 MLA_SOURCE = cite("srt/configs/model_config.py", "AttentionArch", 1366, 1515)
 
 # KV heads: the first of these text-config fields that is set (Step 3 spells them num_attention_groups).
@@ -314,13 +456,25 @@ GEMMA4_GLOBAL_HEAD_DIM_DEFAULT = 512
 # --- DeepSeek sparse attention (DSA, DeepSeek-V3.2 / GLM-5) and DeepSeek-V4 ---
 
 # is_deepseek_dsa: one of these architectures with index_topk set.
-DSA_ARCHS: frozenset[str] = frozenset({
-    "DeepseekV3ForCausalLM", "DeepseekV32ForCausalLM", "DeepseekV3ForCausalLMNextN", "MistralLarge3ForCausalLM",
-    "PixtralForConditionalGeneration", "GlmMoeDsaForCausalLM", "GlmMoeDsaForCausalLMNextN",
-    "Glm5NextForConditionalGenerationNextN", "Glm5NextForConditionalGeneration", "LongcatFlashForCausalLM",
-    "LongcatFlashForCausalLMNextN", "Dots3NoteForCausalLM", "Dots3NoteForCausalLMNextN", "HYV4ForCausalLM",
-    "HYV4ForCausalLMNextN",
-})  # fmt: skip
+DSA_ARCHS: frozenset[str] = frozenset(
+    {
+        "DeepseekV3ForCausalLM",
+        "DeepseekV32ForCausalLM",
+        "DeepseekV3ForCausalLMNextN",
+        "MistralLarge3ForCausalLM",
+        "PixtralForConditionalGeneration",
+        "GlmMoeDsaForCausalLM",
+        "GlmMoeDsaForCausalLMNextN",
+        "Glm5NextForConditionalGenerationNextN",
+        "Glm5NextForConditionalGeneration",
+        "LongcatFlashForCausalLM",
+        "LongcatFlashForCausalLMNextN",
+        "Dots3NoteForCausalLM",
+        "Dots3NoteForCausalLMNextN",
+        "HYV4ForCausalLM",
+        "HYV4ForCausalLMNextN",
+    }
+)
 DSA_SOURCE = cite("srt/configs/model_config.py", "is_deepseek_dsa", 191, 212)
 DSA_POOL = "DSATokenToKVPool"
 DSA_POOL_SOURCE = cite("srt/mem_cache/kv_cache_configurator.py", "_build_dsa_kv_pool", 1866, 1871)
@@ -396,9 +550,11 @@ MODEL_DTYPE_SOURCE = (
 )
 # Config classes that default the dtype themselves when the file states none.
 CLASS_DEFAULT_DTYPES: dict[str, str] = {
-    "interns2_mobius": "bfloat16", "interns2_mobius_text": "bfloat16", "gigachat3_5": "bfloat16",
+    "interns2_mobius": "bfloat16",
+    "interns2_mobius_text": "bfloat16",
+    "gigachat3_5": "bfloat16",
     "longcat_flash": "bfloat16",
-}  # fmt: skip
+}
 CLASS_DEFAULT_DTYPES_SOURCE = (
     cite("srt/configs/interns2_mobius.py", "bfloat16", 22, 23),
     cite("srt/configs/gigachat35.py", "torch_dtype", 151, 155),
@@ -423,8 +579,10 @@ TRTLLM_MHA_PAGE_SIZE = 64
 # TensorRT-LLM MLA and CuteDSL MLA run pages of 32 or 64 tokens (else 64); FlashMLA only 64.
 MLA_PAGE_SOURCE = cite("srt/arg_groups/overrides.py", "_mla_backend_page_constraints", 1144, 1173)
 MLA_PAGE_SIZES: dict[str, frozenset[int]] = {
-    "trtllm_mla": frozenset({32, 64}), "cutedsl_mla": frozenset({32, 64}), "flashmla": frozenset({64}),
-}  # fmt: skip
+    "trtllm_mla": frozenset({32, 64}),
+    "cutedsl_mla": frozenset({32, 64}),
+    "flashmla": frozenset({64}),
+}
 MLA_PAGE_SIZE = 64
 
 # --- The GPU generation: what SGLang picks when the launch names no attention backend ----------
@@ -438,14 +596,26 @@ DEFAULT_GPU_ARCH = "sm100"
 # no page rule, so kvdoctor names none there.
 GENERIC_BACKEND_SOURCE = cite("srt/arg_groups/model_override_base.py", "get_default_attn_backend", 277, 352)
 GENERIC_BACKENDS: dict[tuple[str, str], str] = {
-    ("sm100", "mha"): "trtllm_mha", ("sm100", "mha_asymmetric_kv"): "fa4", ("sm100", "mla"): "flashinfer",
-}  # fmt: skip
+    ("sm100", "mha"): "trtllm_mha",
+    ("sm100", "mha_asymmetric_kv"): "fa4",
+    ("sm100", "mla"): "flashinfer",
+}
 DEFAULT_BACKEND_SOURCE = cite("srt/arg_groups/overrides.py", "_attention_backend_default", 1127, 1140)
 # Model overrides, by architecture and generation (absent: the override leaves it to the generic one).
-_TRTLLM_MLA_ARCHS = ("DeepseekV3ForCausalLM", "DeepseekV32ForCausalLM", "KimiK25ForConditionalGeneration",
-                     "MistralLarge3ForCausalLM", "PixtralForConditionalGeneration", "GlmMoeDsaForCausalLM",
-                     "Glm5NextForConditionalGeneration", "HYV4ForCausalLM", "HYV4ForCausalLMNextN",
-                     "LongcatFlashForCausalLM", "LongcatFlashForCausalLMNextN", "Dots3NoteForCausalLM")  # fmt: skip
+_TRTLLM_MLA_ARCHS = (
+    "DeepseekV3ForCausalLM",
+    "DeepseekV32ForCausalLM",
+    "KimiK25ForConditionalGeneration",
+    "MistralLarge3ForCausalLM",
+    "PixtralForConditionalGeneration",
+    "GlmMoeDsaForCausalLM",
+    "Glm5NextForConditionalGeneration",
+    "HYV4ForCausalLM",
+    "HYV4ForCausalLMNextN",
+    "LongcatFlashForCausalLM",
+    "LongcatFlashForCausalLMNextN",
+    "Dots3NoteForCausalLM",
+)
 
 
 def _each(archs: tuple[str, ...], picks: dict[str, str]) -> dict[str, dict[str, str]]:
@@ -455,17 +625,19 @@ def _each(archs: tuple[str, ...], picks: dict[str, str]) -> dict[str, dict[str, 
 MODEL_ATTENTION_BACKENDS: dict[str, dict[str, str]] = {
     "BeamForCausalLM": {"sm90": "trtllm_mha", "sm100": "trtllm_mha"},
     "GptOssForCausalLM": {"sm90": "fa3", "sm100": "trtllm_mha"},
-    **_each(("Gemma4ForConditionalGeneration", "Gemma4ForCausalLM", "Gemma4UnifiedForConditionalGeneration"),
-                    {"sm90": "triton", "sm100": "trtllm_mha"}),
+    **_each(
+        ("Gemma4ForConditionalGeneration", "Gemma4ForCausalLM", "Gemma4UnifiedForConditionalGeneration"),
+        {"sm90": "triton", "sm100": "trtllm_mha"},
+    ),
     "InklingForConditionalGeneration": {"sm90": "fa4", "sm100": "fa4"},
     **_each(("Step3p5ForCausalLM", "Step3p7ForConditionalGeneration"), {"sm90": "fa3", "sm100": "fa4"}),
-    **_each(("FalconH1ForCausalLM", "JetNemotronForCausalLM", "JetVLMForConditionalGeneration"),
-                    {"sm100": "triton"}),
+    **_each(("FalconH1ForCausalLM", "JetNemotronForCausalLM", "JetVLMForConditionalGeneration"), {"sm100": "triton"}),
     **_each(("Lfm2ForCausalLM", "Lfm2MoeForCausalLM"), {"sm100": "flashinfer"}),
-    **_each(("NemotronHForCausalLM", "NemotronHPuzzleForCausalLM", "NemotronH_Omni_Reasoning_V3"),
-                    {"sm100": "trtllm_mha"}),
+    **_each(
+        ("NemotronHForCausalLM", "NemotronHPuzzleForCausalLM", "NemotronH_Omni_Reasoning_V3"), {"sm100": "trtllm_mha"}
+    ),
     **_each(_TRTLLM_MLA_ARCHS, {"sm100": "trtllm_mla"}),  # not the DSA ones: they run "dsa"
-}  # fmt: skip
+}
 MODEL_ATTENTION_BACKENDS_SOURCE = (
     cite("srt/arg_groups/model_overrides/beam.py", "trtllm_mha", 26, 31),
     cite("srt/arg_groups/model_overrides/gpt_oss.py", "_gpt_oss_overrides", 25, 33),
@@ -483,9 +655,16 @@ SSM_ONLY_BACKENDS_SOURCE = cite("srt/arg_groups/model_overrides/granitemoehybrid
 # The Qwen3.5 hybrid family and Qwen4-exp on SM100 (when --attention-backend is unset): triton at page
 # 1 when the radix cache is on without extra_buffer (no speculative decoding is modelled), else
 # trtllm_mha at page 64; the page size is written either way.
-RADIX_TRITON_ARCHS = frozenset({"Qwen3NextForCausalLM", "Qwen3_5MoeForConditionalGeneration",
-                                "InternS2PreviewForConditionalGeneration", "InternS2MobiusForConditionalGeneration",
-                                "Qwen3_5ForConditionalGeneration", "Qwen4ExpForConditionalGeneration"})  # fmt: skip
+RADIX_TRITON_ARCHS = frozenset(
+    {
+        "Qwen3NextForCausalLM",
+        "Qwen3_5MoeForConditionalGeneration",
+        "InternS2PreviewForConditionalGeneration",
+        "InternS2MobiusForConditionalGeneration",
+        "Qwen3_5ForConditionalGeneration",
+        "Qwen4ExpForConditionalGeneration",
+    }
+)
 RADIX_TRITON_SOURCE = (
     cite("srt/arg_groups/model_overrides/qwen3_5.py", "_qwen3_5_hybrid_overrides", 24, 49),
     cite("srt/arg_groups/model_overrides/qwen4_exp.py", "sm100_default_attn_backend", 57, 71),
@@ -507,9 +686,11 @@ MXFP8_SM100_SOURCE = cite("srt/arg_groups/kv_cache_hook.py", "handle_mxfp8_kv_ca
 # HybridReqToTokenPool), everything else the plain or hybrid pool.
 REQ_POOL_SOURCE = cite("srt/mem_cache/kv_cache_configurator.py", "_build_req_to_token_pool", 1571, 1601)
 REQ_POOLS = {  # (decode server, recurrent state) -> class
-    (False, False): "ReqToTokenPool", (False, True): "HybridReqToTokenPool",
-    (True, False): "DecodeReqToTokenPool", (True, True): "HybridMambaDecodeReqToTokenPool",
-}  # fmt: skip
+    (False, False): "ReqToTokenPool",
+    (False, True): "HybridReqToTokenPool",
+    (True, False): "DecodeReqToTokenPool",
+    (True, True): "HybridMambaDecodeReqToTokenPool",
+}
 HYBRID_REQ_POOLS = frozenset({"HybridReqToTokenPool", "HybridMambaDecodeReqToTokenPool"})
 # cpu_copy_carries_mamba: KVCache default False; HybridLinearKVPool True.
 CARRIES_MAMBA: dict[str, bool] = {"HybridLinearKVPool": True}
@@ -524,8 +705,7 @@ DSA_CPU_COPY_SOURCE = cite("srt/mem_cache/memory_pool.py", "index_k", 5622, 5633
 
 # --- Retraction backup backend: srt/mem_cache/kv_cache_builder.py ---
 # "none" keeps no backup: the retracted request is aborted (503).
-RETRACTION_BACKUPS_SOURCE = cite("srt/arg_groups/fields/disagg.py", "disaggregation_decode_retraction_backup",
-                                 95, 108)  # fmt: skip
+RETRACTION_BACKUPS_SOURCE = cite("srt/arg_groups/fields/disagg.py", "disaggregation_decode_retraction_backup", 95, 108)
 RESOLVE_BACKUP = cite("srt/mem_cache/kv_cache_builder.py", "resolve_decode_retraction_backup", 186, 242)
 
 
@@ -539,31 +719,55 @@ class BackupCondition:
 
 
 BACKUP_CONDITIONS: tuple[BackupCondition, ...] = (
-    BackupCondition("decode_server", "--disaggregation-mode decode (others keep cpu_tensor)",
-                    cite("srt/mem_cache/kv_cache_builder.py", "disaggregation_mode", 230)),
-    BackupCondition("not_hip", "not a ROCm build (large HIP restores can fault the GPU process)",
-                    cite("srt/mem_cache/kv_cache_builder.py", "is_hip", 231, 233)),
-    BackupCondition("no_dcp", "decode context parallel off",
-                    cite("srt/mem_cache/kv_cache_builder.py", "dcp_enabled", 234)),
-    BackupCondition("no_decode_radix_cache", "--disaggregation-decode-enable-radix-cache off",
-                    cite("srt/mem_cache/kv_cache_builder.py", "disaggregation_decode_enable_radix_cache", 235)),
-    BackupCondition("no_decode_offload", "--disaggregation-decode-enable-offload-kvcache off "
-                    "(KV offload already owns a host pool)",
-                    cite("srt/mem_cache/kv_cache_builder.py", "disaggregation_decode_enable_offload_kvcache",
-                         236, 237)),
-    BackupCondition("no_priority_preemption", "priority scheduling off, or its preemption disabled",
-                    cite("srt/mem_cache/kv_cache_builder.py", "priority_preemption", 223, 227)),
-    BackupCondition("no_recurrent_state", "the model keeps no recurrent/conv state "
-                    "(host_pool has no recurrent-state sidecar)",
-                    (USES_SSM_STATE, cite("srt/mem_cache/kv_cache_builder.py", "uses_ssm_state", 212, 217))),
-    BackupCondition("no_unified_hybrid_swa", "not unified memory on a hybrid-SWA model",
-                    cite("srt/mem_cache/kv_cache_builder.py", "unified_hybrid_swa", 198)),
-    BackupCondition("unified_draft_ok", "no unified memory with MTP draft pools (unless DSpark)",
-                    cite("srt/mem_cache/kv_cache_builder.py", "unified_draft_host_pool_supported", 207, 211)),
-    BackupCondition("host_pool_kv_layout", "KV pool is an MHATokenToKVPool (subclasses too), or an "
-                    "SWAKVPool with full tokens per layer > 0",
-                    cite("srt/mem_cache/kv_cache_builder.py", "full_tokens_per_layer", 218, 221)),
-)  # fmt: skip
+    BackupCondition(
+        "decode_server",
+        "--disaggregation-mode decode (others keep cpu_tensor)",
+        cite("srt/mem_cache/kv_cache_builder.py", "disaggregation_mode", 230),
+    ),
+    BackupCondition(
+        "not_hip",
+        "not a ROCm build (large HIP restores can fault the GPU process)",
+        cite("srt/mem_cache/kv_cache_builder.py", "is_hip", 231, 233),
+    ),
+    BackupCondition(
+        "no_dcp", "decode context parallel off", cite("srt/mem_cache/kv_cache_builder.py", "dcp_enabled", 234)
+    ),
+    BackupCondition(
+        "no_decode_radix_cache",
+        "--disaggregation-decode-enable-radix-cache off",
+        cite("srt/mem_cache/kv_cache_builder.py", "disaggregation_decode_enable_radix_cache", 235),
+    ),
+    BackupCondition(
+        "no_decode_offload",
+        "--disaggregation-decode-enable-offload-kvcache off (KV offload already owns a host pool)",
+        cite("srt/mem_cache/kv_cache_builder.py", "disaggregation_decode_enable_offload_kvcache", 236, 237),
+    ),
+    BackupCondition(
+        "no_priority_preemption",
+        "priority scheduling off, or its preemption disabled",
+        cite("srt/mem_cache/kv_cache_builder.py", "priority_preemption", 223, 227),
+    ),
+    BackupCondition(
+        "no_recurrent_state",
+        "the model keeps no recurrent/conv state (host_pool has no recurrent-state sidecar)",
+        (USES_SSM_STATE, cite("srt/mem_cache/kv_cache_builder.py", "uses_ssm_state", 212, 217)),
+    ),
+    BackupCondition(
+        "no_unified_hybrid_swa",
+        "not unified memory on a hybrid-SWA model",
+        cite("srt/mem_cache/kv_cache_builder.py", "unified_hybrid_swa", 198),
+    ),
+    BackupCondition(
+        "unified_draft_ok",
+        "no unified memory with MTP draft pools (unless DSpark)",
+        cite("srt/mem_cache/kv_cache_builder.py", "unified_draft_host_pool_supported", 207, 211),
+    ),
+    BackupCondition(
+        "host_pool_kv_layout",
+        "KV pool is an MHATokenToKVPool (subclasses too), or an SWAKVPool with full tokens per layer > 0",
+        cite("srt/mem_cache/kv_cache_builder.py", "full_tokens_per_layer", 218, 221),
+    ),
+)
 HOST_POOL_LAYOUTS = ("MHATokenToKVPool", "MHATokenToKVPoolMXFP8", "MHATokenToKVPoolFP4")
 BACKUP_ONLY_HICACHE_RATIO = 0.2
 DEFAULT_HICACHE_RATIO = 2.0
@@ -573,8 +777,7 @@ HICACHE_RATIO_SOURCE = (
 )
 # A request-to-token row holds the context plus 4 tokens (plus speculative draft tokens, which
 # kvdoctor does not model), so decode_retraction_max_tokens' max_context_len - 1 is context + 3.
-REQ_TO_TOKEN_EXTRA_SOURCE = cite("srt/mem_cache/allocation_sizing.py", "get_req_to_token_extra_context_len",
-                                 96, 105)  # fmt: skip
+REQ_TO_TOKEN_EXTRA_SOURCE = cite("srt/mem_cache/allocation_sizing.py", "get_req_to_token_extra_context_len", 96, 105)
 REQ_TO_TOKEN_EXTRA = 4
 # A server that is not a decode server resolves an unset ratio at start-up: 2.0, or 1.2 when HiCache
 # host memory is a buffer only.
@@ -606,91 +809,115 @@ REFUSALS: dict[str, RefusalRule] = {
     "dsv4_no_hybrid_swa": RefusalRule(
         "DeepSeek-V4 with --disable-hybrid-swa-memory: the pool gets no full/SWA size (is_hybrid_swa is False) "
         "and SGLang fails building DeepSeekV4TokenToKVPool (TypeError): the server does not start.",
-        cite("srt/mem_cache/kv_cache_configurator.py", "_derive_pool_sizes", 528, 535)),
+        cite("srt/mem_cache/kv_cache_configurator.py", "_derive_pool_sizes", 528, 535),
+    ),
     # kv_cache_builder / registry / unified tree: what a host_pool retraction backup needs.
     "host_pool_mamba": RefusalRule(
         "Host-pool retraction does not support Mamba models.",
-        cite("srt/mem_cache/registry.py", "Host-pool retraction does not support Mamba models", 156, 158)),
+        cite("srt/mem_cache/registry.py", "Host-pool retraction does not support Mamba models", 156, 158),
+    ),
     "host_pool_pure_swa": RefusalRule(
         "Host-pool retraction does not support pure-SWA models.",
-        cite("srt/mem_cache/registry.py", "Host-pool retraction does not support pure-SWA models", 159, 160)),
+        cite("srt/mem_cache/registry.py", "Host-pool retraction does not support pure-SWA models", 159, 160),
+    ),
     "host_pool_layout": RefusalRule(
         "--disaggregation-decode-retraction-backup=host_pool requires an MHA or hybrid-SWA HiCache host stack.",
-        cite("srt/mem_cache/unified_radix_cache.py", "validate_retraction_host_capacity", 1447, 1472)),
+        cite("srt/mem_cache/unified_radix_cache.py", "validate_retraction_host_capacity", 1447, 1472),
+    ),
     # handle_cache_compatibility (arg_groups/kv_cache_hook.py).
     "host_pool_not_decode": RefusalRule(
         "--disaggregation-decode-retraction-backup=host_pool is only supported on a PD decode server.",
-        cite("srt/arg_groups/kv_cache_hook.py", "supported on a PD decode server", 353, 360)),
+        cite("srt/arg_groups/kv_cache_hook.py", "supported on a PD decode server", 353, 360),
+    ),
     "host_pool_dcp": RefusalRule(
         "--disaggregation-decode-retraction-backup=host_pool does not support --dcp-size > 1.",
-        cite("srt/arg_groups/kv_cache_hook.py", "dcp_size", 360, 364)),
+        cite("srt/arg_groups/kv_cache_hook.py", "dcp_size", 360, 364),
+    ),
     "host_pool_priority": RefusalRule(
         "--disaggregation-decode-retraction-backup=host_pool requires --disable-priority-preemption when "
         "priority scheduling is enabled.",
-        cite("srt/arg_groups/kv_cache_hook.py", "disable_priority_preemption", 365, 373)),
+        cite("srt/arg_groups/kv_cache_hook.py", "disable_priority_preemption", 365, 373),
+    ),
     "hicache_without_radix": RefusalRule(
         "The arguments enable-hierarchical-cache and disable-radix-cache are mutually exclusive and cannot be "
         "used at the same time. Please use only one of them.",
-        cite("srt/arg_groups/kv_cache_hook.py", "mutually exclusive", 393, 397)),
+        cite("srt/arg_groups/kv_cache_hook.py", "mutually exclusive", 393, 397),
+    ),
     "offload_not_decode": RefusalRule(
         "The argument disaggregation-decode-enable-offload-kvcache is only supported for decode side.",
-        cite("srt/arg_groups/kv_cache_hook.py", "only supported for decode side", 399, 403)),
+        cite("srt/arg_groups/kv_cache_hook.py", "only supported for decode side", 399, 403),
+    ),
     "offload_no_storage": RefusalRule(
         "The argument disaggregation-decode-enable-offload-kvcache is only supported when hicache-storage-backend "
         "is provided.",
-        cite("srt/arg_groups/kv_cache_hook.py", "hicache_storage_backend", 404, 407)),
+        cite("srt/arg_groups/kv_cache_hook.py", "hicache_storage_backend", 404, 407),
+    ),
     "offload_host_pool": RefusalRule(
         "The arguments disaggregation-decode-enable-offload-kvcache and disaggregation-decode-retraction-backup="
         "host_pool are mutually exclusive: both build a decode host pool.",
-        cite("srt/arg_groups/kv_cache_hook.py", "both build a decode host pool", 408, 413)),
+        cite("srt/arg_groups/kv_cache_hook.py", "both build a decode host pool", 408, 413),
+    ),
     # handle_pd_disaggregation (arg_groups/pd_disaggregation_hook.py).
     "receive_cpu_tensor": RefusalRule(
         "Decode host KV buffering requires host_pool retraction",
-        cite("srt/arg_groups/pd_disaggregation_hook.py", "Decode host KV buffering requires host_pool", 75, 76)),
+        cite("srt/arg_groups/pd_disaggregation_hook.py", "Decode host KV buffering requires host_pool", 75, 76),
+    ),
     # _derive_context_length (configs/model_config.py).
     "context_length": RefusalRule(
         "User-specified context_length ({requested}) is greater than the derived context_length ({derived}). "
         "To allow overriding this maximum, set the env var SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1",
-        cite("srt/configs/model_config.py", "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN", 1295, 1316)),
+        cite("srt/configs/model_config.py", "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN", 1295, 1316),
+    ),
     # Every attention layer asserts TP divides the heads, and divides or is divided by the KV heads.
     "tp_heads": RefusalRule(
         "--tp-size {tp} with {heads} attention heads: assert total_num_heads % tp_size == 0",
-        cite("srt/models/llama.py", "total_num_heads", 182, 183)),
+        cite("srt/models/llama.py", "total_num_heads", 182, 183),
+    ),
     "tp_kv_heads": RefusalRule(
         "--tp-size {tp} with {heads} KV heads: the tensor-parallel size must divide the KV heads or the KV heads "
         "divide it",
-        cite("srt/models/llama.py", "total_num_kv_heads", 185, 193)),
+        cite("srt/models/llama.py", "total_num_kv_heads", 185, 193),
+    ),
     # KV dtypes the DeepSeek sparse-attention families refuse (MXFP8 among them, FA4 or not).
     "mxfp8_needs_blackwell": RefusalRule(
         "--kv-cache-dtype mxfp8 requires an SM100+ (Blackwell) GPU for the block-scaled operands used by the "
-        "FA4 MXFP8 attention path.", MXFP8_SM100_SOURCE),
+        "FA4 MXFP8 attention path.",
+        MXFP8_SM100_SOURCE,
+    ),
     "dsa_kv_dtype": RefusalRule(
-        "DeepSeek DSA only supports bf16/bfloat16 or fp8_e4m3 kv_cache_dtype", DSA_KV_DTYPE_SOURCE),
-    "dsv4_kv_dtype": RefusalRule(
-        "{dtype} is not supported for DeepseekV4ForCausalLM", DSV4_KV_DTYPE_SOURCE),
+        "DeepSeek DSA only supports bf16/bfloat16 or fp8_e4m3 kv_cache_dtype", DSA_KV_DTYPE_SOURCE
+    ),
+    "dsv4_kv_dtype": RefusalRule("{dtype} is not supported for DeepseekV4ForCausalLM", DSV4_KV_DTYPE_SOURCE),
     # validate_decode_radix_cache: the decode-side radix cache on a hybrid-SWA pool.
     "decode_radix_swa_hicache": RefusalRule(
         "--disaggregation-decode-enable-radix-cache with sliding window attention (SWA) models currently supports "
         "only device-resident cache and is incompatible with --enable-hierarchical-cache.",
-        cite("srt/mem_cache/kv_cache_builder.py", "enable_hierarchical_cache", 283, 289)),
+        cite("srt/mem_cache/kv_cache_builder.py", "enable_hierarchical_cache", 283, 289),
+    ),
     "decode_radix_dsv4": RefusalRule(
         "--disaggregation-decode-enable-radix-cache with DeepSeek-V4 requires the unified KV layout "
         "(SGLANG_HACK_FLASHMLA_BACKEND=unified_kv_triton).",
-        cite("srt/mem_cache/kv_cache_builder.py", "is_deepseek_v4_arch", 293, 300)),
+        cite("srt/mem_cache/kv_cache_builder.py", "is_deepseek_v4_arch", 293, 300),
+    ),
     "decode_radix_swa_compress": RefusalRule(
-        "--disaggregation-decode-enable-radix-cache does not support SWA-compress models (e.g. Gemma4 / MiMo-V2) "
-        "yet.",
-        cite("srt/mem_cache/kv_cache_builder.py", "is_hybrid_swa_compress", 301, 305)),
+        "--disaggregation-decode-enable-radix-cache does not support SWA-compress models (e.g. Gemma4 / MiMo-V2) yet.",
+        cite("srt/mem_cache/kv_cache_builder.py", "is_hybrid_swa_compress", 301, 305),
+    ),
     # MiniCPM-SALA's hybrid (sparse / lightning) attention has no hierarchical cache.
     "minicpm_hicache": RefusalRule(
         "MiniCPM SALA does not support hierarchical cache",
-        cite("srt/arg_groups/model_overrides/minicpm.py", "MiniCPM SALA does not support hierarchical cache",
-             24, 26)),
-}  # fmt: skip
+        cite("srt/arg_groups/model_overrides/minicpm.py", "MiniCPM SALA does not support hierarchical cache", 24, 26),
+    ),
+}
 # The model's context length: the first of these fields set, times a rope_scaling factor (1 under
 # original_max_position_embeddings or llama3 rope), else 2048.
-CONTEXT_LENGTH_KEYS = ("max_sequence_length", "seq_length", "max_seq_len", "model_max_length",
-                       "max_position_embeddings")  # fmt: skip
+CONTEXT_LENGTH_KEYS = (
+    "max_sequence_length",
+    "seq_length",
+    "max_seq_len",
+    "model_max_length",
+    "max_position_embeddings",
+)
 CONTEXT_LENGTH_SOURCE = cite("srt/utils/hf_transformers/common.py", "get_context_length", 668, 694)
 CONTEXT_LENGTH_FALLBACK = 2048
 
@@ -707,8 +934,9 @@ PD_BLOCK_SCALE_SOURCE = (
 # A decode host-receive threshold below 1 declares this backend, whatever the flag said (only an
 # explicit cpu_tensor is refused).
 HOST_RECEIVE_BACKEND = "host_pool"
-HOST_RECEIVE_SOURCE = cite("srt/arg_groups/pd_disaggregation_hook.py", "disaggregation_decode_retraction_backup",
-                           68, 80)  # fmt: skip
+HOST_RECEIVE_SOURCE = cite(
+    "srt/arg_groups/pd_disaggregation_hook.py", "disaggregation_decode_retraction_backup", 68, 80
+)
 # A decode server without --disaggregation-decode-enable-radix-cache declares disable_radix_cache, which
 # the hierarchical-cache check then meets (REFUSALS["hicache_without_radix"]).
 DECODE_RADIX_SOURCE = cite("srt/arg_groups/pd_disaggregation_hook.py", "disable_radix_cache", 121, 127)
@@ -759,20 +987,38 @@ RADIX_OFF_MODEL_TYPES = frozenset({"minicpm_sala"})
 # --mamba-radix-cache-strategy auto resolves to extra_buffer for these architectures when the overlap
 # schedule is on or pages are larger than 1, else no_buffer.
 MAMBA_EXTRA_BUFFER_SOURCE = cite("srt/arg_groups/overrides.py", "_MAMBA_EXTRA_BUFFER_ARCHS", 401, 486)
-MAMBA_EXTRA_BUFFER_ARCHS = frozenset({
-    "KimiLinearForCausalLM", "Qwen3_5ForConditionalGeneration", "Qwen3_5MoeForConditionalGeneration",
-    "Qwen3_5MoeForCausalLM", "Qwen3_5ForCausalLM", "Qwen3NextForCausalLM", "Qwen4ExpForConditionalGeneration",
-    "InternS2PreviewForConditionalGeneration", "MiniCPMV4_6ForConditionalGeneration",
-    "MiniCPMV4_7ForConditionalGeneration", "BailingMoeV2_5ForCausalLM", "BailingMoeV3ForCausalLM",
-    "BailingMoeV3VLForConditionalGeneration", "FalconH1ForCausalLM", "GraniteMoeHybridForCausalLM",
-    "Glm5NextForConditionalGeneration", "NemotronHForCausalLM", "NemotronHPuzzleForCausalLM",
-    "NemotronH_Omni_Reasoning_V3", "KimiK3ForConditionalGeneration", "InklingForConditionalGeneration",
-    "InklingForConditionalGenerationMTP",
-})  # fmt: skip
+MAMBA_EXTRA_BUFFER_ARCHS = frozenset(
+    {
+        "KimiLinearForCausalLM",
+        "Qwen3_5ForConditionalGeneration",
+        "Qwen3_5MoeForConditionalGeneration",
+        "Qwen3_5MoeForCausalLM",
+        "Qwen3_5ForCausalLM",
+        "Qwen3NextForCausalLM",
+        "Qwen4ExpForConditionalGeneration",
+        "InternS2PreviewForConditionalGeneration",
+        "MiniCPMV4_6ForConditionalGeneration",
+        "MiniCPMV4_7ForConditionalGeneration",
+        "BailingMoeV2_5ForCausalLM",
+        "BailingMoeV3ForCausalLM",
+        "BailingMoeV3VLForConditionalGeneration",
+        "FalconH1ForCausalLM",
+        "GraniteMoeHybridForCausalLM",
+        "Glm5NextForConditionalGeneration",
+        "NemotronHForCausalLM",
+        "NemotronHPuzzleForCausalLM",
+        "NemotronH_Omni_Reasoning_V3",
+        "KimiK3ForConditionalGeneration",
+        "InklingForConditionalGeneration",
+        "InklingForConditionalGenerationMTP",
+    }
+)
 # Inkling pins extra_buffer whatever the page size or overlap schedule (unless a strategy is given).
 FORCED_MAMBA_STRATEGY_SOURCE = cite("srt/arg_groups/model_overrides/inkling.py", "extra_buffer", 50, 56)
-FORCED_MAMBA_STRATEGY = {"InklingForConditionalGeneration": "extra_buffer",
-                         "InklingForConditionalGenerationMTP": "extra_buffer"}  # fmt: skip
+FORCED_MAMBA_STRATEGY = {
+    "InklingForConditionalGeneration": "extra_buffer",
+    "InklingForConditionalGenerationMTP": "extra_buffer",
+}
 # The KV offload chunk of every pool's get_cpu_copy.
 CPU_OFFLOAD_CHUNK_SOURCE = cite("srt/mem_cache/memory_pool.py", "cpu_offloading_chunk_size", 2043, 2044)
 CPU_OFFLOAD_CHUNK = 8192

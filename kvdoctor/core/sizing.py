@@ -88,14 +88,13 @@ def mamba_slots_per_request(spec: StateSpec, flags: ServerFlags, model_type: str
     The radix cache is off when asked, on a decode server without its radix opt-in, and for models
     that force it off (MiniCPM-SALA); Inkling pins the extra-buffer strategy (``FORCED_MAMBA_STRATEGY``).
     """
-    radix_on = not flags.disable_radix_cache and (
-        not flags.is_decode or flags.disaggregation_decode_enable_radix_cache
-    )
+    radix_on = not flags.disable_radix_cache and (not flags.is_decode or flags.disaggregation_decode_enable_radix_cache)
     if not radix_on or model_type in rules.RADIX_OFF_MODEL_TYPES:
         return rules.MAMBA_SLOTS_RADIX_OFF
     strategy = flags.mamba_radix_cache_strategy
-    forced = next((rules.FORCED_MAMBA_STRATEGY[a] for a in spec.architectures if a in rules.FORCED_MAMBA_STRATEGY),
-                  None)  # fmt: skip
+    forced = next(
+        (rules.FORCED_MAMBA_STRATEGY[a] for a in spec.architectures if a in rules.FORCED_MAMBA_STRATEGY), None
+    )
     if strategy == "auto" and forced is not None:
         strategy = forced
     if strategy == "auto":
@@ -115,10 +114,12 @@ def size_pools(spec: StateSpec, flags: ServerFlags, model_type: str = "") -> Siz
     (``rules.MAMBA_CACHE_PER_SHARD_SOURCE``)."""
     family = spec.classification.family
     page = flags.page_size
-    swa_ratio, swa_src = _ratio(flags.swa_full_tokens_ratio, family, "swa_full_tokens_ratio",
-                                rules.SWA_FULL_TOKENS_RATIO_FALLBACK)  # fmt: skip
-    mamba_ratio, mamba_src = _ratio(flags.mamba_full_memory_ratio, family, "mamba_full_memory_ratio",
-                                    rules.MAMBA_FULL_MEMORY_RATIO_FALLBACK)  # fmt: skip
+    swa_ratio, swa_src = _ratio(
+        flags.swa_full_tokens_ratio, family, "swa_full_tokens_ratio", rules.SWA_FULL_TOKENS_RATIO_FALLBACK
+    )
+    mamba_ratio, mamba_src = _ratio(
+        flags.mamba_full_memory_ratio, family, "mamba_full_memory_ratio", rules.MAMBA_FULL_MEMORY_RATIO_FALLBACK
+    )
     full_tokens = swa_tokens = None
     if flags.max_total_tokens is not None:
         capped = _floor_to(flags.max_total_tokens, page)

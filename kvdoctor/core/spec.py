@@ -109,9 +109,13 @@ def model_dtype(cfg: ModelConfig, requested: str = "auto") -> str:
     """
     if requested != "auto":
         return rules.DTYPE_ALIASES.get(requested, requested)
-    raw = (_stated_dtype(dict(cfg.text)) or _stated_dtype(dict(cfg.top))
-           or rules.CLASS_DEFAULT_DTYPES.get(cfg.text_model_type) or rules.CLASS_DEFAULT_DTYPES.get(cfg.model_type)
-           or "float32")  # fmt: skip
+    raw = (
+        _stated_dtype(dict(cfg.text))
+        or _stated_dtype(dict(cfg.top))
+        or rules.CLASS_DEFAULT_DTYPES.get(cfg.text_model_type)
+        or rules.CLASS_DEFAULT_DTYPES.get(cfg.model_type)
+        or "float32"
+    )
     dtype = rules.DTYPE_ALIASES.get(raw, raw)
     if dtype == "float32":
         return "bfloat16" if cfg.text_model_type.startswith("gemma") else "float16"
@@ -136,19 +140,36 @@ def _kv_components(name: str, sub_pool: str, geo: geometry.AttentionGeometry, kv
     if kv.scale_block is not None and not (geo.mla and kv.mha_pool == rules.MXFP8_POOL):
         scale_shapes = tuple((h, max(1, d // kv.scale_block)) for h, d in geo.shapes)
         scale_dtype = rules.SCALE_DTYPES.get(kv.flag, rules.SCALE_DTYPE_FALLBACK)
-        parts.append(Component(f"{sub_pool}_kv_scales", sub_pool, PER_TOKEN, scale_dtype,
-                               geo.layers, scale_shapes, 8))  # fmt: skip
+        parts.append(Component(f"{sub_pool}_kv_scales", sub_pool, PER_TOKEN, scale_dtype, geo.layers, scale_shapes, 8))
     return parts
 
 
 def _recurrent_components(rec: geometry.RecurrentGeometry) -> list[Component]:
     parts = []
     if any(math.prod(s) for s in rec.conv_shapes):
-        parts.append(Component("conv_state", "mamba", PER_REQUEST, rec.conv_dtype, rec.layers,
-                               rec.conv_shapes, DTYPE_BYTES[rec.conv_dtype] * 8))  # fmt: skip
+        parts.append(
+            Component(
+                "conv_state",
+                "mamba",
+                PER_REQUEST,
+                rec.conv_dtype,
+                rec.layers,
+                rec.conv_shapes,
+                DTYPE_BYTES[rec.conv_dtype] * 8,
+            )
+        )
     if math.prod(rec.temporal_shape):
-        parts.append(Component("temporal_state", "mamba", PER_REQUEST, rec.temporal_dtype, rec.layers,
-                               (rec.temporal_shape,), DTYPE_BYTES[rec.temporal_dtype] * 8))  # fmt: skip
+        parts.append(
+            Component(
+                "temporal_state",
+                "mamba",
+                PER_REQUEST,
+                rec.temporal_dtype,
+                rec.layers,
+                (rec.temporal_shape,),
+                DTYPE_BYTES[rec.temporal_dtype] * 8,
+            )
+        )
     return parts
 
 
@@ -194,8 +215,10 @@ def _attention_geometry(cfg: ModelConfig, cls: Classification, flags: ServerFlag
             # (arg_groups/serving_hook.py:439-440); Inkling's dtypes are fixed (inkling.py:253).
             recurrent = dataclasses.replace(recurrent, temporal_dtype=flags.mamba_ssm_dtype)
     elif cls.is_hybrid_swa:
-        rule = next((rules.SWA_LAYER_RULES[a] for a in cfg.architectures if a in rules.SWA_LAYER_RULES),
-                    rules.SWA_LAYER_DEFAULT_RULE)  # fmt: skip
+        rule = next(
+            (rules.SWA_LAYER_RULES[a] for a in cfg.architectures if a in rules.SWA_LAYER_RULES),
+            rules.SWA_LAYER_DEFAULT_RULE,
+        )
         full_ids, swa_ids = geometry.swa_split(cfg, rule)
     else:
         full_ids, swa_ids = tuple(range(attention_layer_count(cfg))), ()
@@ -206,8 +229,9 @@ def _attention_geometry(cfg: ModelConfig, cls: Classification, flags: ServerFlag
     return full, swa, recurrent
 
 
-def _dsv4_components(cfg: ModelConfig, kv: KVDtype) -> tuple[geometry.AttentionGeometry, geometry.AttentionGeometry,
-                                                              list[Component]]:  # fmt: skip
+def _dsv4_components(
+    cfg: ModelConfig, kv: KVDtype
+) -> tuple[geometry.AttentionGeometry, geometry.AttentionGeometry, list[Component]]:
     """DeepSeek-V4's own pool (``rules.DSV4_POOL_SOURCE``): a sliding-window row per token in every
     layer, and in compressed layers a c4 / c128 row for every 4 / 128 tokens (shown amortised per
     token). The compressor's per-request state is not sized here."""
@@ -220,8 +244,11 @@ def _dsv4_components(cfg: ModelConfig, kv: KVDtype) -> tuple[geometry.AttentionG
     parts = [Component("swa_kv", "swa", PER_TOKEN, kv.payload, len(every), ((1, row),), kv.payload_bits)]
     for ratio in sorted({r for r in ratios if r > 0}):
         layers = sum(1 for r in ratios if r == ratio)
-        parts.append(Component(f"c{ratio}_kv", "full", PER_TOKEN, kv.payload, layers, ((1, max(1, row // ratio)),),
-                               kv.payload_bits))  # fmt: skip
+        parts.append(
+            Component(
+                f"c{ratio}_kv", "full", PER_TOKEN, kv.payload, layers, ((1, max(1, row // ratio)),), kv.payload_bits
+            )
+        )
     return full, swa, parts
 
 
@@ -242,8 +269,11 @@ def build_spec(cfg: ModelConfig, cls: Classification, flags: ServerFlags) -> Sta
     if full is not None and not cls.is_dsv4:
         parts += _kv_components("mla_kv" if full.mla else "full_kv", "full", full, kv)
         if cls.is_dsa:  # the indexer's key cache rides in the same pool, per token and layer
-            parts.append(Component("dsa_index_k", "full", PER_TOKEN, "uint8", full.layers,
-                                   ((1, geometry.dsa_index_row(cfg)),), 8))  # fmt: skip
+            parts.append(
+                Component(
+                    "dsa_index_k", "full", PER_TOKEN, "uint8", full.layers, ((1, geometry.dsa_index_row(cfg)),), 8
+                )
+            )
     if swa is not None and not cls.is_dsv4:
         parts += _kv_components("swa_kv", "swa", swa, kv)
     if recurrent is not None:

@@ -56,20 +56,64 @@ COUNTS: dict[str, int] = {
     "num_layers": MAX_LAYERS,
     "full_attention_interval": MAX_LAYERS,
     "index_kpool": MAX_KERNEL,
-    **dict.fromkeys(("num_attention_heads", "num_key_value_heads", "swa_num_key_value_heads", "num_heads",
-                     "mamba_n_heads", "mamba_num_heads", "linear_num_key_heads", "linear_num_value_heads",
-                     "lightning_nkv", "n_groups", "mamba_n_groups", "num_global_key_value_heads",
-                     "num_attention_groups", "n_head_kv", "num_kv_heads", "multi_query_group_num"), MAX_HEADS),
-    **dict.fromkeys(("head_dim", "v_head_dim", "swa_head_dim", "swa_v_head_dim", "kv_lora_rank",
-                     "mamba_d_head", "mamba_head_dim", "linear_key_head_dim", "linear_value_head_dim",
-                     "lightning_head_dim", "state_size", "ssm_state_size", "mamba_d_state", "global_head_dim",
-                     "index_head_dim"), MAX_HEAD_DIM),
+    **dict.fromkeys(
+        (
+            "num_attention_heads",
+            "num_key_value_heads",
+            "swa_num_key_value_heads",
+            "num_heads",
+            "mamba_n_heads",
+            "mamba_num_heads",
+            "linear_num_key_heads",
+            "linear_num_value_heads",
+            "lightning_nkv",
+            "n_groups",
+            "mamba_n_groups",
+            "num_global_key_value_heads",
+            "num_attention_groups",
+            "n_head_kv",
+            "num_kv_heads",
+            "multi_query_group_num",
+        ),
+        MAX_HEADS,
+    ),
+    **dict.fromkeys(
+        (
+            "head_dim",
+            "v_head_dim",
+            "swa_head_dim",
+            "swa_v_head_dim",
+            "kv_lora_rank",
+            "mamba_d_head",
+            "mamba_head_dim",
+            "linear_key_head_dim",
+            "linear_value_head_dim",
+            "lightning_head_dim",
+            "state_size",
+            "ssm_state_size",
+            "mamba_d_state",
+            "global_head_dim",
+            "index_head_dim",
+        ),
+        MAX_HEAD_DIM,
+    ),
     **dict.fromkeys(("hidden_size", "intermediate_size", "mamba_d_ssm"), MAX_WIDTH),
-    **dict.fromkeys(("conv_kernel", "mamba_d_conv", "linear_conv_kernel_dim", "conv_L_cache", "sconv_kernel_size",
-                     "short_conv_kernel_size", "cca_time0", "cca_time1"), MAX_KERNEL),
+    **dict.fromkeys(
+        (
+            "conv_kernel",
+            "mamba_d_conv",
+            "linear_conv_kernel_dim",
+            "conv_L_cache",
+            "sconv_kernel_size",
+            "short_conv_kernel_size",
+            "cca_time0",
+            "cca_time1",
+        ),
+        MAX_KERNEL,
+    ),
     **dict.fromkeys(("expand", "mamba_expand"), MAX_EXPAND),
     "max_position_embeddings": MAX_TOKENS,
-}  # fmt: skip
+}
 ZERO_ALLOWED: dict[str, int] = {
     "qk_rope_head_dim": MAX_HEAD_DIM,  # an MLA row without a rope part
     "sliding_window": MAX_TOKENS,  # 0 (like null) means no window
@@ -103,8 +147,10 @@ def check_count(source: str, where: str, value: object, high: int, *, low: int =
         kind = "a positive integer" if low == 1 else f"at least {low}"
         raise ConfigError(f"{source}: field '{where}' must be {kind}, got {value}")
     if value > high:
-        raise ConfigError(f"{source}: field '{where}' = {value:,} exceeds {high:,}, more than any real model has "
-                          "(kvdoctor's sanity bound)")  # fmt: skip
+        raise ConfigError(
+            f"{source}: field '{where}' = {value:,} exceeds {high:,}, more than any real model has "
+            "(kvdoctor's sanity bound)"
+        )
     return value
 
 
@@ -162,13 +208,20 @@ def _check_counts(cfg: ModelConfig) -> None:
             check_count(cfg.source, ".".join(path), value, high)
     hidden, heads = cfg.get("hidden_size"), cfg.get("num_attention_heads")
     if cfg.get("head_dim") is None and isinstance(hidden, int) and isinstance(heads, int) and hidden < heads:
-        raise ConfigError(f"{cfg.source}: field '{cfg.where('hidden_size')}' ({hidden}) over 'num_attention_heads' "
-                          f"({heads}) leaves a head_dim of 0 (set head_dim)")  # fmt: skip
+        raise ConfigError(
+            f"{cfg.source}: field '{cfg.where('hidden_size')}' ({hidden}) over 'num_attention_heads' "
+            f"({heads}) leaves a head_dim of 0 (set head_dim)"
+        )
     expand_v = _nested(cfg, ("efficient_attention_config", "jet", "expand_v"))
-    if expand_v is not None and (isinstance(expand_v, bool) or not isinstance(expand_v, (int, float))
-                                 or not (0 < expand_v <= MAX_EXPAND and math.isfinite(expand_v))):  # fmt: skip
-        raise ConfigError(f"{cfg.source}: field 'efficient_attention_config.jet.expand_v' must be a number in "
-                          f"(0, {MAX_EXPAND}], got {_show(expand_v)}")  # fmt: skip
+    if expand_v is not None and (
+        isinstance(expand_v, bool)
+        or not isinstance(expand_v, (int, float))
+        or not (0 < expand_v <= MAX_EXPAND and math.isfinite(expand_v))
+    ):
+        raise ConfigError(
+            f"{cfg.source}: field 'efficient_attention_config.jet.expand_v' must be a number in "
+            f"(0, {MAX_EXPAND}], got {_show(expand_v)}"
+        )
 
 
 def _index_list(cfg: ModelConfig, where: str, value: object, *, low: int, high: int, unique: bool = False) -> None:
@@ -176,8 +229,9 @@ def _index_list(cfg: ModelConfig, where: str, value: object, *, low: int, high: 
         raise ConfigError(f"{cfg.source}: field '{where}' must be a list of layer ids, got {_show(value)}")
     for item in value:
         if isinstance(item, bool) or not isinstance(item, int) or not low <= item <= high:
-            raise ConfigError(f"{cfg.source}: field '{where}' must list layer ids in [{low}, {high}], "
-                              f"got {_show(item)}")  # fmt: skip
+            raise ConfigError(
+                f"{cfg.source}: field '{where}' must list layer ids in [{low}, {high}], got {_show(item)}"
+            )
     if unique and len(set(value)) != len(value):
         raise ConfigError(f"{cfg.source}: field '{where}' lists a layer twice")
 
@@ -192,12 +246,15 @@ def _check_layer_lists(cfg: ModelConfig) -> None:
     for key in STRING_LISTS:
         value = cfg.get(key)
         if value is not None and not (isinstance(value, list) and all(isinstance(v, str) for v in value)):
-            raise ConfigError(f"{source}: field '{cfg.where(key)}' must be a list of strings (one per layer), "
-                              f"got {_show(value)}")  # fmt: skip
+            raise ConfigError(
+                f"{source}: field '{cfg.where(key)}' must be a list of strings (one per layer), got {_show(value)}"
+            )
     pattern = cfg.get("hybrid_override_pattern")
     if isinstance(pattern, str) and layers is not None and (len(pattern) != layers or set(pattern) - NEMOTRON_H_CODES):
-        raise ConfigError(f"{source}: field '{cfg.where('hybrid_override_pattern')}' must have one of "
-                          f"M * - E per layer ({layers}), got {_show(pattern)}")  # fmt: skip
+        raise ConfigError(
+            f"{source}: field '{cfg.where('hybrid_override_pattern')}' must have one of "
+            f"M * - E per layer ({layers}), got {_show(pattern)}"
+        )
     high = (layers or MAX_LAYERS) - 1
     local = cfg.get("local_layer_ids")
     if local is not None:
@@ -219,12 +276,15 @@ def _check_layer_lists(cfg: ModelConfig) -> None:
             raise ConfigError(f"{source}: field '{cfg.where(key)}' has {len(value)} entries for {layers} layers")
     marks = cfg.get("zaya_layers")
     if marks:  # zaya.py:104-115: "a" marks attention, an int a MoE layer; its length is the layer count
-        if not isinstance(marks, list) or any(m != "a" and (isinstance(m, bool) or not isinstance(m, int))
-                                              for m in marks):  # fmt: skip
+        if not isinstance(marks, list) or any(
+            m != "a" and (isinstance(m, bool) or not isinstance(m, int)) for m in marks
+        ):
             raise ConfigError(f"{source}: field 'zaya_layers' must list \"a\" or an expert count per layer")
         if layers is not None and len(marks) != layers:
-            raise ConfigError(f"{source}: field 'zaya_layers' has {len(marks)} entries but num_hidden_layers is "
-                              f"{layers} (SGLang takes the list's length as the layer count)")  # fmt: skip
+            raise ConfigError(
+                f"{source}: field 'zaya_layers' has {len(marks)} entries but num_hidden_layers is "
+                f"{layers} (SGLang takes the list's length as the layer count)"
+            )
 
 
 def validate_config(cfg: ModelConfig) -> None:
@@ -303,14 +363,25 @@ def _flag_refusals(cfg: ModelConfig, flags: ServerFlags, cls: Classification) ->
         ("host_pool_not_decode", host_pool and not flags.is_decode),
         ("host_pool_dcp", host_pool and flags.dcp_enabled),
         ("host_pool_priority", host_pool and preemption),
-        ("hicache_without_radix", flags.enable_hierarchical_cache and _decode_radix_off(cfg, flags)
-         and not hybrid_minicpm),
+        (
+            "hicache_without_radix",
+            flags.enable_hierarchical_cache and _decode_radix_off(cfg, flags) and not hybrid_minicpm,
+        ),
         ("offload_not_decode", flags.disaggregation_decode_enable_offload_kvcache and not flags.is_decode),
-        ("offload_no_storage", flags.disaggregation_decode_enable_offload_kvcache and flags.is_decode
-         and flags.hicache_storage_backend is None),
-        ("offload_host_pool", flags.disaggregation_decode_enable_offload_kvcache and flags.is_decode
-         and flags.hicache_storage_backend is not None and host_pool),
-    ]  # fmt: skip
+        (
+            "offload_no_storage",
+            flags.disaggregation_decode_enable_offload_kvcache
+            and flags.is_decode
+            and flags.hicache_storage_backend is None,
+        ),
+        (
+            "offload_host_pool",
+            flags.disaggregation_decode_enable_offload_kvcache
+            and flags.is_decode
+            and flags.hicache_storage_backend is not None
+            and host_pool,
+        ),
+    ]
     found += [_refusal(key) for key, hit in refused if hit]
     return found
 
@@ -364,8 +435,15 @@ def _tree_cache_refusals(flags: ServerFlags, spec: StateSpec, layout: PoolLayout
     return []
 
 
-def launch_refusals(cfg: ModelConfig, flags: ServerFlags, spec: StateSpec, layout: PoolLayout, backend: str,
-                    derived_context: int, platform: Platform | None = None) -> tuple[Refusal, ...]:  # fmt: skip
+def launch_refusals(
+    cfg: ModelConfig,
+    flags: ServerFlags,
+    spec: StateSpec,
+    layout: PoolLayout,
+    backend: str,
+    derived_context: int,
+    platform: Platform | None = None,
+) -> tuple[Refusal, ...]:
     """Every start-up refusal SGLang 0.5.23 would raise for CFG under FLAGS, in the order it meets them.
 
     The one home for launch refusals: each becomes hazard KVD014 carrying SGLang's message and place,
@@ -374,6 +452,10 @@ def launch_refusals(cfg: ModelConfig, flags: ServerFlags, spec: StateSpec, layou
     """
     hopper = platform is not None and not platform.is_sm100
     platform_refusals = [_refusal("mxfp8_needs_blackwell")] if hopper and flags.kv_cache_dtype == "mxfp8" else []
-    return (*platform_refusals, *_flag_refusals(cfg, flags, spec.classification),
-            *_model_refusals(cfg, flags, spec, derived_context),
-            *_decode_radix_refusals(cfg, flags, spec), *_tree_cache_refusals(flags, spec, layout, backend))  # fmt: skip
+    return (
+        *platform_refusals,
+        *_flag_refusals(cfg, flags, spec.classification),
+        *_model_refusals(cfg, flags, spec, derived_context),
+        *_decode_radix_refusals(cfg, flags, spec),
+        *_tree_cache_refusals(flags, spec, layout, backend),
+    )

@@ -19,17 +19,13 @@ def resolve_backend(backend: str, device: torch.device) -> str:
     if backend == "auto":
         return "triton" if device.type == "cuda" else "torch"
     if backend == "triton" and device.type == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
-        raise InputError(
-            "backend='triton' on a CPU tensor needs TRITON_INTERPRET=1 set before triton is imported"
-        )
+        raise InputError("backend='triton' on a CPU tensor needs TRITON_INTERPRET=1 set before triton is imported")
     return backend
 
 
 def _check_mode(scale_mode: str) -> None:
     if scale_mode not in SCALE_MODES:
-        raise InputError(
-            f"unknown MXFP8 scale_mode {scale_mode!r}; choose one of {', '.join(SCALE_MODES)}"
-        )
+        raise InputError(f"unknown MXFP8 scale_mode {scale_mode!r}; choose one of {', '.join(SCALE_MODES)}")
 
 
 def _check_source(x: torch.Tensor) -> None:
@@ -51,15 +47,12 @@ def quantize(x: torch.Tensor, *, scale_mode: str = "sglang", backend: str = "aut
 
         x = x.contiguous()
         payload = torch.empty(x.shape, dtype=torch.uint8, device=x.device)
-        scales = torch.empty((*x.shape[:-1], x.shape[-1] // BLOCK), dtype=torch.uint8,
-                             device=x.device)
+        scales = torch.empty((*x.shape[:-1], x.shape[-1] // BLOCK), dtype=torch.uint8, device=x.device)
         launch_quantize(x, payload, scales, scale_mode)
     return MXFP8Tensor(payload=payload.view(torch.float8_e4m3fn), scales=scales)
 
 
-def dequantize(
-    t: MXFP8Tensor, dtype: torch.dtype = torch.bfloat16, *, backend: str = "auto"
-) -> torch.Tensor:
+def dequantize(t: MXFP8Tensor, dtype: torch.dtype = torch.bfloat16, *, backend: str = "auto") -> torch.Tensor:
     """Decode to ``dtype``: E4M3(q) * 2^(byte - 127); scale byte 0xFF makes its block NaN."""
     if dtype not in INPUT_DTYPES:
         raise InputError(f"MXFP8 dequantize returns bf16, fp16 or fp32, not {dtype}")
@@ -109,8 +102,14 @@ def _check_pool(
 
 
 def quantize_scatter(
-    x: torch.Tensor, loc: torch.Tensor, payload: torch.Tensor, scales: torch.Tensor, *,
-    page_size: int, scale_mode: str = "sglang", backend: str = "auto",
+    x: torch.Tensor,
+    loc: torch.Tensor,
+    payload: torch.Tensor,
+    scales: torch.Tensor,
+    *,
+    page_size: int,
+    scale_mode: str = "sglang",
+    backend: str = "auto",
     skip_padding_slot: bool = True,
 ) -> None:
     """Quantize (n, H, D) rows and write them to pool slots ``loc``, like an MXFP8 KV write.
@@ -125,13 +124,23 @@ def quantize_scatter(
     loc = loc.to(torch.int64)
     if resolve_backend(backend, x.device) == "torch":
         reference.quantize_scatter(
-            x, loc, payload, scales, page_size=page_size, scale_mode=scale_mode,
+            x,
+            loc,
+            payload,
+            scales,
+            page_size=page_size,
+            scale_mode=scale_mode,
             skip_padding_slot=skip_padding_slot,
         )
         return
     from kvdoctor_kernels.mxfp8_scatter import launch_quantize_scatter
 
     launch_quantize_scatter(
-        x.contiguous(), loc.contiguous(), payload, scales.view(-1), page_size=page_size,
-        scale_mode=scale_mode, skip_padding_slot=skip_padding_slot,
+        x.contiguous(),
+        loc.contiguous(),
+        payload,
+        scales.view(-1),
+        page_size=page_size,
+        scale_mode=scale_mode,
+        skip_padding_slot=skip_padding_slot,
     )

@@ -233,8 +233,14 @@ def dequantize(payload: torch.Tensor, scales: torch.Tensor, dtype: torch.dtype) 
 
 
 def quantize_scatter(
-    x: torch.Tensor, loc: torch.Tensor, payload: torch.Tensor, scales: torch.Tensor,
-    *, page_size: int, scale_mode: str, skip_padding_slot: bool,
+    x: torch.Tensor,
+    loc: torch.Tensor,
+    payload: torch.Tensor,
+    scales: torch.Tensor,
+    *,
+    page_size: int,
+    scale_mode: str,
+    skip_padding_slot: bool,
 ) -> None:
     """Quantize (n, H, D) rows and write them to pool slots ``loc`` (interleaved scale layout)."""
     from kvdoctor.mxfp8.layout import scale_offsets

@@ -60,11 +60,15 @@ class Completion:
 def request_for(prompt: str, s: Sampling) -> tuple[str, dict[str, object]]:
     """The path and body SGLang expects (``/v1/completions`` as its gate does, or ``/generate``)."""
     if s.api == "generate":
-        params = {"temperature": s.temperature, "max_new_tokens": s.max_new_tokens,
-                  "stop": list(s.stop)}
+        params = {"temperature": s.temperature, "max_new_tokens": s.max_new_tokens, "stop": list(s.stop)}
         return "/generate", {"text": prompt, "sampling_params": params}
-    body = {"model": s.model, "prompt": prompt, "temperature": s.temperature,
-            "max_tokens": s.max_new_tokens, "stop": list(s.stop)}
+    body = {
+        "model": s.model,
+        "prompt": prompt,
+        "temperature": s.temperature,
+        "max_tokens": s.max_new_tokens,
+        "stop": list(s.stop),
+    }
     return "/v1/completions", body
 
 
@@ -136,8 +140,7 @@ async def complete(client: httpx.AsyncClient, prompt: str, s: Sampling) -> Compl
 def make_client(base_url: str, connections: int, request_timeout_s: float) -> httpx.AsyncClient:
     limits = httpx.Limits(max_connections=connections, max_keepalive_connections=connections)
     timeout = httpx.Timeout(request_timeout_s, connect=min(10.0, request_timeout_s))
-    return httpx.AsyncClient(base_url=base_url, limits=limits, timeout=timeout,
-                             verify=verify_for(base_url))
+    return httpx.AsyncClient(base_url=base_url, limits=limits, timeout=timeout, verify=verify_for(base_url))
 
 
 async def complete_all(
@@ -163,8 +166,9 @@ async def complete_all(
     results: list[Completion | None] = [None] * len(prompts)
     pending = iter(range(len(prompts)))
     workers = min(parallel, len(prompts)) or 1
-    clients = [make_client(base_url, min(SHARD, workers - start), request_timeout_s)
-               for start in range(0, workers, SHARD)]
+    clients = [
+        make_client(base_url, min(SHARD, workers - start), request_timeout_s) for start in range(0, workers, SHARD)
+    ]
 
     async def worker(number: int) -> None:
         http = clients[number // SHARD]
@@ -177,8 +181,7 @@ async def complete_all(
     work = asyncio.gather(*(worker(n) for n in range(workers)))
     watcher = asyncio.ensure_future(_watch(watchdog))
     try:
-        finished, _ = await asyncio.wait({work, watcher}, timeout=time_left_s,
-                                         return_when=asyncio.FIRST_COMPLETED)
+        finished, _ = await asyncio.wait({work, watcher}, timeout=time_left_s, return_when=asyncio.FIRST_COMPLETED)
         if not finished:
             budget = f"--timeout {run_timeout_s:g} s" if run_timeout_s else f"{time_left_s:g} s"
             raise EvalTimeout(f"{what} did not finish within {budget}")
@@ -200,4 +203,3 @@ async def _watch(watchdog: Callable[[], None] | None) -> None:
         await asyncio.sleep(0.1)
         if watchdog is not None:
             watchdog()
-

@@ -32,23 +32,29 @@ def accuracy(score: float, threshold: float) -> GateResult:
     """Pass when ``score >= threshold`` (SGLang's gate uses ``>=`` too)."""
     ok = score >= threshold
     relation = ">=" if ok else "<"
-    return GateResult("accuracy", PASSED if ok else FAILED,
-                      f"accuracy {score:.3f} {relation} threshold {threshold:.3f}",
-                      "" if ok else "accuracy_below_threshold")
+    return GateResult(
+        "accuracy",
+        PASSED if ok else FAILED,
+        f"accuracy {score:.3f} {relation} threshold {threshold:.3f}",
+        "" if ok else "accuracy_below_threshold",
+    )
 
 
 def retraction(count: RetractionCount, *, allow_none: bool) -> GateResult:
     """Pass when the decode server retracted at least one request during the eval."""
     if count.value is not None and count.value > 0:
-        return GateResult("retraction", PASSED,
-                          f"{count.value} requests retracted on decode (from {count.source})", "")
+        return GateResult("retraction", PASSED, f"{count.value} requests retracted on decode (from {count.source})", "")
     if count.value is None:
-        message = ("retraction count unknown: decode /metrics lacks sglang:num_retracted_requests"
-                   "_total and no decode log was available (start decode with --enable-metrics)")
+        message = (
+            "retraction count unknown: decode /metrics lacks sglang:num_retracted_requests"
+            "_total and no decode log was available (start decode with --enable-metrics)"
+        )
         reason = "retraction_unknown"
     else:
-        message = ("no retraction happened: the decode pool was too large to guard anything "
-                   "(shrink --max-total-tokens or raise --parallel)")
+        message = (
+            "no retraction happened: the decode pool was too large to guard anything "
+            "(shrink --max-total-tokens or raise --parallel)"
+        )
         reason = "no_retraction"
     if allow_none:
         return GateResult("retraction", SKIPPED, message + "; allowed by --allow-no-retraction", "")

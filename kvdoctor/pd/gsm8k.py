@@ -21,10 +21,7 @@ from pathlib import Path
 
 from kvdoctor.errors import InputError
 
-OFFICIAL_URL = (
-    "https://raw.githubusercontent.com/openai/grade-school-math/master/"
-    "grade_school_math/data/test.jsonl"
-)
+OFFICIAL_URL = "https://raw.githubusercontent.com/openai/grade-school-math/master/grade_school_math/data/test.jsonl"
 OFFICIAL_SHA256 = "3730d312f6e3440559ace48831e51066acaca737f6eabec99bccb9e4b3c39d14"
 URL_ENV = "KVDOCTOR_GSM8K_URL"
 CACHE_ENV = "KVDOCTOR_CACHE_DIR"
@@ -127,13 +124,10 @@ def _download(url: str, dest: Path) -> None:
     from kvdoctor.report.atomic import atomic_open
 
     try:
-        response = http.get(url, timeout_s=DOWNLOAD_TIMEOUT_S, connect_s=CONNECT_TIMEOUT_S,
-                            follow_redirects=True)
+        response = http.get(url, timeout_s=DOWNLOAD_TIMEOUT_S, connect_s=CONNECT_TIMEOUT_S, follow_redirects=True)
         response.raise_for_status()
     except httpx.HTTPError as exc:
-        raise DownloadError(
-            f"cannot download GSM8K from {url}: {exc}; pass --data-path to an offline copy"
-        ) from exc
+        raise DownloadError(f"cannot download GSM8K from {url}: {exc}; pass --data-path to an offline copy") from exc
     body = response.content
     got = hashlib.sha256(body).hexdigest()
     if got != OFFICIAL_SHA256:
@@ -167,8 +161,7 @@ def _record(path: Path, line: int, raw: str, index: int) -> Record:
         raise InputError(f"{path}:{line}: not a GSM8K record ({exc})") from None
     fields = [obj.get(key) if isinstance(obj, dict) else None for key in ("question", "answer")]
     if not all(isinstance(value, str) for value in fields):
-        raise InputError(f"{path}:{line}: not a GSM8K record (needs string 'question' and "
-                         f"'answer' fields)")
+        raise InputError(f"{path}:{line}: not a GSM8K record (needs string 'question' and 'answer' fields)")
     return Record(index, fields[0], fields[1])
 
 

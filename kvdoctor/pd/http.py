@@ -22,8 +22,8 @@ def verify_for(url: str) -> ssl.SSLContext | bool:
     return _default_context() if url.startswith("https:") else False
 
 
-def get(url: str, *, timeout_s: float, connect_s: float | None = None,
-        follow_redirects: bool = False) -> httpx.Response:
+def get(
+    url: str, *, timeout_s: float, connect_s: float | None = None, follow_redirects: bool = False
+) -> httpx.Response:
     timeout = httpx.Timeout(timeout_s, connect=timeout_s if connect_s is None else connect_s)
-    return httpx.get(url, timeout=timeout, verify=verify_for(url),
-                     follow_redirects=follow_redirects)
+    return httpx.get(url, timeout=timeout, verify=verify_for(url), follow_redirects=follow_redirects)

@@ -23,9 +23,12 @@ RUST_ROUTER_READY = "/readiness"
 # Server flags the plan sets per role; after ``--`` they would contradict it (the last value wins
 # in SGLang's argparse), e.g. ``--tp-size 4`` beside the plan's ``--tp 1`` and overlapping GPUs.
 PLAN_FLAGS: Mapping[str, str] = {
-    "--tp": "--tp", "--tp-size": "--tp", "--tensor-parallel-size": "--tp",
+    "--tp": "--tp",
+    "--tp-size": "--tp",
+    "--tensor-parallel-size": "--tp",
     "--base-gpu-id": "--tp (decode's first GPU follows prefill's)",
-    "--port": "--prefill-port / --decode-port", "--host": "--host",
+    "--port": "--prefill-port / --decode-port",
+    "--host": "--host",
     "--disaggregation-mode": "nothing (kvdoctor sets prefill and decode itself)",
     "--disaggregation-bootstrap-port": "--bootstrap-port",
 }
@@ -79,8 +82,7 @@ class LaunchPlan:
             "external": self.external,
             "bootstrap_port": self.bootstrap_port,
             "steps": [
-                {"role": s.role, "argv": list(s.argv), "env": dict(s.env), "url": s.url,
-                 "health_path": s.health_path}
+                {"role": s.role, "argv": list(s.argv), "env": dict(s.env), "url": s.url, "health_path": s.health_path}
                 for s in self.steps
             ],
         }
@@ -115,8 +117,7 @@ def check_extra_args(args: Sequence[str]) -> None:
     """Reject server flags after ``--`` that the plan already sets, naming the option to use."""
     for flag, instead in PLAN_FLAGS.items():
         if _has(args, flag):
-            raise InputError(f"{flag} after -- would contradict the launch plan; "
-                             f"use kvdoctor's {instead} instead")
+            raise InputError(f"{flag} after -- would contradict the launch plan; use kvdoctor's {instead} instead")
 
 
 def base_url(host: str, port: int) -> str:
@@ -143,33 +144,50 @@ def build(options: PlanOptions, ports: Ports) -> LaunchPlan:
 
     def server(mode: str, tail: tuple[str, ...], port: int) -> tuple[str, ...]:
         return (
-            *launcher, "--model-path", o.model, *p.leading,
-            "--disaggregation-mode", mode, "--disaggregation-bootstrap-port", str(ports.bootstrap),
-            *p.common, *bound, *tail, *transfer, *o.extra_args,
-            "--host", o.host, "--port", str(port),
-        )  # fmt: skip
+            *launcher,
+            "--model-path",
+            o.model,
+            *p.leading,
+            "--disaggregation-mode",
+            mode,
+            "--disaggregation-bootstrap-port",
+            str(ports.bootstrap),
+            *p.common,
+            *bound,
+            *tail,
+            *transfer,
+            *o.extra_args,
+            "--host",
+            o.host,
+            "--port",
+            str(port),
+        )
 
     router_argv: tuple[str, ...] = (
-        *split_command("--router-launcher", o.router_launcher), "--pd-disaggregation",
+        *split_command("--router-launcher", o.router_launcher),
+        "--pd-disaggregation",
         *(("--mini-lb",) if o.mini_lb else ()),
-        "--prefill", prefill_url, "--decode", decode_url,
-        "--host", o.host, "--port", str(ports.router),
-    )  # fmt: skip
+        "--prefill",
+        prefill_url,
+        "--decode",
+        decode_url,
+        "--host",
+        o.host,
+        "--port",
+        str(ports.router),
+    )
     if not o.mini_lb:
         # The Rust router binds a Prometheus port (29000) by default: parallel jobs would collide.
         router_argv += ("--prometheus-port", str(ports.router_metrics))
     steps = (
-        Step("prefill", server("prefill", p.prefill_tail, ports.prefill), prefill_url, "/health",
-             dict(p.env)),
-        Step("decode", server("decode", p.decode_tail, ports.decode), decode_url, "/health",
-             dict(p.env)),
+        Step("prefill", server("prefill", p.prefill_tail, ports.prefill), prefill_url, "/health", dict(p.env)),
+        Step("decode", server("decode", p.decode_tail, ports.decode), decode_url, "/health", dict(p.env)),
         Step("router", router_argv, router_url, MINI_LB_READY if o.mini_lb else RUST_ROUTER_READY),
     )
     return LaunchPlan(o.model, p.name, steps, ports.bootstrap, external=False)
 
 
-def external(model: str, *, router_url: str, decode_url: str | None,
-             prefill_url: str | None) -> LaunchPlan:
+def external(model: str, *, router_url: str, decode_url: str | None, prefill_url: str | None) -> LaunchPlan:
     """Servers someone else runs: nothing is started, only checked for health and measured."""
     steps = [Step("router", (), router_url.rstrip("/"), "/health")]
     if prefill_url:

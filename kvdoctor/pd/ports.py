@@ -63,5 +63,7 @@ def check_free(host: str, pinned: Mapping[str, int]) -> None:
     """Each pinned port (option name → port) must be free on ``host``; else bad input (exit 2)."""
     for option, port in pinned.items():
         if in_use(host, port):
-            raise InputError(f"{option} {port} is already in use on {host}: another process "
-                             "listens there (stop it or pick another port)")
+            raise InputError(
+                f"{option} {port} is already in use on {host}: another process "
+                "listens there (stop it or pick another port)"
+            )

@@ -58,8 +58,7 @@ class Prediction:
             return f"{peak}; decode pool capacity unknown (no --max-total-tokens, no sizing)"
         ratio = self.peak_tokens / self.capacity_tokens
         backup = f"; retraction backup: {self.backup_backend}" if self.backup_backend else ""
-        head = (f"{peak} vs decode pool {self.capacity_tokens:,} tokens "
-                f"({ratio:.1f}x, from {self.capacity_source})")
+        head = f"{peak} vs decode pool {self.capacity_tokens:,} tokens ({ratio:.1f}x, from {self.capacity_source})"
         return f"{head}: {self._verdict()}{backup}"
 
     def _verdict(self) -> str:
@@ -72,11 +71,15 @@ class Prediction:
         full_pool_fit = (self.capacity_tokens or 0) // max(1, self.per_request_tokens)
         limit = ""
         if full_pool_fit > self.requests_fit:  # the full-pool ratio alone would say otherwise
-            limit = (f" (the full pool alone would hold {min(full_pool_fit, self.concurrency)}; "
-                     f"the limit is {self._other_pools()})")
+            limit = (
+                f" (the full pool alone would hold {min(full_pool_fit, self.concurrency)}; "
+                f"the limit is {self._other_pools()})"
+            )
         if self.requests_fit == 0:
-            return (f"not even one request of {self.per_request_tokens:,} tokens fits{limit}: decode cannot "
-                    "hold a single request, so the eval cannot run as planned (raise --max-total-tokens)")
+            return (
+                f"not even one request of {self.per_request_tokens:,} tokens fits{limit}: decode cannot "
+                "hold a single request, so the eval cannot run as planned (raise --max-total-tokens)"
+            )
         return f"{fit}{limit}: retraction expected"
 
     def _other_pools(self) -> str:
@@ -95,8 +98,9 @@ def tokens_from_chars(chars: float) -> int:
     return math.ceil(chars / CHARS_PER_TOKEN)
 
 
-def peak_demand(mean_prompt_chars: float, max_new_tokens: int, parallel: int,
-                num_questions: int | None) -> tuple[int, int, int, int]:
+def peak_demand(
+    mean_prompt_chars: float, max_new_tokens: int, parallel: int, num_questions: int | None
+) -> tuple[int, int, int, int]:
     """(prompt tokens, tokens per request, concurrency, peak tokens)."""
     prompt = tokens_from_chars(mean_prompt_chars)
     per_request = prompt + max_new_tokens
@@ -110,13 +114,29 @@ def default_pool_tokens(per_request_tokens: int, peak_tokens: int) -> int:
     return math.ceil(wanted / POOL_ALIGN) * POOL_ALIGN
 
 
-def predict(model: str, decode_server_args: Sequence[str], *, mean_prompt_chars: float,
-            max_new_tokens: int, parallel: int, num_questions: int | None) -> Prediction:
-    prompt, per_request, concurrency, peak = peak_demand(
-        mean_prompt_chars, max_new_tokens, parallel, num_questions)
+def predict(
+    model: str,
+    decode_server_args: Sequence[str],
+    *,
+    mean_prompt_chars: float,
+    max_new_tokens: int,
+    parallel: int,
+    num_questions: int | None,
+) -> Prediction:
+    prompt, per_request, concurrency, peak = peak_demand(mean_prompt_chars, max_new_tokens, parallel, num_questions)
     capacity, source, backend, fit, others = _capacity(model, decode_server_args, per_request)
-    return Prediction(prompt, per_request, concurrency, peak, capacity, source, backend, fit,
-                      swa_tokens=others[0], mamba_slots=others[1])
+    return Prediction(
+        prompt,
+        per_request,
+        concurrency,
+        peak,
+        capacity,
+        source,
+        backend,
+        fit,
+        swa_tokens=others[0],
+        mamba_slots=others[1],
+    )
 
 
 def _capacity(

@@ -54,8 +54,9 @@ def event(console: Console, message: str) -> None:
 
 @contextlib.contextmanager
 def progress(console: Console) -> Iterator[Callable[[int], Callable[[int, Completion], None]]]:
-    bar = Progress(TextColumn("GSM8K"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                   console=console, transient=False)
+    bar = Progress(
+        TextColumn("GSM8K"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console, transient=False
+    )
 
     def start(total: int) -> Callable[[int, Completion], None]:
         task = bar.add_task("eval", total=total)
@@ -71,8 +72,12 @@ def summary(console: Console, result: PdEvalResult, written: Mapping[str, Path])
         table.add_column(column)
     style = {"passed": "green", "failed": "bold red", "skipped": "yellow", "error": "bold red"}
     for row in summary_rows(result):
-        table.add_row(markup(row.check), markup(row.value), markup(row.threshold),
-                      f"[{style.get(row.status, '')}]{markup(row.status)}[/]")
+        table.add_row(
+            markup(row.check),
+            markup(row.value),
+            markup(row.threshold),
+            f"[{style.get(row.status, '')}]{markup(row.status)}[/]",
+        )
     console.print(table)
     console.print(plain(status_line(result).replace("**", "")), markup=False, highlight=False)
     for name, path in written.items():

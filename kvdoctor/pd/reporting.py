@@ -30,15 +30,23 @@ def _fmt(value: float | None, spec: str = ".3f") -> str:
 def junit_cases(result: PdEvalResult) -> list[junit.Case]:
     """deployment, accuracy, retraction: a gate that never ran is an error, not a pass."""
     deployed = result.score is not None
-    cases = [junit.Case("deployment", junit.PASSED if deployed else junit.ERROR,
-                        "" if deployed else f"{result.exit_reason}: {result.message}",
-                        details="" if deployed else result.message, time_s=result.wall_s)]
+    cases = [
+        junit.Case(
+            "deployment",
+            junit.PASSED if deployed else junit.ERROR,
+            "" if deployed else f"{result.exit_reason}: {result.message}",
+            details="" if deployed else result.message,
+            time_s=result.wall_s,
+        )
+    ]
     if not deployed:
         not_run = f"not run ({result.exit_reason})"
         cases += [junit.Case(name, junit.ERROR, not_run) for name in ("accuracy", "retraction")]
         return cases
-    cases += [junit.Case(g.name, g.status, g.message if g.status != junit.PASSED else "",
-                         details=g.message) for g in result.gates]
+    cases += [
+        junit.Case(g.name, g.status, g.message if g.status != junit.PASSED else "", details=g.message)
+        for g in result.gates
+    ]
     return cases
 
 
@@ -47,16 +55,19 @@ def summary_rows(result: PdEvalResult) -> list[github.Row]:
     s = result.score
     na = "error" if s is None else "passed"
     return [
-        github.Row("accuracy", _fmt(s.accuracy if s else None), f">= {result.threshold:.3f}",
-                   gates.get("accuracy", "error")),
-        github.Row("retractions on decode",
-                   "—" if result.retractions is None else f"{result.retractions} "
-                   f"({result.retraction_source})", "> 0", gates.get("retraction", "error")),
+        github.Row(
+            "accuracy", _fmt(s.accuracy if s else None), f">= {result.threshold:.3f}", gates.get("accuracy", "error")
+        ),
+        github.Row(
+            "retractions on decode",
+            "—" if result.retractions is None else f"{result.retractions} ({result.retraction_source})",
+            "> 0",
+            gates.get("retraction", "error"),
+        ),
         github.Row("invalid rate", _fmt(s.invalid_rate if s else None), "", na),
         github.Row("questions / shots", f"{result.num_questions} / {result.num_shots}", "", na),
         github.Row("latency", _fmt(s.latency_s if s else None, ".1f") + " s", "", na),
-        github.Row("output throughput",
-                   _fmt(s.output_throughput if s else None, ".1f") + " token/s", "", na),
+        github.Row("output throughput", _fmt(s.output_throughput if s else None, ".1f") + " token/s", "", na),
     ]
 
 
@@ -73,8 +84,7 @@ def step_summary(result: PdEvalResult) -> str:
         " ".join(step["argv"]) or f"(external) {step['url']}"  # type: ignore[index]
         for step in result.plan.get("steps", [])  # type: ignore[union-attr]
     )
-    return github.summary_markdown("kvdoctor pd-eval", status_line(result),
-                                   summary_rows(result), details)
+    return github.summary_markdown("kvdoctor pd-eval", status_line(result), summary_rows(result), details)
 
 
 def annotations(result: PdEvalResult) -> list[str]:
@@ -86,8 +96,9 @@ def annotations(result: PdEvalResult) -> list[str]:
     return [github.annotation("error", g.message, title=f"pd-eval {g.reason}") for g in failed]
 
 
-def write_all(result: PdEvalResult, run_dir: Path, *, junit_path: Path | None,
-              env: Mapping[str, str] | None = None) -> dict[str, Path]:
+def write_all(
+    result: PdEvalResult, run_dir: Path, *, junit_path: Path | None, env: Mapping[str, str] | None = None
+) -> dict[str, Path]:
     """Write every report into the run's own directory; returns what was written where.
 
     JUnit and the step summary go through ``kvdoctor.report.verdicts.publish`` like every other
@@ -106,8 +117,9 @@ def write_all(result: PdEvalResult, run_dir: Path, *, junit_path: Path | None,
                 written[path.suffix[1:]] = path
     except OSError as exc:
         raise InputError(f"cannot write a report: {exc}") from None
-    summary = verdicts.publish(SUITE, junit_cases(result), step_summary(result), junit_path=junit_path,
-                               classname="kvdoctor.pd_eval", env=env)  # fmt: skip
+    summary = verdicts.publish(
+        SUITE, junit_cases(result), step_summary(result), junit_path=junit_path, classname="kvdoctor.pd_eval", env=env
+    )
     if junit_path is not None:
         written["junit"] = junit_path
     if summary is not None:
@@ -115,8 +127,15 @@ def write_all(result: PdEvalResult, run_dir: Path, *, junit_path: Path | None,
     return written
 
 
-def finish(result: PdEvalResult, run_dir: Path, *, junit_path: Path | None, json_out: bool,
-           console: Console, env: Mapping[str, str] | None = None) -> int:
+def finish(
+    result: PdEvalResult,
+    run_dir: Path,
+    *,
+    junit_path: Path | None,
+    json_out: bool,
+    console: Console,
+    env: Mapping[str, str] | None = None,
+) -> int:
     """Write the reports, show the result, annotate in GitHub Actions; returns the exit code.
 
     A report that cannot be written is one line on stderr and exit 2 (the result is still shown).

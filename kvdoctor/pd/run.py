@@ -146,8 +146,7 @@ def prepare(o: PdEvalOptions, *, download: bool, dry_run: bool = False) -> Prepa
     data = gsm8k.resolve_data(o.data_path, download=download)
     questions = []
     if data is not None:
-        questions = gsm8k.select(gsm8k.load_records(data.path), settings.num_shots,
-                                 settings.num_questions)
+        questions = gsm8k.select(gsm8k.load_records(data.path), settings.num_shots, settings.num_questions)
         mean_chars = statistics.fmean(len(q.prompt) for q in questions)
     else:
         mean_chars = gsm8k.estimated_prompt_chars(settings.num_shots)
@@ -156,45 +155,56 @@ def prepare(o: PdEvalOptions, *, download: bool, dry_run: bool = False) -> Prepa
         launch = _external_plan(o, external)
         decode_args: list[str] = []
     else:
-        _, per_request, _, peak = prediction.peak_demand(
-            mean_chars, settings.max_new_tokens, settings.parallel, n)
+        _, per_request, _, peak = prediction.peak_demand(mean_chars, settings.max_new_tokens, settings.parallel, n)
         launch = plan.build(
             plan.PlanOptions(
-                model=o.model, preset=base, transfer_backend=o.transfer_backend,
-                ib_device=o.ib_device, launcher=o.launcher, router_launcher=o.router_launcher,
-                mini_lb=base.mini_lb if o.mini_lb is None else o.mini_lb, host=o.host,
+                model=o.model,
+                preset=base,
+                transfer_backend=o.transfer_backend,
+                ib_device=o.ib_device,
+                launcher=o.launcher,
+                router_launcher=o.router_launcher,
+                mini_lb=base.mini_lb if o.mini_lb is None else o.mini_lb,
+                host=o.host,
                 pool_tokens=prediction.default_pool_tokens(per_request, peak),
                 extra_args=o.extra_args,
             ),
             _ports(o),
-        )  # fmt: skip
+        )
         decode = launch.step("decode")
         assert decode is not None
-        decode_args = list(decode.argv[len(plan.split_command("--launcher", o.launcher)):])
+        decode_args = list(decode.argv[len(plan.split_command("--launcher", o.launcher)) :])
     forecast = None
     if decode_args:
-        forecast = prediction.predict(o.model, decode_args, mean_prompt_chars=mean_chars,
-                                      max_new_tokens=settings.max_new_tokens,
-                                      parallel=settings.parallel, num_questions=n)
+        forecast = prediction.predict(
+            o.model,
+            decode_args,
+            mean_prompt_chars=mean_chars,
+            max_new_tokens=settings.max_new_tokens,
+            parallel=settings.parallel,
+            num_questions=n,
+        )
     return Prepared(o, settings, launch, forecast, data, questions)
 
 
 def _external_urls(o: PdEvalOptions) -> dict[str, str]:
     """The ``--*-url`` options given, each validated (http/https, host, port) and normalised."""
-    given = {"prefill": ("--prefill-url", o.prefill_url), "decode": ("--decode-url", o.decode_url),
-             "router": ("--router-url", o.router_url)}
-    return {role: urls.check_base_url(option, url) for role, (option, url) in given.items()
-            if url is not None}
+    given = {
+        "prefill": ("--prefill-url", o.prefill_url),
+        "decode": ("--decode-url", o.decode_url),
+        "router": ("--router-url", o.router_url),
+    }
+    return {role: urls.check_base_url(option, url) for role, (option, url) in given.items() if url is not None}
 
 
 def _external_plan(o: PdEvalOptions, given: dict[str, str]) -> plan.LaunchPlan:
     if "router" not in given:
         raise InputError("--router-url is required when --prefill-url/--decode-url are given")
     if "decode" not in given and not o.allow_no_retraction:
-        raise InputError("--decode-url is required to read retractions "
-                         "(or pass --allow-no-retraction)")
-    return plan.external(o.model, router_url=given["router"], decode_url=given.get("decode"),
-                         prefill_url=given.get("prefill"))
+        raise InputError("--decode-url is required to read retractions (or pass --allow-no-retraction)")
+    return plan.external(
+        o.model, router_url=given["router"], decode_url=given.get("decode"), prefill_url=given.get("prefill")
+    )
 
 
 def _check_seconds(name: str, value: float, *, allow_zero: bool = False) -> None:
@@ -203,8 +213,12 @@ def _check_seconds(name: str, value: float, *, allow_zero: bool = False) -> None
 
 
 def _pinned(o: PdEvalOptions) -> dict[str, int]:
-    pinned = {"--prefill-port": o.prefill_port, "--decode-port": o.decode_port,
-              "--router-port": o.router_port, "--bootstrap-port": o.bootstrap_port}
+    pinned = {
+        "--prefill-port": o.prefill_port,
+        "--decode-port": o.decode_port,
+        "--router-port": o.router_port,
+        "--bootstrap-port": o.bootstrap_port,
+    }
     return {name: port for name, port in pinned.items() if port is not None}
 
 
@@ -225,38 +239,44 @@ def _ports(o: PdEvalOptions) -> plan.Ports:
     pinned = [o.prefill_port, o.decode_port, o.router_port, o.bootstrap_port]
     free = iter(ports.free_ports(5, host=o.host, avoid=[p for p in pinned if p]))
     return plan.Ports(
-        prefill=o.prefill_port or next(free), decode=o.decode_port or next(free),
-        router=o.router_port or next(free), bootstrap=o.bootstrap_port or next(free),
+        prefill=o.prefill_port or next(free),
+        decode=o.decode_port or next(free),
+        router=o.router_port or next(free),
+        bootstrap=o.bootstrap_port or next(free),
         router_metrics=next(free),
-    )  # fmt: skip
+    )
 
 
 ProgressHook = Callable[[int], Callable[[int, client.Completion], None]]
 
 
-def run(prepared: Prepared, *, progress: ProgressHook | None = None,
-        notify: Callable[[str], None] | None = None) -> PdEvalResult:
+def run(
+    prepared: Prepared, *, progress: ProgressHook | None = None, notify: Callable[[str], None] | None = None
+) -> PdEvalResult:
     """Launch (or attach), evaluate, guard, and tear down; never raises for deployment trouble.
 
     Raises ``InputError`` only when the run directory cannot be created (before anything starts).
     """
     o, s, launch = prepared.options, prepared.settings, prepared.plan
     result = PdEvalResult(
-        model=o.model, preset=launch.preset, threshold=s.threshold, num_shots=s.num_shots,
+        model=o.model,
+        preset=launch.preset,
+        threshold=s.threshold,
+        num_shots=s.num_shots,
         num_questions=len(prepared.questions),
         data_sha256=prepared.data.sha256 if prepared.data else None,
         data_source=prepared.data.source if prepared.data else None,
-        plan=launch.to_dict(), api=s.api,
+        plan=launch.to_dict(),
+        api=s.api,
         prediction=prepared.prediction.to_dict() if prepared.prediction else None,
-    )  # fmt: skip
+    )
     run_dir = rundir.create(o.output_dir)
     result.run_dir = str(run_dir)
     (notify or _quiet)(f"run directory: {run_dir}")
     deadline = Deadline(o.timeout_s)
     supervisor: Supervisor | None = None
     try:
-        with signals_raise() as latch, Supervisor(run_dir, grace_s=o.grace_s,
-                                                  latch=latch) as supervisor:
+        with signals_raise() as latch, Supervisor(run_dir, grace_s=o.grace_s, latch=latch) as supervisor:
             _evaluate(prepared, supervisor, latch, deadline, result, progress, notify or _quiet)
     except DeploymentError as exc:
         result.passed = False
@@ -284,8 +304,9 @@ def _fail_for_survivors(result: PdEvalResult, survivors: list[str]) -> None:
     """A process still running after teardown fails the run: it holds ports, GPUs, memory."""
     names = ", ".join(survivors)
     if result.exit_reason == "interrupted":
-        result.message = result.message.replace("every started process was stopped",
-                                                f"still running (stop them by hand): {names}")
+        result.message = result.message.replace(
+            "every started process was stopped", f"still running (stop them by hand): {names}"
+        )
         return
     result.message += f"; still running after teardown (stop them by hand): {names}"
     if result.exit_code in (EXIT_PASS, EXIT_GATE):
@@ -298,9 +319,15 @@ def _quiet(_message: str) -> None:
     pass
 
 
-def _evaluate(prepared: Prepared, supervisor: Supervisor, latch: SignalLatch, deadline: Deadline,
-              result: PdEvalResult, progress: ProgressHook | None,
-              notify: Callable[[str], None]) -> None:
+def _evaluate(
+    prepared: Prepared,
+    supervisor: Supervisor,
+    latch: SignalLatch,
+    deadline: Deadline,
+    result: PdEvalResult,
+    progress: ProgressHook | None,
+    notify: Callable[[str], None],
+) -> None:
     o, s, launch = prepared.options, prepared.settings, prepared.plan
     for step in launch.steps:
         managed = None
@@ -310,19 +337,28 @@ def _evaluate(prepared: Prepared, supervisor: Supervisor, latch: SignalLatch, de
             notify(f"{step.role}: started (pid {managed.pid}, log {managed.log_path})")
         supervisor.wait_healthy(managed, step.url + step.health_path, deadline.at)
         notify(f"{step.role}: healthy at {step.url}")
-    sampling = client.Sampling(max_new_tokens=s.max_new_tokens, stop=gsm8k.STOP,
-                               model=prepared.served_model, api=s.api)
+    sampling = client.Sampling(max_new_tokens=s.max_new_tokens, stop=gsm8k.STOP, model=prepared.served_model, api=s.api)
 
-    def send(prompts: list[str], what: str,
-             on_done: Callable[[int, client.Completion], None] | None = None,
-             ) -> list[client.Completion]:
+    def send(
+        prompts: list[str],
+        what: str,
+        on_done: Callable[[int, client.Completion], None] | None = None,
+    ) -> list[client.Completion]:
         with latch.deferred():  # see kvdoctor.pd.signals: never raise inside the event loop
-            return asyncio.run(client.complete_all(
-                launch.router_url, prompts, sampling, parallel=s.parallel,
-                request_timeout_s=o.request_timeout_s, run_timeout_s=o.timeout_s, what=what,
-                time_left_s=deadline.left(),
-                on_done=on_done, watchdog=supervisor.check_alive,
-            ))  # fmt: skip
+            return asyncio.run(
+                client.complete_all(
+                    launch.router_url,
+                    prompts,
+                    sampling,
+                    parallel=s.parallel,
+                    request_timeout_s=o.request_timeout_s,
+                    run_timeout_s=o.timeout_s,
+                    what=what,
+                    time_left_s=deadline.left(),
+                    on_done=on_done,
+                    watchdog=supervisor.check_alive,
+                )
+            )
 
     # One real request first: a router that answers /health may still not route.
     smoke = send([SMOKE_PROMPT], "the first request through the router")[0]
@@ -331,17 +367,24 @@ def _evaluate(prepared: Prepared, supervisor: Supervisor, latch: SignalLatch, de
     decode = launch.step("decode")
     watchdog = supervisor.check_alive
     result.server_versions, result.retraction_backup = deadline.call(
-        lambda: _server_info(launch, deadline), what="the /server_info probes", watchdog=watchdog)
+        lambda: _server_info(launch, deadline), what="the /server_info probes", watchdog=watchdog
+    )
     decode_log = Path(result.logs["decode"]) if "decode" in result.logs else None
     probe = RetractionProbe(decode.url if decode else None, decode_log)
-    deadline.call(lambda: probe.start(deadline.request_timeout(PROBE_TIMEOUT_S)),
-                  what="the retraction count before the eval", watchdog=watchdog)
+    deadline.call(
+        lambda: probe.start(deadline.request_timeout(PROBE_TIMEOUT_S)),
+        what="the retraction count before the eval",
+        watchdog=watchdog,
+    )
     prompts = [q.prompt for q in prepared.questions]
     began = time.perf_counter()
     completions = send(prompts, "the eval", progress(len(prompts)) if progress else None)
     latency = time.perf_counter() - began
-    count = deadline.call(lambda: probe.finish(deadline.request_timeout(PROBE_TIMEOUT_S)),
-                          what="the retraction count after the eval", watchdog=watchdog)
+    count = deadline.call(
+        lambda: probe.finish(deadline.request_timeout(PROBE_TIMEOUT_S)),
+        what="the retraction count after the eval",
+        watchdog=watchdog,
+    )
     result.records = [record(q, c) for q, c in zip(prepared.questions, completions, strict=True)]
     result.score = score(result.records, latency)
     result.retractions, result.retraction_source = count.value, count.source

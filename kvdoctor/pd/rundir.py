@@ -31,6 +31,7 @@ def create(output_dir: Path) -> Path:
                 continue
             return path
     except OSError as exc:
-        raise InputError(f"--output-dir {output_dir}: cannot create a run directory there: "
-                         f"{exc.strerror or exc}") from None
+        raise InputError(
+            f"--output-dir {output_dir}: cannot create a run directory there: {exc.strerror or exc}"
+        ) from None
     raise InputError(f"--output-dir {output_dir}: cannot create a fresh run directory there")

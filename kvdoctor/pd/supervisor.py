@@ -107,9 +107,14 @@ def resolve_argv(argv: tuple[str, ...]) -> list[str]:
 class Supervisor(contextlib.AbstractContextManager["Supervisor"]):
     """Owns every process of one run; leaving the ``with`` block tears them all down."""
 
-    def __init__(self, log_dir: Path, *, grace_s: float = 10.0,
-                 base_env: Mapping[str, str] | None = None,
-                 latch: SignalLatch | None = None) -> None:
+    def __init__(
+        self,
+        log_dir: Path,
+        *,
+        grace_s: float = 10.0,
+        base_env: Mapping[str, str] | None = None,
+        latch: SignalLatch | None = None,
+    ) -> None:
         self.log_dir = log_dir
         self.latch = latch
         self.grace_s = grace_s
@@ -140,10 +145,14 @@ class Supervisor(contextlib.AbstractContextManager["Supervisor"]):
         preexec = reaper.die_with_parent(PARENT_DEATH_SIGNAL) if PARENT_DEATH_SIGNAL else None
         try:
             popen = subprocess.Popen(
-                resolve_argv(argv), stdin=subprocess.DEVNULL, stdout=log_file,
-                stderr=subprocess.STDOUT, env=child_env, start_new_session=True,
+                resolve_argv(argv),
+                stdin=subprocess.DEVNULL,
+                stdout=log_file,
+                stderr=subprocess.STDOUT,
+                env=child_env,
+                start_new_session=True,
                 preexec_fn=preexec,
-            )  # fmt: skip
+            )
         except OSError as exc:
             log_file.close()
             raise ServerExited(f"{role}: cannot start {shlex.join(argv)}: {exc}") from exc
@@ -160,8 +169,7 @@ class Supervisor(contextlib.AbstractContextManager["Supervisor"]):
             code = proc.popen.poll()
             if code is not None:
                 raise ServerExited(
-                    f"{proc.role} exited with code {code}; last lines of {proc.log_path}:\n"
-                    f"{log_tail(proc.log_path)}"
+                    f"{proc.role} exited with code {code}; last lines of {proc.log_path}:\n{log_tail(proc.log_path)}"
                 )
             self._remember_descendants(proc)
         self._remember_adopted()
@@ -216,8 +224,11 @@ class Supervisor(contextlib.AbstractContextManager["Supervisor"]):
         managed = {p.pid for p in self.procs}
         for child in _children(psutil.Process()):
             created = _created(child)
-            if (child.pid in managed or (child.pid, created) in self._children_before
-                    or created < self._started_at - 1.0):
+            if (
+                child.pid in managed
+                or (child.pid, created) in self._children_before
+                or created < self._started_at - 1.0
+            ):
                 continue
             self.adopted.setdefault(child.pid, created)
             with contextlib.suppress(psutil.Error):
@@ -353,14 +364,15 @@ def _running(proc: psutil.Process) -> bool:
 def _unhealthy_message(proc: Managed | None, url: str) -> str:
     if proc is None:
         return f"{url} never answered 200 before the deadline"
-    return (f"{proc.role} never became healthy at {url}; last lines of {proc.log_path}:\n"
-            f"{log_tail(proc.log_path)}")
+    return f"{proc.role} never became healthy at {url}; last lines of {proc.log_path}:\n{log_tail(proc.log_path)}"
 
 
 def _foreign_message(proc: Managed, url: str, port: int) -> str:
-    return (f"{proc.role}: {url} answered, but not from the process kvdoctor started (pid {proc.pid}): "
-            f"another server listens on port {port}; last lines of {proc.log_path}:\n"
-            f"{log_tail(proc.log_path)}")
+    return (
+        f"{proc.role}: {url} answered, but not from the process kvdoctor started (pid {proc.pid}): "
+        f"another server listens on port {port}; last lines of {proc.log_path}:\n"
+        f"{log_tail(proc.log_path)}"
+    )
 
 
 def _signal_group(pgid: int, sig: signal.Signals) -> None:

@@ -22,6 +22,7 @@ _LABEL = re.compile(r"^(?!-)[A-Za-z0-9_-]{1,63}(?<!-)$")
 
 def check_base_url(option: str, url: str) -> str:
     """``url`` without a trailing slash, or a one-line ``InputError`` naming ``option``."""
+
     def bad(reason: str) -> InputError:
         return InputError(f"{option} {url!r}: {reason}")  # repr: a control character shows as \\x..
 
@@ -47,7 +48,7 @@ def check_base_url(option: str, url: str) -> str:
         raise bad("port must be within 1..65535")
     if parts.netloc.endswith(":"):
         raise bad("empty port after ':'")
-    return (parts.scheme.lower() + url[len(parts.scheme):]).rstrip("/")
+    return (parts.scheme.lower() + url[len(parts.scheme) :]).rstrip("/")
 
 
 def _valid_host(host: str, *, bracketed: bool) -> bool:

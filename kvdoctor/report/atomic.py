@@ -78,7 +78,7 @@ def write_through(target: Target, data: bytes, *, what: str = "", append: bool =
     try:
         view = memoryview(data)
         while view:
-            view = view[os.write(fd, view):]
+            view = view[os.write(fd, view) :]
     finally:
         os.close(fd)
 
@@ -134,8 +134,10 @@ def unwind_on_sigterm() -> Iterator[None]:
     The default action kills the process without running ``finally`` blocks, which would leave a
     ``.name.*.tmp`` behind forever. A handler someone else installed (pd-eval's latch) is kept.
     """
-    if threading.current_thread() is not threading.main_thread() or \
-            signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+    if (
+        threading.current_thread() is not threading.main_thread()
+        or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL
+    ):
         yield
         return
 

@@ -36,16 +36,25 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
-def summary_markdown(title: str, status_line: str, rows: Sequence[Row],
-                     details: Mapping[str, str] | None = None) -> str:
+def summary_markdown(
+    title: str, status_line: str, rows: Sequence[Row], details: Mapping[str, str] | None = None
+) -> str:
     """h3 title, status line first, a metric | value | threshold | result table, then details."""
-    lines = [f"### {title}", "", status_line, "", "| check | value | threshold | result |",
-             "|---|---|---|---|"]
-    lines += [f"| {_cell(r.check)} | {_cell(r.value)} | {_cell(r.threshold)} | "
-              f"{_ICON.get(r.status, r.status)} |" for r in rows]
+    lines = [f"### {title}", "", status_line, "", "| check | value | threshold | result |", "|---|---|---|---|"]
+    lines += [
+        f"| {_cell(r.check)} | {_cell(r.value)} | {_cell(r.threshold)} | {_ICON.get(r.status, r.status)} |"
+        for r in rows
+    ]
     for summary, body in (details or {}).items():
-        lines += ["", f"<details><summary>{_cell(summary)}</summary>", "", "```text",
-                  body.replace("```", "ʼʼʼ"), "```", "</details>"]
+        lines += [
+            "",
+            f"<details><summary>{_cell(summary)}</summary>",
+            "",
+            "```text",
+            body.replace("```", "ʼʼʼ"),
+            "```",
+            "</details>",
+        ]
     return "\n".join(lines) + "\n\n"
 
 

@@ -23,8 +23,9 @@ from kvdoctor.report.target import FIFO, MISSING, Target, os_error, refusal, res
 STEP_SUMMARY = f"${github.STEP_SUMMARY_ENV}"
 
 
-def check_outputs(*, junit_path: Path | None, output_dir: Path | None = None,
-                  env: Mapping[str, str] | None = None) -> None:
+def check_outputs(
+    *, junit_path: Path | None, output_dir: Path | None = None, env: Mapping[str, str] | None = None
+) -> None:
     """Raise a one-line ``InputError`` (exit 2) for the first report path that could not be written."""
     if output_dir is not None:
         check_directory("--output-dir", output_dir)
@@ -49,8 +50,7 @@ def check_file(what: str, path: Path) -> Target:
         if not os.access(target.real, os.W_OK):
             raise refusal(what, target.given, "is not writable")
         if not os.access(target.real.parent, os.W_OK | os.X_OK):
-            raise refusal(what, target.given, f"cannot be replaced: its directory {target.real.parent} "
-                                              "is not writable")
+            raise refusal(what, target.given, f"cannot be replaced: its directory {target.real.parent} is not writable")
     return target
 
 
@@ -85,5 +85,3 @@ def _check_creatable(what: str, given: Path, directory: Path) -> None:
         raise refusal(what, given, f"cannot be created: {ancestor} is not a directory")
     if not os.access(ancestor, os.W_OK | os.X_OK):
         raise refusal(what, given, f"cannot be created: {ancestor} is not writable")
-
-

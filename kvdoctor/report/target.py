@@ -106,15 +106,15 @@ def _check_missing(given: Path, real: Path, what: str) -> None:
     """A report that does not exist yet: its directory must exist, or be creatable by us."""
     if real != Path(os.path.abspath(given)) and _is_link(given):
         if not real.parent.is_dir():
-            raise refusal(what, given, f"is a dangling symlink to {real}, whose directory "
-                                       f"{real.parent} does not exist", real)
+            raise refusal(
+                what, given, f"is a dangling symlink to {real}, whose directory {real.parent} does not exist", real
+            )
         return
     ancestor = real.parent
     while not os.path.lexists(ancestor) and ancestor != ancestor.parent:
         ancestor = ancestor.parent
     if _is_link(ancestor) and not ancestor.exists():
-        raise refusal(what, given, f"cannot be created: {ancestor} is a dangling symlink "
-                                   f"(to {os.readlink(ancestor)})")
+        raise refusal(what, given, f"cannot be created: {ancestor} is a dangling symlink (to {os.readlink(ancestor)})")
     if not ancestor.is_dir():
         raise refusal(what, given, f"cannot be created: {ancestor} is not a directory")
 

@@ -27,11 +27,23 @@ def inspect_cases(report: Mapping[str, Any], *, gated: bool = True) -> list[juni
     for h in report["hazards"]:
         status = _hazard_status(h["severity"], gated)
         note = "" if gated or h["severity"] != "error" else " (error hazard not gated: pass --strict to fail on it)"
-        cases.append(junit.Case(h["code"], status, message=h["message"] if status == junit.FAILED else "",
-                                details=f"{h['severity']}: {h['message']}{note}"))  # fmt: skip
+        cases.append(
+            junit.Case(
+                h["code"],
+                status,
+                message=h["message"] if status == junit.FAILED else "",
+                details=f"{h['severity']}: {h['message']}{note}",
+            )
+        )
     errors = [h["code"] for h in report["hazards"] if h["severity"] == "error"]
-    cases.append(junit.Case("no-error-hazards", junit.FAILED if errors and gated else junit.PASSED,
-                            message=", ".join(errors), details=", ".join(errors)))  # fmt: skip
+    cases.append(
+        junit.Case(
+            "no-error-hazards",
+            junit.FAILED if errors and gated else junit.PASSED,
+            message=", ".join(errors),
+            details=", ".join(errors),
+        )
+    )
     return cases
 
 
@@ -44,8 +56,10 @@ def inspect_rows(report: Mapping[str, Any], *, gated: bool = True) -> list[githu
             github.Row("retraction backup", f"{backup['backend']} (applies: {backup['applies']})", "", junit.PASSED),
             github.Row("PD state types", ", ".join(report["pd_state_types"]) or "-", "", junit.PASSED),
         ]
-    rows += [github.Row(h["code"], h["severity"], "no error", _hazard_status(h["severity"], gated))
-             for h in report["hazards"]]  # fmt: skip
+    rows += [
+        github.Row(h["code"], h["severity"], "no error", _hazard_status(h["severity"], gated))
+        for h in report["hazards"]
+    ]
     return rows
 
 
@@ -62,15 +76,24 @@ def roundtrip_cases(report: Mapping[str, Any]) -> list[junit.Case]:
 
 def roundtrip_rows(report: Mapping[str, Any]) -> list[github.Row]:
     return [
-        github.Row(row["name"], f"{row['mismatched_bytes']} of {row['bytes']} bytes differ",
-                   "0, one copy each way", junit.PASSED if row["ok"] else junit.FAILED)
+        github.Row(
+            row["name"],
+            f"{row['mismatched_bytes']} of {row['bytes']} bytes differ",
+            "0, one copy each way",
+            junit.PASSED if row["ok"] else junit.FAILED,
+        )
         for row in report["components"]
-    ]  # fmt: skip
+    ]
 
 
 def publish(
-    suite: str, cases: Sequence[junit.Case], summary: str, *, junit_path: Path | None,
-    classname: str = "kvdoctor", env: Mapping[str, str] | None = None,
+    suite: str,
+    cases: Sequence[junit.Case],
+    summary: str,
+    *,
+    junit_path: Path | None,
+    classname: str = "kvdoctor",
+    env: Mapping[str, str] | None = None,
 ) -> Path | None:
     """Write the JUnit file when asked and append SUMMARY to ``$GITHUB_STEP_SUMMARY`` when it is set.
 

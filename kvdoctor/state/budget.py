@@ -127,8 +127,10 @@ def estimate(analysis: Analysis, geo: Geometry, sizing: Sizing) -> MemoryEstimat
     backups = -(-(sizing.retracted * per_request) // slab) * slab
     widest = max((s.rows * s.widest_plane_row * s.layers for s in subs), default=0)
     widest = max(widest, (sizing.mamba_slots + 1) * slot)
-    draws = [sizing.requests * s.kept * s.widest_plane_row * s.layers * (FLOAT32_BYTES + s.element_bytes)
-             // s.element_bytes for s in subs]  # fmt: skip
+    draws = [
+        sizing.requests * s.kept * s.widest_plane_row * s.layers * (FLOAT32_BYTES + s.element_bytes) // s.element_bytes
+        for s in subs
+    ]
     fill = max([*draws, sizing.requests * slot * 3], default=0)
     return MemoryEstimate(pools, fill, captures, free_captures, backups, 2 * widest)
 
@@ -167,8 +169,7 @@ def largest_fitting(analysis: Analysis, geo: Geometry, sizing: Sizing, fraction:
     """The most requests (at least 2, at most SIZING's) whose round trip fits ROOM; 0 when none does."""
 
     def ok(requests: int) -> bool:
-        trial = plan_sizes(requests, retracted_for(requests, fraction), sizing.max_tokens, sizing.page_size,
-                           geo.window)  # fmt: skip
+        trial = plan_sizes(requests, retracted_for(requests, fraction), sizing.max_tokens, sizing.page_size, geo.window)
         return fits(estimate(analysis, geo, trial), room)
 
     low, high = 1, sizing.requests  # ok(low) is assumed, ok(high) is known to be False
@@ -181,18 +182,33 @@ def largest_fitting(analysis: Analysis, geo: Geometry, sizing: Sizing, fraction:
     return low
 
 
-def check_budget(analysis: Analysis, geo: Geometry, sizing: Sizing, device: torch.device, *,
-                 fraction: float, room: Capacity | None = None) -> MemoryEstimate:  # fmt: skip
+def check_budget(
+    analysis: Analysis,
+    geo: Geometry,
+    sizing: Sizing,
+    device: torch.device,
+    *,
+    fraction: float,
+    room: Capacity | None = None,
+) -> MemoryEstimate:
     """The estimate, or an ``InputError`` (exit 2) naming it and the largest --requests that fits."""
     est = estimate(analysis, geo, sizing)
     room = room or capacity(device)
     if fits(est, room):
         return est
-    where = (f"{_gib(est.total)} of host memory, {_gib(room.host)} available" if room.device is None
-             else f"{_gib(est.device_bytes)} on {device} ({_gib(room.device)} free) and "
-                  f"{_gib(est.host_bytes)} of host memory ({_gib(room.host)} available)")  # fmt: skip
+    where = (
+        f"{_gib(est.total)} of host memory, {_gib(room.host)} available"
+        if room.device is None
+        else f"{_gib(est.device_bytes)} on {device} ({_gib(room.device)} free) and "
+        f"{_gib(est.host_bytes)} of host memory ({_gib(room.host)} available)"
+    )
     best = largest_fitting(analysis, geo, sizing, fraction, room)
-    advice = (f"the largest --requests that fits is {best}" if best
-              else "not even 2 requests fit: lower --tokens or reduce with --layers / --heads")  # fmt: skip
-    raise InputError(f"this round trip needs about {where} ({sizing.requests} requests of up to "
-                     f"{sizing.max_tokens} tokens); {advice}")  # fmt: skip
+    advice = (
+        f"the largest --requests that fits is {best}"
+        if best
+        else "not even 2 requests fit: lower --tokens or reduce with --layers / --heads"
+    )
+    raise InputError(
+        f"this round trip needs about {where} ({sizing.requests} requests of up to "
+        f"{sizing.max_tokens} tokens); {advice}"
+    )

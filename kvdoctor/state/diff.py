@@ -224,8 +224,7 @@ def _slot_reuse_row(obs: Observations) -> dict:
     fresh = hit is None and (checked > 0 or not obs.retracted)
     row.update(bytes=0, mismatched_bytes=0, equal=fresh, ok=fresh)
     if hit is not None:
-        row.update(first_request=hit.rid, first_plane=hit.plane, first_position=hit.position,
-                   first_slot=hit.slot)  # fmt: skip
+        row.update(first_request=hit.rid, first_plane=hit.plane, first_position=hit.position, first_slot=hit.slot)
     return row
 
 

@@ -95,24 +95,60 @@ def _drop(*components: str) -> Callable[[Protocol], Protocol]:
     return apply
 
 
-FAULTS: dict[str, Fault] = {f.name: f for f in (
-    Fault("missing-mamba", "the caller trusts the KV pool to carry recurrent state it does not carry",
-          RECURRENT, _recurrent,
-          lambda p: dataclasses.replace(p, mamba=MambaContract(claimed=True, pool_copies=False))),
-    Fault("double-mamba", "the pool and the caller both copy the recurrent state (bytes agree; the ledger does not)",
-          RECURRENT, _recurrent,
-          lambda p: dataclasses.replace(p, mamba=MambaContract(claimed=False, pool_copies=True))),
-    Fault("drop-block-scale", "the MXFP8 payload moves without its E8M0 block scales",
-          ("full_kv_scales", "swa_kv_scales"), _scales, _drop("full_kv_scales", "swa_kv_scales")),
-    Fault("drop-swa", "the backup moves the full-attention KV but not the sliding-window KV",
-          ("swa_kv", "swa_kv_scales"), _swa, _drop("swa_kv", "swa_kv_scales")),
-    Fault("host-pool-on-ssm", "the host_pool backend (full and SWA KV only) on a recurrent-state model",
-          RECURRENT, _recurrent, lambda p: dataclasses.replace(p, backend=BACKENDS["host_pool"])),
-    Fault("restore-order", "KV made visible before the recurrent state is restored",
-          RECURRENT, _recurrent, lambda p: dataclasses.replace(p, order=KVFirst())),
-    Fault("clobber-padding", "the restore writes a padded row into the reserved padding slot 0",
-          ("padding_slot",), _always, lambda p: dataclasses.replace(p, restore_slots=pad_with_padding_slot)),
-)}  # fmt: skip
+FAULTS: dict[str, Fault] = {
+    f.name: f
+    for f in (
+        Fault(
+            "missing-mamba",
+            "the caller trusts the KV pool to carry recurrent state it does not carry",
+            RECURRENT,
+            _recurrent,
+            lambda p: dataclasses.replace(p, mamba=MambaContract(claimed=True, pool_copies=False)),
+        ),
+        Fault(
+            "double-mamba",
+            "the pool and the caller both copy the recurrent state (bytes agree; the ledger does not)",
+            RECURRENT,
+            _recurrent,
+            lambda p: dataclasses.replace(p, mamba=MambaContract(claimed=False, pool_copies=True)),
+        ),
+        Fault(
+            "drop-block-scale",
+            "the MXFP8 payload moves without its E8M0 block scales",
+            ("full_kv_scales", "swa_kv_scales"),
+            _scales,
+            _drop("full_kv_scales", "swa_kv_scales"),
+        ),
+        Fault(
+            "drop-swa",
+            "the backup moves the full-attention KV but not the sliding-window KV",
+            ("swa_kv", "swa_kv_scales"),
+            _swa,
+            _drop("swa_kv", "swa_kv_scales"),
+        ),
+        Fault(
+            "host-pool-on-ssm",
+            "the host_pool backend (full and SWA KV only) on a recurrent-state model",
+            RECURRENT,
+            _recurrent,
+            lambda p: dataclasses.replace(p, backend=BACKENDS["host_pool"]),
+        ),
+        Fault(
+            "restore-order",
+            "KV made visible before the recurrent state is restored",
+            RECURRENT,
+            _recurrent,
+            lambda p: dataclasses.replace(p, order=KVFirst()),
+        ),
+        Fault(
+            "clobber-padding",
+            "the restore writes a padded row into the reserved padding slot 0",
+            ("padding_slot",),
+            _always,
+            lambda p: dataclasses.replace(p, restore_slots=pad_with_padding_slot),
+        ),
+    )
+}
 
 
 def get_fault(name: str) -> Fault:

@@ -74,8 +74,13 @@ def _fill_mxfp8(sub: KVSubPool, loc: torch.Tensor, gen: torch.Generator) -> None
         for layer in range(payload.layers):
             x = _values((n, heads, dim), gen, loc.device).to(torch.bfloat16)
             if layout.interleaved:
-                mxfp8.quantize_scatter(x, loc, payload.data[layer].view(sub.rows, heads, dim),
-                                       scales.data[layer].view(-1), page_size=sub.page_size)  # fmt: skip
+                mxfp8.quantize_scatter(
+                    x,
+                    loc,
+                    payload.data[layer].view(sub.rows, heads, dim),
+                    scales.data[layer].view(-1),
+                    page_size=sub.page_size,
+                )
             else:
                 q = mxfp8.quantize(x)
                 payload.data[layer].index_copy_(0, loc, q.payload.view(torch.uint8).reshape(n, heads * dim))

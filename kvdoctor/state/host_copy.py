@@ -217,10 +217,12 @@ def filter_rows(chunks: HostChunks, planes: list[Plane], keep: torch.Tensor, chu
     total = int(keep.sum())
     out: HostChunks = []
     for start in range(0, total, chunk):
-        out.append({
-            name: t[:, start * by_name[name].units_per_slot : (start + chunk) * by_name[name].units_per_slot]
-            for name, t in merged.items()
-        })  # fmt: skip
+        out.append(
+            {
+                name: t[:, start * by_name[name].units_per_slot : (start + chunk) * by_name[name].units_per_slot]
+                for name, t in merged.items()
+            }
+        )
     return out
 
 

@@ -244,8 +244,9 @@ def storage_dtype(store_dtype: str) -> torch.dtype:
     return TORCH_DTYPES[store_dtype]
 
 
-def _kv_sub_pool(label: str, pool_class: str, geo: AttentionGeometry, analysis: Analysis,
-                 size: int, page: int, device: torch.device) -> KVSubPool:  # fmt: skip
+def _kv_sub_pool(
+    label: str, pool_class: str, geo: AttentionGeometry, analysis: Analysis, size: int, page: int, device: torch.device
+) -> KVSubPool:
     kv = analysis.spec.kv_dtype
     dtype = storage_dtype(kv.store_dtype)
     rows = size + page
@@ -267,8 +268,7 @@ def _kv_sub_pool(label: str, pool_class: str, geo: AttentionGeometry, analysis: 
             layout = ScaleLayout(heads, dim // block, page, block)
             if layout.interleaved:
                 data = torch.empty((layers, rows * heads, layout.sf), dtype=torch.uint8, device=device)
-                plane = Plane(f"{label}_kv_scales", f"{name}_scale", data, layout.units,
-                              units_per_slot=heads)  # fmt: skip
+                plane = Plane(f"{label}_kv_scales", f"{name}_scale", data, layout.units, units_per_slot=heads)
             else:
                 data = torch.empty((layers, rows, heads * layout.sf), dtype=torch.uint8, device=device)
                 plane = Plane(f"{label}_kv_scales", f"{name}_scale", data, _rows)
@@ -287,8 +287,7 @@ def _mamba_pool(rec: RecurrentGeometry, slots: int, device: torch.device) -> Mam
         if not math.prod(shape):
             continue
         dtype = TORCH_DTYPES[dtype_name]
-        data = torch.empty((rec.layers, slots, math.prod(shape) * dtype.itemsize), dtype=torch.uint8,
-                           device=device)  # fmt: skip
+        data = torch.empty((rec.layers, slots, math.prod(shape) * dtype.itemsize), dtype=torch.uint8, device=device)
         planes.append(Plane(component, name, data, _rows))
         dtypes[name] = dtype
     return MambaPool(rec, slots, planes, dtypes)
@@ -337,8 +336,9 @@ def check_supported(analysis: Analysis) -> None:
         )
 
 
-def build_pools(analysis: Analysis, geo: Geometry, sizing: Sizing, device: torch.device,
-                scatter: torch.Generator | None = None) -> Pools:  # fmt: skip
+def build_pools(
+    analysis: Analysis, geo: Geometry, sizing: Sizing, device: torch.device, scatter: torch.Generator | None = None
+) -> Pools:
     """Allocate every pool for GEO at SIZING on DEVICE (contents are filled by ``fill``).
 
     SCATTER, when given, shuffles every allocator's free list (see ``PageAllocator``).

@@ -100,8 +100,9 @@ class Protocol:
     restore_slots: SlotPolicy = exact_slots
 
     def copier(self, session: Session) -> PoolCopier:
-        return PoolCopier(session.pools, session.mover, session.ledger, self.copy_policy,
-                          self.mamba.pool_copies, self.restore_slots)  # fmt: skip
+        return PoolCopier(
+            session.pools, session.mover, session.ledger, self.copy_policy, self.mamba.pool_copies, self.restore_slots
+        )
 
 
 class Backend(TypingProtocol):
@@ -159,8 +160,9 @@ class HostPoolBackend:
     def restore(self, proto: Protocol, session: Session, req: Request, backup: RetractionBackup) -> None:
         slots = token_slots(session.pools, req)
         copier = self._copier(proto, session)
-        proto.order.run([Step("kv", lambda: copier.load_kv(backup.kv, slots, req.rid))],
-                        lambda: session.on_visible(req))  # fmt: skip
+        proto.order.run(
+            [Step("kv", lambda: copier.load_kv(backup.kv, slots, req.rid))], lambda: session.on_visible(req)
+        )
 
 
 BACKENDS: dict[str, Backend] = {"cpu_tensor": CpuTensorBackend(), "host_pool": HostPoolBackend()}

@@ -167,8 +167,11 @@ def admit_intruders(run: _Run, seqlens: dict[int, int], retracted: list[int]) ->
 
 def error_hazards(analysis: Analysis) -> list[dict[str, str]]:
     """Launch-line errors SGLang itself would refuse; the round trip still tests the pool's copy."""
-    return [{"severity": h.severity, "code": h.code, "message": h.message}
-            for h in analysis.hazards if h.severity == "error"]  # fmt: skip
+    return [
+        {"severity": h.severity, "code": h.code, "message": h.message}
+        for h in analysis.hazards
+        if h.severity == "error"
+    ]
 
 
 def check_run(analysis: Analysis, options: RoundtripOptions) -> tuple[torch.device, Geometry, Sizing]:
@@ -283,8 +286,9 @@ def run_roundtrip(analysis: Analysis, options: RoundtripOptions, progress: Progr
 
 def _max_slot_runs(after: dict[int, dict[str, diff_mod.Capture]]) -> int:
     """The most contiguous runs any live request's slots of one component fall into."""
-    runs = [int((cap.slots.diff() != 1).sum()) + 1 for caps in after.values() for cap in caps.values()
-            if cap.slots.numel()]  # fmt: skip
+    runs = [
+        int((cap.slots.diff() != 1).sum()) + 1 for caps in after.values() for cap in caps.values() if cap.slots.numel()
+    ]
     return max(runs, default=0)
 
 

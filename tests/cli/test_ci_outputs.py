@@ -15,8 +15,9 @@ def kvdoctor(*args: str, summary: Path | None = None) -> subprocess.CompletedPro
     env = {k: v for k, v in os.environ.items() if k != "GITHUB_STEP_SUMMARY"}
     if summary is not None:
         env["GITHUB_STEP_SUMMARY"] = str(summary)
-    return subprocess.run([sys.executable, "-m", "kvdoctor", *args], capture_output=True, text=True,
-                          timeout=120, check=False, env=env)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "kvdoctor", *args], capture_output=True, text=True, timeout=120, check=False, env=env
+    )
 
 
 def _cases(path: Path) -> dict[str, bool]:
@@ -61,8 +62,21 @@ def test_clean_inspect_has_a_passing_strict_case_and_no_summary_without_the_vari
 
 def test_roundtrip_junit_fails_exactly_the_broken_component(tmp_path: Path) -> None:
     junit, summary = tmp_path / "rt.xml", tmp_path / "summary.md"
-    out = kvdoctor("roundtrip", *INKLING, "--device", "cpu", "--requests", "4", "--tokens", "64",
-                   "--inject", "missing-mamba", "--junit", str(junit), summary=summary)  # fmt: skip
+    out = kvdoctor(
+        "roundtrip",
+        *INKLING,
+        "--device",
+        "cpu",
+        "--requests",
+        "4",
+        "--tokens",
+        "64",
+        "--inject",
+        "missing-mamba",
+        "--junit",
+        str(junit),
+        summary=summary,
+    )
     assert out.returncode == 1
     failed = {name for name, bad in _cases(junit).items() if bad}
     assert failed == {"conv_state"}

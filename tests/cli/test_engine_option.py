@@ -43,9 +43,11 @@ def test_inspect_without_engine_never_imports_an_engine_adapter() -> None:
     import subprocess
     import sys
 
-    code = ("import sys; from typer.testing import CliRunner; from kvdoctor.cli.app import app; "
-            "r = CliRunner().invoke(app, ['inspect', 'inkling-small']); "
-            "print(sorted(m for m in sys.modules if m.startswith(('kvdoctor.engines.sglang', 'sglang', 'torch'))))")
+    code = (
+        "import sys; from typer.testing import CliRunner; from kvdoctor.cli.app import app; "
+        "r = CliRunner().invoke(app, ['inspect', 'inkling-small']); "
+        "print(sorted(m for m in sys.modules if m.startswith(('kvdoctor.engines.sglang', 'sglang', 'torch'))))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     assert out.stdout.strip() == "[]", out.stdout
 

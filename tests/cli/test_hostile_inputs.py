@@ -77,12 +77,14 @@ TYPOS = [
     (["inspect", "inkling-small", "--quantization"], "argument --quantization: expected one argument"),
     (["inspect", "inkling-small", "--trust-remote-code=yes"], "ignored explicit argument 'yes'"),
     (["inspect", "--model-path", "inkling-small", "qwen3-8b"], "name different models"),
-    (["inspect", "inkling-small", "--", "python", "-m", "sglang.launch_server", "--json"],
-     "--json is kvdoctor's own option: put it before '--'"),
+    (
+        ["inspect", "inkling-small", "--", "python", "-m", "sglang.launch_server", "--json"],
+        "--json is kvdoctor's own option: put it before '--'",
+    ),
     (["frob"], "No such command 'frob'"),
     (["roundtrip", "inkling-small", "--requests", "1" + "0" * 5000], "Invalid value for '--requests'"),
     (["inspect", "inkling-small", "--page-size", "1" + "0" * 5000], "argument --page-size: invalid"),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize(("args", "message"), TYPOS)
@@ -107,25 +109,48 @@ PASTED = [
     ["--model-path", "inkling-small", "--kv-cache-dtype", "mxfp8", "--disaggregation-mode", "decode"],
     ["--kv-cache-dtype", "mxfp8", "--model", "inkling-small", "--disaggregation-mode", "decode"],
     ["--kv-cache-dtype", "mxfp8", "inkling-small", "--disaggregation-mode", "decode"],
-    ["--", "python", "-m", "sglang.launch_server", "--model-path", "inkling-small", "--kv-cache-dtype", "mxfp8",
-     "--disaggregation-mode=decode"],
-    ["inkling-small", "--", "CUDA_VISIBLE_DEVICES=0", "/usr/bin/python3", "-m", "sglang.launch_server",
-     "--model", "inkling-small", "--kv-cache-dtype", "mxfp8", "--disaggregation-mode", "decode"],
+    [
+        "--",
+        "python",
+        "-m",
+        "sglang.launch_server",
+        "--model-path",
+        "inkling-small",
+        "--kv-cache-dtype",
+        "mxfp8",
+        "--disaggregation-mode=decode",
+    ],
+    [
+        "inkling-small",
+        "--",
+        "CUDA_VISIBLE_DEVICES=0",
+        "/usr/bin/python3",
+        "-m",
+        "sglang.launch_server",
+        "--model",
+        "inkling-small",
+        "--kv-cache-dtype",
+        "mxfp8",
+        "--disaggregation-mode",
+        "decode",
+    ],
     ["--", "sglang", "serve", "inkling-small", "--kv-cache-dtype", "mxfp8", "--disaggregation-mode", "decode"],
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize("words", PASTED)
 def test_a_pasted_launch_line_reads_like_model_then_flags(kvdoctor: Run, words: list[str]) -> None:
-    plain = kvdoctor("inspect", "inkling-small", "--kv-cache-dtype", "mxfp8", "--disaggregation-mode", "decode",
-                     "--json")  # fmt: skip
+    plain = kvdoctor(
+        "inspect", "inkling-small", "--kv-cache-dtype", "mxfp8", "--disaggregation-mode", "decode", "--json"
+    )
     pasted = kvdoctor("inspect", "--json", *words)
     assert pasted.code == 0, pasted.err
     assert json.loads(pasted.out) == json.loads(plain.out)
 
 
-@pytest.mark.parametrize("command", [[], ["inspect"], ["roundtrip"], ["pd-eval"], ["bench"], ["bench", "roundtrip"],
-                                     ["bench", "mxfp8"]])  # fmt: skip
+@pytest.mark.parametrize(
+    "command", [[], ["inspect"], ["roundtrip"], ["pd-eval"], ["bench"], ["bench", "roundtrip"], ["bench", "mxfp8"]]
+)
 def test_dash_h_is_help_everywhere(kvdoctor: Run, command: list[str]) -> None:
     result = kvdoctor(*command, "-h")
     assert result.code == 0, result.err
@@ -135,10 +160,16 @@ def test_dash_h_is_help_everywhere(kvdoctor: Run, command: list[str]) -> None:
 # --- Exit 2: configs that would have given a silent wrong answer ---
 
 BAD_CONFIGS = [
-    ("gpt-oss-20b", {"layer_types": ["sliding_attention", "full_attention", "sliding_attention"]},
-     "field 'layer_types' has 3 entries for 24 layers"),
-    ("gpt-oss-20b", {"layer_types": ["sliding_attention", "ful_attention"] * 12},
-     "unknown layer kind(s) ['ful_attention']"),
+    (
+        "gpt-oss-20b",
+        {"layer_types": ["sliding_attention", "full_attention", "sliding_attention"]},
+        "field 'layer_types' has 3 entries for 24 layers",
+    ),
+    (
+        "gpt-oss-20b",
+        {"layer_types": ["sliding_attention", "ful_attention"] * 12},
+        "unknown layer kind(s) ['ful_attention']",
+    ),
     ("lfm2-1.2b", {"layer_types": "full_attention"}, "field 'layer_types' must be a list of strings"),
     ("lfm2-1.2b", {"layer_types": ["conv", "conv", "full_attention", "conv"] * 12}, "has 48 entries for 16 layers"),
     ("lfm2-1.2b", {"layer_types": ["conv", "sliding_attention"] * 8}, "unknown layer kind(s) ['sliding_attention']"),
@@ -152,7 +183,7 @@ BAD_CONFIGS = [
     ("llama-3.1-8b", {"model_type": ["llama"]}, "field 'model_type' must be a non-empty string"),
     ("inkling-small", {"local_layer_ids": [0, 0, 1]}, "lists a layer twice"),
     ("nemotron-h-8b", {"hybrid_override_pattern": "M*" * 10}, "must have one of M * - E per layer (56)"),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize(("fixture", "changes", "message"), BAD_CONFIGS)
@@ -248,8 +279,9 @@ def test_markup_and_escapes_in_config_and_path_render_as_text(kvdoctor: Run, tmp
     table = kvdoctor("inspect", str(folder))
     assert table.code == 0, table.err
     assert "[attention only;" in table.out  # the bracketed rule source no longer vanishes as a tag
-    trip = kvdoctor("roundtrip", str(folder), "--device", "cpu", "--requests", "2", "--tokens", "8",
-                    "--layers", "1", "--heads", "1")  # fmt: skip
+    trip = kvdoctor(
+        "roundtrip", str(folder), "--device", "cpu", "--requests", "2", "--tokens", "8", "--layers", "1", "--heads", "1"
+    )
     assert trip.code == 0, trip.err
     assert "[bold red]odd[/x]" in trip.out and "\x1b" not in trip.out
 
@@ -322,7 +354,6 @@ def test_ctrl_c_while_the_cli_is_still_importing_is_one_line_and_130() -> None:
         runpy.run_module("kvdoctor", run_name="__main__")
     """)
     env = {k: v for k, v in os.environ.items() if k != "KVDOCTOR_DEBUG"}
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env,
-                         check=False)  # fmt: skip
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env, check=False)
     assert out.returncode == 130
     assert out.stderr == "kvdoctor: interrupted\n"

@@ -25,8 +25,18 @@ from tests.pd.helpers import invoke, pd_args
 
 INKLING = ["inkling-small", "--kv-cache-dtype", "mxfp8", "--disaggregation-mode", "decode", "--page-size", "128"]
 RED_INSPECT = ["inspect", *INKLING, "--disaggregation-decode-retraction-backup", "host_pool", "--strict"]
-RED_ROUNDTRIP = ["roundtrip", *INKLING, "--device", "cpu", "--requests", "4", "--tokens", "64",
-                 "--inject", "missing-mamba"]  # fmt: skip
+RED_ROUNDTRIP = [
+    "roundtrip",
+    *INKLING,
+    "--device",
+    "cpu",
+    "--requests",
+    "4",
+    "--tokens",
+    "64",
+    "--inject",
+    "missing-mamba",
+]
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="mknod of a character device needs root")
 
 
@@ -34,8 +44,9 @@ def kvdoctor(*args: str, summary: Path | None = None) -> subprocess.CompletedPro
     env = {k: v for k, v in os.environ.items() if k not in ("GITHUB_STEP_SUMMARY", "GITHUB_ACTIONS")}
     if summary is not None:
         env["GITHUB_STEP_SUMMARY"] = str(summary)
-    return subprocess.run([sys.executable, "-m", "kvdoctor", *args], capture_output=True, text=True,
-                          timeout=300, check=False, env=env)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "kvdoctor", *args], capture_output=True, text=True, timeout=300, check=False, env=env
+    )
 
 
 def null_device(path: Path) -> Path:
@@ -147,4 +158,3 @@ def test_without_the_preflight_the_work_is_done_before_the_refusal(
     monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
     run = CliRunner().invoke(app, [*RED_INSPECT, "--junit", str(tmp_path)], catch_exceptions=False)
     assert run.exit_code == 2 and "KVD001" in run.stdout  # the work happened; its verdict is lost
-

@@ -71,13 +71,19 @@ def test_table_output_names_the_decision() -> None:
         (["inspect", "{tmp}/badfield.json"], "field 'head_dim' must be a whole number, got 'x'"),
         (["inspect", "foo/bar baz"], "no such file"),  # not a valid Hub repo id either
     ],
-)  # fmt: skip
+)
 def test_bad_input_is_one_line_and_exit_code_2(tmp_path: Path, args: list[str], message: str) -> None:
     (tmp_path / "broken.json").write_text("{")
     (tmp_path / "notype.json").write_text("{}")
     (tmp_path / "unknown.json").write_text('{"model_type": "frob", "architectures": ["Frob"]}')
-    llama = {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "num_hidden_layers": 2,
-             "num_attention_heads": 4, "hidden_size": 64, "head_dim": "x"}  # fmt: skip
+    llama = {
+        "model_type": "llama",
+        "architectures": ["LlamaForCausalLM"],
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "hidden_size": 64,
+        "head_dim": "x",
+    }
     (tmp_path / "badfield.json").write_text(json.dumps(llama))
     out = kvdoctor(*[a.format(tmp=tmp_path) for a in args])
     assert out.returncode == 2
@@ -87,8 +93,14 @@ def test_bad_input_is_one_line_and_exit_code_2(tmp_path: Path, args: list[str], 
 
 
 def test_a_launch_sglang_refuses_is_kvd014_and_fails_only_under_strict() -> None:
-    args = ["inspect", "inkling-small", "--disaggregation-mode", "prefill",
-            "--disaggregation-decode-retraction-backup", "host_pool"]  # fmt: skip
+    args = [
+        "inspect",
+        "inkling-small",
+        "--disaggregation-mode",
+        "prefill",
+        "--disaggregation-decode-retraction-backup",
+        "host_pool",
+    ]
     out = kvdoctor(*args)
     assert out.returncode == 0, out.stderr
     assert "KVD014-SGLANG-REFUSES" in out.stdout and "only supported on a PD decode server" in out.stdout

@@ -26,8 +26,12 @@ def test_readme_main_job_command_passes_and_prints_its_table() -> None:
     env = {**os.environ, "COLUMNS": "200"}
     out = subprocess.run(
         [sys.executable, "-m", "kvdoctor", "roundtrip", *INKLING, "--device", "cpu"],
-        capture_output=True, text=True, timeout=120, check=False, env=env,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env=env,
+    )
     assert out.returncode == 0, out.stderr
     for name in ("full_kv_scales", "swa_kv_scales", "conv_state", "padding_slot", "resident_requests"):
         assert name in out.stdout
@@ -68,8 +72,9 @@ def test_fault_that_breaks_something_else_is_called_out(monkeypatch: pytest.Monk
     text = " ".join(out.stdout.split())
     assert "injected fault mismatch" in text
     assert "but also broke swa_kv, swa_kv_scales" in text and "left full_kv green" in text
-    report = json.loads(invoke("roundtrip", *INKLING, *SMALL, "--page-size", "128", "--inject", "drop-swa",
-                               "--json").stdout)  # fmt: skip
+    report = json.loads(
+        invoke("roundtrip", *INKLING, *SMALL, "--page-size", "128", "--inject", "drop-swa", "--json").stdout
+    )
     assert report["inject_matched"] is False
 
 
@@ -87,13 +92,16 @@ def test_launch_line_errors_are_shown_beside_the_round_trip() -> None:
     assert clean["hazards"] == [] and clean["inject_matched"] is None
 
 
-@pytest.mark.parametrize("args", [
-    ["roundtrip", "inkling-small", "--kv-cache-dtype", "nvfp4", *SMALL],
-    ["roundtrip", *INKLING, *SMALL, "--inject", "no-such-fault"],
-    ["roundtrip", "llama-3.1-8b", *SMALL, "--inject", "drop-swa"],
-    ["roundtrip", "no-such-model", *SMALL],
-    ["roundtrip", *INKLING, "--device", "tpu"],
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["roundtrip", "inkling-small", "--kv-cache-dtype", "nvfp4", *SMALL],
+        ["roundtrip", *INKLING, *SMALL, "--inject", "no-such-fault"],
+        ["roundtrip", "llama-3.1-8b", *SMALL, "--inject", "drop-swa"],
+        ["roundtrip", "no-such-model", *SMALL],
+        ["roundtrip", *INKLING, "--device", "tpu"],
+    ],
+)
 def test_bad_input_exits_two(args: list[str]) -> None:
     out = invoke(*args)
     assert out.exit_code == 2, out.output
@@ -107,9 +115,26 @@ def test_cuda_requested_without_cuda_exits_two() -> None:
 
 
 # Inkling MXFP8 decode at page 1 (triton): the setup the bench used before the rule model knew the GPU.
-BENCH_PAGE_1 = ["inkling-small", "--device", "cpu", "--requests", "3", "--tokens", "64", "--layers", "1",
-                "--repeats", "1", "--", "--kv-cache-dtype", "mxfp8", "--disaggregation-mode", "decode",
-                "--attention-backend", "triton"]  # fmt: skip
+BENCH_PAGE_1 = [
+    "inkling-small",
+    "--device",
+    "cpu",
+    "--requests",
+    "3",
+    "--tokens",
+    "64",
+    "--layers",
+    "1",
+    "--repeats",
+    "1",
+    "--",
+    "--kv-cache-dtype",
+    "mxfp8",
+    "--disaggregation-mode",
+    "decode",
+    "--attention-backend",
+    "triton",
+]
 
 
 def test_bench_roundtrip_prints_both_paths_and_ratios() -> None:
@@ -126,8 +151,21 @@ def test_bench_roundtrip_prints_both_paths_and_ratios() -> None:
 def test_bench_roundtrip_default_setup_backs_up_identical_bytes() -> None:
     """The default setup runs FA4 at page 128: the naive copy must read page-interleaved scale units
     as (unit, bytes) rows, as ``MHATokenToKVPoolMXFP8._read_scales`` gathers them (it read single bytes)."""
-    out = invoke("bench", "roundtrip", "--device", "cpu", "--requests", "3", "--tokens", "64",
-                 "--layers", "1", "--repeats", "1", "--json")  # fmt: skip
+    out = invoke(
+        "bench",
+        "roundtrip",
+        "--device",
+        "cpu",
+        "--requests",
+        "3",
+        "--tokens",
+        "64",
+        "--layers",
+        "1",
+        "--repeats",
+        "1",
+        "--json",
+    )
     assert out.exit_code == 0, out.output
     report = json.loads(out.stdout)
     assert report["bytes_match"] is True and report["used"]["page_size"] == 128

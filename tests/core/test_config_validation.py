@@ -60,13 +60,17 @@ def _analyze(fixture: str, *flags: str, **changes: Any):
         ("ring-mini-linear-2.0", {"layer_group_size": 0}, "layer_group_size", "must be a positive integer"),
         ("ring-mini-linear-2.0", {"layer_group_size": None}, "layer_group_size", "must be a whole number, got None"),
         ("ring-mini-linear-2.0", {"layer_group_size": [1, 0]}, "layer_group_size", "has 2 entries for 20 layers"),
-        ("kimi-linear-48b-a3b", {"linear_attn_config": {"kda_layers": None, "num_heads": 32, "head_dim": 128}},
-         "linear_attn_config.kda_layers", "must be a list of layer ids"),
+        (
+            "kimi-linear-48b-a3b",
+            {"linear_attn_config": {"kda_layers": None, "num_heads": 32, "head_dim": 128}},
+            "linear_attn_config.kda_layers",
+            "must be a list of layer ids",
+        ),
         ("kimi-linear-48b-a3b", {"linear_attn_config": [1]}, "linear_attn_config", "must be an object"),
         ("nemotron-h-8b", {"hybrid_override_pattern": "M" * 55 + "X"}, "hybrid_override_pattern", "M * - E"),
         ("zaya-1", {"zaya_layers": ["a"] * 8}, "zaya_layers", "8 entries but num_hidden_layers is 16"),
     ],
-)  # fmt: skip
+)
 def test_fields_no_real_model_has_are_refused_naming_file_and_field(
     fixture: str, changes: dict[str, Any], field: str, message: str
 ) -> None:
@@ -79,8 +83,11 @@ def test_fields_no_real_model_has_are_refused_naming_file_and_field(
 @pytest.mark.parametrize(
     ("fixture", "changes", "message"),
     [
-        ("gpt-oss-20b", {"layer_types": ["sliding_attention", "full_attention", "sliding_attention"]},
-         "field 'layer_types' has 3 entries for 24 layers"),
+        (
+            "gpt-oss-20b",
+            {"layer_types": ["sliding_attention", "full_attention", "sliding_attention"]},
+            "field 'layer_types' has 3 entries for 24 layers",
+        ),
         ("gpt-oss-20b", {"layer_types": ["sliding_attention", "chunked_attention"] * 12}, "unknown layer kind(s)"),
         ("lfm2-1.2b", {"layer_types": "full_attention"}, "must be a list of strings"),
         ("lfm2-1.2b", {"layer_types": ["conv", "full_attention"] * 24}, "has 48 entries for 16 layers"),
@@ -88,7 +95,7 @@ def test_fields_no_real_model_has_are_refused_naming_file_and_field(
         ("granite-4.0-h-small", {"layer_types": ["mamba"] * 39}, "has 39 entries for 40 layers"),
         ("granite-4.0-h-small", {"layer_types": ["mamba", "sliding_attention"] * 20}, "unknown layer kind(s)"),
     ],
-)  # fmt: skip
+)
 def test_layer_lists_are_checked_where_a_family_reads_them(fixture: str, changes: dict[str, Any], message: str) -> None:
     with pytest.raises(ConfigError, match=None) as refused:
         _analyze(fixture, **changes)
@@ -160,8 +167,9 @@ def test_names_the_file_system_refuses_are_input_errors(model: str) -> None:
 # --- Launches SGLang refuses ---
 
 
-@pytest.mark.parametrize(("heads", "tp", "refused"), [(4, 3, True), (4, 2, False), (4, 8, False), (6, 4, True),
-                                                      (8, 1, False)])  # fmt: skip
+@pytest.mark.parametrize(
+    ("heads", "tp", "refused"), [(4, 3, True), (4, 2, False), (4, 8, False), (6, 4, True), (8, 1, False)]
+)
 def test_tp_must_divide_the_kv_heads_or_be_divided_by_them(heads: int, tp: int, refused: bool) -> None:
     cfg = parse_config(_with("llama-3.1-8b", num_key_value_heads=heads, num_attention_heads=24), "llama.json")
     a = analyze_config(cfg, parse_flags(["--tp-size", str(tp)]))
@@ -176,8 +184,9 @@ def test_the_tp_rule_is_a_kvd014_hazard_with_the_analysis_shown_and_spares_mla()
     a = _analyze("llama-3.1-8b", "--tp-size", "3")  # 8 KV heads, 32 attention heads: both asserts fail
     assert {r.key for r in a.refusals} == {"tp_heads", "tp_kv_heads"}
     kvd014 = [h for h in a.hazards if h.code == "KVD014-SGLANG-REFUSES"]
-    assert len(kvd014) == 2 and all(h.severity == "error" and h.where.startswith("sglang/srt/models/llama.py:")
-                                    for h in kvd014)  # fmt: skip
+    assert len(kvd014) == 2 and all(
+        h.severity == "error" and h.where.startswith("sglang/srt/models/llama.py:") for h in kvd014
+    )
     assert a.spec.full.kv_heads == 2 and a.layout.kv_pool == "MHATokenToKVPool"  # the analysis is still there
     assert not _analyze("deepseek-v3", "--tp-size", "3").refusals  # a latent row is not split by heads
 

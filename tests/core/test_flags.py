@@ -16,9 +16,21 @@ from kvdoctor.errors import FlagError
 
 def test_sglang_spellings_are_modelled_and_others_kept() -> None:
     flags = parse_flags(
-        ["--kv-cache-dtype", "mxfp8", "--disaggregation-mode", "decode", "--tp", "2", "--quantization",
-         "modelopt_fp4", "--trust-remote-code", "--max-total-tokens", "65536", "--enable-hicache"]
-    )  # fmt: skip
+        [
+            "--kv-cache-dtype",
+            "mxfp8",
+            "--disaggregation-mode",
+            "decode",
+            "--tp",
+            "2",
+            "--quantization",
+            "modelopt_fp4",
+            "--trust-remote-code",
+            "--max-total-tokens",
+            "65536",
+            "--enable-hicache",
+        ]
+    )
     assert (flags.kv_cache_dtype, flags.disaggregation_mode, flags.tp_size) == ("mxfp8", "decode", 2)
     assert flags.max_total_tokens == 65536
     assert flags.enable_hierarchical_cache
@@ -44,7 +56,7 @@ def test_unset_ratios_stay_unset_so_model_overrides_can_apply() -> None:
         (["--tp", "2", "--tp-size", "4"], "given twice"),
         (["--hicache-storage-backend", "floppy"], "invalid choice"),
     ],
-)  # fmt: skip
+)
 def test_malformed_flags_raise_flag_errors(argv: list[str], message: str) -> None:
     with pytest.raises(FlagError, match=message):
         parse_flags(argv)
@@ -56,25 +68,60 @@ HOST_POOL = ["--disaggregation-decode-retraction-backup", "host_pool"]
 @pytest.mark.parametrize(
     ("argv", "key", "message", "where"),
     [
-        (["--disaggregation-mode", "prefill", *HOST_POOL], "host_pool_not_decode",
-         "only supported on a PD decode server", "kv_cache_hook.py:353-360"),
-        (["--disaggregation-mode", "decode", *HOST_POOL, "--dcp-size", "2"], "host_pool_dcp",
-         "does not support --dcp-size > 1", "kv_cache_hook.py:360-364"),
-        (["--disaggregation-mode", "decode", *HOST_POOL, "--enable-priority-scheduling"], "host_pool_priority",
-         "requires --disable-priority-preemption", "kv_cache_hook.py:365-373"),
-        (["--disaggregation-decode-enable-offload-kvcache"], "offload_not_decode", "only supported for decode side",
-         "kv_cache_hook.py:399-403"),
-        (["--disaggregation-mode", "decode", "--disaggregation-decode-host-receive-threshold", "0.5",
-          "--disaggregation-decode-retraction-backup", "cpu_tensor"], "receive_cpu_tensor",
-         "requires host_pool retraction", "pd_disaggregation_hook.py:75-76"),
-        (["--disaggregation-decode-host-receive-threshold", "0.5"], "host_pool_not_decode",
-         "only supported on a PD decode server", "kv_cache_hook.py:353-360"),
-        (["--enable-hierarchical-cache", "--disable-radix-cache"], "hicache_without_radix", "mutually exclusive",
-         "kv_cache_hook.py:393-397"),
+        (
+            ["--disaggregation-mode", "prefill", *HOST_POOL],
+            "host_pool_not_decode",
+            "only supported on a PD decode server",
+            "kv_cache_hook.py:353-360",
+        ),
+        (
+            ["--disaggregation-mode", "decode", *HOST_POOL, "--dcp-size", "2"],
+            "host_pool_dcp",
+            "does not support --dcp-size > 1",
+            "kv_cache_hook.py:360-364",
+        ),
+        (
+            ["--disaggregation-mode", "decode", *HOST_POOL, "--enable-priority-scheduling"],
+            "host_pool_priority",
+            "requires --disable-priority-preemption",
+            "kv_cache_hook.py:365-373",
+        ),
+        (
+            ["--disaggregation-decode-enable-offload-kvcache"],
+            "offload_not_decode",
+            "only supported for decode side",
+            "kv_cache_hook.py:399-403",
+        ),
+        (
+            [
+                "--disaggregation-mode",
+                "decode",
+                "--disaggregation-decode-host-receive-threshold",
+                "0.5",
+                "--disaggregation-decode-retraction-backup",
+                "cpu_tensor",
+            ],
+            "receive_cpu_tensor",
+            "requires host_pool retraction",
+            "pd_disaggregation_hook.py:75-76",
+        ),
+        (
+            ["--disaggregation-decode-host-receive-threshold", "0.5"],
+            "host_pool_not_decode",
+            "only supported on a PD decode server",
+            "kv_cache_hook.py:353-360",
+        ),
+        (
+            ["--enable-hierarchical-cache", "--disable-radix-cache"],
+            "hicache_without_radix",
+            "mutually exclusive",
+            "kv_cache_hook.py:393-397",
+        ),
     ],
-)  # fmt: skip
-def test_flag_combinations_sglang_refuses_are_kvd014_not_input_errors(argv: list[str], key: str, message: str,
-                                                                       where: str) -> None:  # fmt: skip
+)
+def test_flag_combinations_sglang_refuses_are_kvd014_not_input_errors(
+    argv: list[str], key: str, message: str, where: str
+) -> None:
     a = analyze("llama-3.1-8b", argv)  # parses: these are well-formed launches SGLang refuses at start-up
     assert key in {r.key for r in a.refusals}
     hazard = next(h for h in a.hazards if h.code == "KVD014-SGLANG-REFUSES" and message in h.message)
@@ -87,8 +134,14 @@ def test_what_sglang_accepts_is_accepted() -> None:
     assert parse_flags(["--mamba-full-memory-ratio", "1.5"]).mamba_full_memory_ratio == 1.5
     # cpu_tensor on a prefill server is not refused (it simply never applies).
     assert parse_flags(["--disaggregation-decode-retraction-backup", "cpu_tensor"]).disaggregation_mode == "null"
-    allowed = ["--disaggregation-mode", "decode", "--disaggregation-decode-retraction-backup", "host_pool",
-               "--enable-priority-scheduling", "--disable-priority-preemption"]  # fmt: skip
+    allowed = [
+        "--disaggregation-mode",
+        "decode",
+        "--disaggregation-decode-retraction-backup",
+        "host_pool",
+        "--enable-priority-scheduling",
+        "--disable-priority-preemption",
+    ]
     assert parse_flags(allowed).enable_priority_scheduling
 
 
@@ -110,8 +163,9 @@ def test_the_generated_flag_list_is_what_the_script_reads_from_the_wheel() -> No
     if source is None:
         pytest.skip("no unpacked SGLang wheel here (pip download --no-deps sglang==0.5.23)")
     script = ROOT / "scripts" / "sglang-server-flags.py"
-    out = subprocess.run([sys.executable, str(script), str(source)], capture_output=True, text=True, check=True,
-                         timeout=120)  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, str(script), str(source)], capture_output=True, text=True, check=True, timeout=120
+    )
     assert out.stdout == (ROOT / "kvdoctor" / "core" / "sglang_server_flags.py").read_text(encoding="utf-8")
 
 
@@ -128,8 +182,9 @@ def test_the_generated_flag_list_matches_sglangs_live_parser() -> None:
     python = ROOT / ".venv-sglang" / "bin" / "python"
     if not python.is_file():
         pytest.skip("SGLang 0.5.23 is not installed in .venv-sglang")
-    out = subprocess.run([str(python), "-c", LIVE_PARSER], capture_output=True, text=True, timeout=300, check=False,
-                         cwd="/")  # fmt: skip
+    out = subprocess.run(
+        [str(python), "-c", LIVE_PARSER], capture_output=True, text=True, timeout=300, check=False, cwd="/"
+    )
     if out.returncode:
         pytest.skip(f"SGLang does not import here: {out.stderr.strip().splitlines()[-1:]}")
     actions = json.loads(out.stdout.strip().splitlines()[-1])
@@ -147,9 +202,13 @@ def test_the_generated_flag_list_matches_sglangs_live_parser() -> None:
 
 @pytest.mark.parametrize(
     ("word", "suggestion"),
-    [("--strcit", "--strict"), ("--jsn", "--json"), ("--kv-cache-dtpye", "--kv-cache-dtype"),
-     ("--page-szie", "--page-size")],
-)  # fmt: skip
+    [
+        ("--strcit", "--strict"),
+        ("--jsn", "--json"),
+        ("--kv-cache-dtpye", "--kv-cache-dtype"),
+        ("--page-szie", "--page-size"),
+    ],
+)
 def test_an_option_neither_kvdoctor_nor_sglang_knows_is_refused_with_a_suggestion(word: str, suggestion: str) -> None:
     with pytest.raises(FlagError, match=f"unknown option {word}: .*did you mean {suggestion}\\?"):
         parse_flags([word, "1"], own_options=("--strict", "--json"))
@@ -163,12 +222,27 @@ def test_unique_prefixes_expand_and_ambiguous_ones_are_refused_as_sglang_does() 
 
 
 def test_values_are_read_with_sglang_arities() -> None:
-    found = scan(["--cuda-graph-bs-decode", "1", "2", "4", "--trust-remote-code", "--context-length", "-1",
-                  "--model-checksum", "--tp-size", "2"])  # fmt: skip
+    found = scan(
+        [
+            "--cuda-graph-bs-decode",
+            "1",
+            "2",
+            "4",
+            "--trust-remote-code",
+            "--context-length",
+            "-1",
+            "--model-checksum",
+            "--tp-size",
+            "2",
+        ]
+    )
     assert [(o.name, o.values) for o in found.options] == [
-        ("--cuda-graph-bs-decode", ("1", "2", "4")), ("--trust-remote-code", ()), ("--context-length", ("-1",)),
-        ("--model-checksum", ()), ("--tp-size", ("2",)),
-    ]  # fmt: skip
+        ("--cuda-graph-bs-decode", ("1", "2", "4")),
+        ("--trust-remote-code", ()),
+        ("--context-length", ("-1",)),
+        ("--model-checksum", ()),
+        ("--tp-size", ("2",)),
+    ]
     with pytest.raises(FlagError, match="argument --quantization: expected one argument"):
         scan(["--quantization", "--tp-size", "2"])
     with pytest.raises(FlagError, match="ignored explicit argument"):

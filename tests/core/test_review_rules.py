@@ -36,11 +36,20 @@ def test_host_receive_threshold_declares_host_pool_even_for_recurrent_state() ->
     [
         (("--max-total-tokens", "65536"), 1.0),  # one 131,071-token request needs the whole pool
         (("--max-total-tokens", "65536", "--context-length", "8192"), 0.2),  # 8191/65536 < the floor
-        (("--max-total-tokens", "65536", "--context-length", "8192",
-          "--disaggregation-decode-host-receive-threshold", "0.5"), 0.25),  # doubled: 16382/65536
+        (
+            (
+                "--max-total-tokens",
+                "65536",
+                "--context-length",
+                "8192",
+                "--disaggregation-decode-host-receive-threshold",
+                "0.5",
+            ),
+            0.25,
+        ),  # doubled: 16382/65536
         (("--max-total-tokens", "65536", "--hicache-size", "4"), 0.2),
     ],
-)  # fmt: skip
+)
 def test_backup_only_hicache_ratio_fits_one_max_length_request(flags: tuple[str, ...], ratio: float) -> None:
     # On Hopper (page 1); on Blackwell trtllm_mha pages the request row by 64 tokens.
     assert run("llama-3.1-8b", *DECODE, *flags, platform=HOPPER).backup.hicache_ratio == pytest.approx(ratio, abs=1e-4)
@@ -99,9 +108,12 @@ def test_kimi_k3_keeps_its_kda_state_through_text_config() -> None:
 
 @pytest.mark.parametrize(
     ("model", "conv_width"),
-    [("mamba2-2.7b", (5120 + 2 * 2 * 128) // 2), ("falcon-h1-1.5b", (3072 + 2 * 2 * 256) // 2),
-     ("granite-4.0-h-small", (8192 + 2 * 2 * 128) // 2)],
-)  # fmt: skip
+    [
+        ("mamba2-2.7b", (5120 + 2 * 2 * 128) // 2),
+        ("falcon-h1-1.5b", (3072 + 2 * 2 * 256) // 2),
+        ("granite-4.0-h-small", (8192 + 2 * 2 * 128) // 2),
+    ],
+)
 def test_mamba2_groups_are_padded_to_the_tp_shards(model: str, conv_width: int) -> None:
     assert run(model, "--tp", "2").spec.recurrent.conv_shapes[0][0] == conv_width
 
@@ -115,11 +127,18 @@ def test_swa_layer_rules_beyond_layer_types() -> None:
     base = dict(load_config("gpt-oss-20b").top)
     ocr = _analyze({**base, "architectures": ["UnlimitedOCRForCausalLM"]})
     assert ocr.spec.full is None and ocr.spec.swa.layers == 24
-    step = _analyze({**base, "architectures": ["Step3p5ForCausalLM"], "num_hidden_layers": 4,
-                     "layer_types": ["sliding_attention", "full_attention"] * 3})  # fmt: skip
+    step = _analyze(
+        {
+            **base,
+            "architectures": ["Step3p5ForCausalLM"],
+            "num_hidden_layers": 4,
+            "layer_types": ["sliding_attention", "full_attention"] * 3,
+        }
+    )
     assert (step.spec.full.layer_ids, step.spec.swa.layer_ids) == ((1, 3), (0, 2))
-    pattern = _analyze({**base, "architectures": ["LlamaForCausalLM"], "is_hybrid_swa": True,
-                        "hybrid_layer_pattern": [1, 1, 1, 0] * 6})  # fmt: skip
+    pattern = _analyze(
+        {**base, "architectures": ["LlamaForCausalLM"], "is_hybrid_swa": True, "hybrid_layer_pattern": [1, 1, 1, 0] * 6}
+    )
     assert (pattern.spec.full.layers, pattern.spec.swa.layers) == (6, 18)
 
 

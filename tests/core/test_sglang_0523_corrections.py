@@ -23,8 +23,9 @@ DECODE = ("--disaggregation-mode", "decode")
 HOST_POOL = (*DECODE, "--disaggregation-decode-retraction-backup", "host_pool")
 
 
-def _with(name: str, *flags: str, drop: tuple[str, ...] = (), top: dict[str, Any] | None = None,
-          **text: Any) -> Analysis:  # fmt: skip
+def _with(
+    name: str, *flags: str, drop: tuple[str, ...] = (), top: dict[str, Any] | None = None, **text: Any
+) -> Analysis:
     """Fixture NAME with text-config fields changed (or dropped) and top-level fields set, under FLAGS."""
     data = json.loads(json.dumps(load_config(name).top))
     target = data.get("text_config", data)
@@ -53,7 +54,7 @@ def _kvd014(a: Analysis) -> list[str]:
         ("interns2-mobius", 12, 36, ((8192, 3),), (32, 128, 128)),  # text config subclasses Qwen3.5-MoE's
         ("bailing-moe-v3-vl", 5, 15, ((3, 6144),), (16, 128, 128)),  # text_config is a KDA BailingHybridConfig
     ],
-)  # fmt: skip
+)
 def test_hybrid_text_configs_are_recurrent(fixture: str, full: int, linear: int, conv: tuple, temporal: tuple) -> None:
     a = analyze(fixture, list(DECODE))
     assert a.classification.uses_ssm_state and a.layout.kv_pool == "HybridLinearKVPool"
@@ -122,8 +123,16 @@ def test_gigachat_reads_full_attention_layers_then_layer_types_else_all_linear()
 def test_step35_kv_heads_and_hicache_with_the_decode_radix_cache() -> None:
     a = analyze("step-3.5")
     assert a.spec.full.kv_heads == 8 and (a.spec.full.layers, a.spec.swa.layers) == (12, 33)  # MTP entries dropped
-    hicache = analyze("step-3.5", [*DECODE, "--enable-hierarchical-cache", "--disaggregation-decode-enable-radix-cache",
-                                   "--swa-full-tokens-ratio", "0.5"])  # fmt: skip
+    hicache = analyze(
+        "step-3.5",
+        [
+            *DECODE,
+            "--enable-hierarchical-cache",
+            "--disaggregation-decode-enable-radix-cache",
+            "--swa-full-tokens-ratio",
+            "0.5",
+        ],
+    )
     assert not hicache.classification.is_hybrid_swa and hicache.layout.kv_pool == "MHATokenToKVPool"
     assert hicache.sizing.swa_full_tokens_ratio == 1.0 and not hicache.refusals
 
@@ -138,8 +147,10 @@ def test_gemma4_full_attention_layers_use_global_head_dim() -> None:
     assert _with("gemma-4", layer_types=last_sliding).spec.full.layer_ids == (29,)  # forced to full
 
 
-@pytest.mark.parametrize(("flags", "page"), [((), 64), (("--page-size", "32"), 32), (("--page-size", "8"), 64),
-                                             (("--attention-backend", "fa3"), 1)])  # fmt: skip
+@pytest.mark.parametrize(
+    ("flags", "page"),
+    [((), 64), (("--page-size", "32"), 32), (("--page-size", "8"), 64), (("--attention-backend", "fa3"), 1)],
+)
 def test_beam_runs_trtllm_mha_pages(flags: tuple[str, ...], page: int) -> None:
     assert analyze("beam", list(flags)).flags.page_size == page
 
@@ -178,15 +189,16 @@ def test_mxfp8_on_hybrid_swa_registers_scales_for_both_sub_pools() -> None:
         (("--max-total-tokens", "65536", "--context-length", "32768"), 32771 / 65536),  # context + 3
         (("--max-total-tokens", "65536", "--context-length", "32768", "--page-size", "64"), 32832 / 65536),
     ],
-)  # fmt: skip
+)
 def test_backup_only_hicache_ratio_uses_the_request_row_length(flags: tuple[str, ...], ratio: float) -> None:
     hopper = Platform(gpu_arch="sm90")  # page 1 unless the launch says otherwise
     ratio_of = analyze("llama-3.1-8b", [*DECODE, *flags], platform=hopper).backup.hicache_ratio
     assert ratio_of == pytest.approx(ratio, abs=1e-12)
 
 
-@pytest.mark.parametrize(("flags", "slots"), [(("--attn-dp-size", "4"), 16),
-                                              (("--dp-size", "2", "--enable-dp-attention"), 32), ((), 64)])  # fmt: skip
+@pytest.mark.parametrize(
+    ("flags", "slots"), [(("--attn-dp-size", "4"), 16), (("--dp-size", "2", "--enable-dp-attention"), 32), ((), 64)]
+)
 def test_max_mamba_cache_size_is_per_attention_dp_shard(flags: tuple[str, ...], slots: int) -> None:
     a = analyze("qwen3-next-80b-a3b", ["--max-mamba-cache-size", "64", "--tp-size", "4", *flags])
     assert a.sizing.mamba_slots == slots
@@ -204,17 +216,21 @@ def test_inkling_always_uses_the_extra_buffer() -> None:
     ("model", "flags", "key"),
     [
         ("llama-3.1-8b", (*DECODE, "--disaggregation-decode-enable-offload-kvcache"), "offload_no_storage"),
-        ("llama-3.1-8b", (*HOST_POOL, "--disaggregation-decode-enable-offload-kvcache", "--hicache-storage-backend",
-                          "file"), "offload_host_pool"),
+        (
+            "llama-3.1-8b",
+            (*HOST_POOL, "--disaggregation-decode-enable-offload-kvcache", "--hicache-storage-backend", "file"),
+            "offload_host_pool",
+        ),
         ("llama-3.1-8b", (*DECODE, "--enable-hierarchical-cache"), "hicache_without_radix"),
         ("llama-3.1-8b", ("--context-length", "200000"), "context_length"),
         ("llama-3.1-8b", ("--tp-size", "3"), "tp_kv_heads"),
         ("qwen3-next-80b-a3b", HOST_POOL, "host_pool_mamba"),
         ("deepseek-v3", HOST_POOL, "host_pool_layout"),
     ],
-)  # fmt: skip
-def test_launches_sglang_refuses_are_kvd014_with_its_message_and_place(model: str, flags: tuple[str, ...],
-                                                                        key: str) -> None:  # fmt: skip
+)
+def test_launches_sglang_refuses_are_kvd014_with_its_message_and_place(
+    model: str, flags: tuple[str, ...], key: str
+) -> None:
     a = analyze(model, list(flags))
     assert key in _refusals(a)
     rule = rules.REFUSALS[key]
@@ -227,10 +243,12 @@ def test_launches_sglang_refuses_are_kvd014_with_its_message_and_place(model: st
 
 def test_launches_sglang_accepts_are_not_refused() -> None:
     assert not analyze("llama-3.1-8b", ["--context-length", "131072"]).refusals
-    assert not analyze("llama-3.1-8b", [*DECODE, "--enable-hierarchical-cache",
-                                         "--disaggregation-decode-enable-radix-cache"]).refusals  # fmt: skip
-    assert not analyze("llama-3.1-8b", [*DECODE, "--disaggregation-decode-enable-offload-kvcache",
-                                         "--hicache-storage-backend", "file"]).refusals  # fmt: skip
+    assert not analyze(
+        "llama-3.1-8b", [*DECODE, "--enable-hierarchical-cache", "--disaggregation-decode-enable-radix-cache"]
+    ).refusals
+    assert not analyze(
+        "llama-3.1-8b", [*DECODE, "--disaggregation-decode-enable-offload-kvcache", "--hicache-storage-backend", "file"]
+    ).refusals
     assert not analyze("llama-3.1-8b", ["--tp-size", "8"]).refusals  # KV heads replicated
 
 
@@ -240,8 +258,16 @@ def test_pure_swa_host_pool_is_refused() -> None:
 
 
 def test_host_receive_threshold_wins_over_an_explicit_none() -> None:
-    a = analyze("llama-3.1-8b", [*DECODE, "--disaggregation-decode-host-receive-threshold", "0.5",
-                                 "--disaggregation-decode-retraction-backup", "none"])  # fmt: skip
+    a = analyze(
+        "llama-3.1-8b",
+        [
+            *DECODE,
+            "--disaggregation-decode-host-receive-threshold",
+            "0.5",
+            "--disaggregation-decode-retraction-backup",
+            "none",
+        ],
+    )
     assert (a.backup.backend, a.backup.source) == ("host_pool", "host-receive threshold")
     assert "KVD003" not in {h.code.split("-")[0] for h in a.hazards}
 
@@ -264,7 +290,7 @@ def test_kvd001_says_sglang_refuses_and_what_a_server_without_the_check_does() -
         ("mamba2-2.7b", ("intermediate_size",), {}, "intermediate_size"),
         ("lfm2-1.2b", (), {"layer_types": ["full_attention"] * 16}, "layer_types"),
     ],
-)  # fmt: skip
+)
 def test_configs_sglang_cannot_build_pools_for_are_input_errors(
     fixture: str, drop: tuple[str, ...], changes: dict[str, Any], field: str
 ) -> None:
@@ -292,7 +318,9 @@ def test_nemotron_h_layers_block_type_schema() -> None:
     a = analyze("nemotron-h-8b-lbt")
     old = analyze("nemotron-h-8b")
     assert a.spec.num_layers == 56 and (a.spec.full.layer_ids, a.spec.recurrent.layer_ids) == (
-        old.spec.full.layer_ids, old.spec.recurrent.layer_ids)
+        old.spec.full.layer_ids,
+        old.spec.recurrent.layer_ids,
+    )
     with pytest.raises(ConfigError, match="unknown layer kind"):
         _with("nemotron-h-8b-lbt", layers_block_type=["mamba", "hyena"] * 28)
 

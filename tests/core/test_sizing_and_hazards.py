@@ -40,7 +40,6 @@ def test_mamba_slots_bound_requests_when_given() -> None:
     assert a.sizing.requests_fit(1000, None) == 16
 
 
-
 @pytest.mark.parametrize(
     ("model", "flags", "slots"),
     [

@@ -148,13 +148,16 @@ def test_generated_flag_list_has_the_connector_flags() -> None:
     assert {"--disable-hybrid-kv-cache-manager", "--no-enable-prefix-caching"} <= VLLM_SWITCHES
 
 
-@pytest.mark.parametrize(("argv", "needle"), [
-    (["--kv-transfer-config", "{not json"], "malformed JSON"),
-    (["--kv-transfer-config", '{"kv_connector":"NoSuchConnector"}'], "unknown connector"),
-    (["--kv-transfer-config", '{"kv_connector":"NixlConnector","bogus":1}'], "unknown field"),
-    (["--kv-offlaoding-size", "4"], "did you mean --kv-offloading-size"),
-    (["--kv-offloading-backend", "disk"], "invalid choice"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("argv", "needle"),
+    [
+        (["--kv-transfer-config", "{not json"], "malformed JSON"),
+        (["--kv-transfer-config", '{"kv_connector":"NoSuchConnector"}'], "unknown connector"),
+        (["--kv-transfer-config", '{"kv_connector":"NixlConnector","bogus":1}'], "unknown field"),
+        (["--kv-offlaoding-size", "4"], "did you mean --kv-offloading-size"),
+        (["--kv-offloading-backend", "disk"], "invalid choice"),
+    ],
+)
 def test_bad_flags_are_refused(argv: list[str], needle: str) -> None:
     with pytest.raises(FlagError, match=needle):
         parse_vllm_flags(argv)
@@ -162,8 +165,17 @@ def test_bad_flags_are_refused(argv: list[str], needle: str) -> None:
 
 def test_a_model_vllm_does_not_serve(tmp_path) -> None:  # type: ignore[no-untyped-def]
     path = tmp_path / "config.json"
-    path.write_text(json.dumps({"model_type": "x", "architectures": ["NoSuchForCausalLM"], "num_hidden_layers": 2,
-                                "num_attention_heads": 2, "hidden_size": 8}))  # fmt: skip
+    path.write_text(
+        json.dumps(
+            {
+                "model_type": "x",
+                "architectures": ["NoSuchForCausalLM"],
+                "num_hidden_layers": 2,
+                "num_attention_heads": 2,
+                "hidden_size": 8,
+            }
+        )
+    )
     with pytest.raises(UnknownModelError, match=r"not one vLLM vllm==0\.33\.0 registers"):
         analyze_vllm(str(path), [])
 
@@ -179,21 +191,26 @@ runner = CliRunner()
 
 
 def test_cli_json_done_when() -> None:
-    out = runner.invoke(app, ["inspect", "qwen3-next-80b-a3b", "--server", "vllm", "--kv-offloading-size", "8",
-                              "--json"])  # fmt: skip
+    out = runner.invoke(
+        app, ["inspect", "qwen3-next-80b-a3b", "--server", "vllm", "--kv-offloading-size", "8", "--json"]
+    )
     assert out.exit_code == 0, out.output
     report = json.loads(out.stdout)
     assert [g["status"] for g in report["connector"]["groups"]] == ["carried"] * 4
-    strict = runner.invoke(app, ["inspect", "qwen3-next-80b-a3b", "--server", "vllm", "--strict",
-                                 "--kv-transfer-config", LMCACHE])  # fmt: skip
+    strict = runner.invoke(
+        app, ["inspect", "qwen3-next-80b-a3b", "--server", "vllm", "--strict", "--kv-transfer-config", LMCACHE]
+    )
     assert strict.exit_code == 1 and "KVD101-CONNECTOR-NO-HYBRID" in strict.stdout
 
 
-@pytest.mark.parametrize("argv", [
-    ["--kv-transfer-config", "{"],
-    ["--kv-transfer-config", '{"kv_connector":"Nope"}'],
-    ["--kv-offlaoding-size", "4"],
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--kv-transfer-config", "{"],
+        ["--kv-transfer-config", '{"kv_connector":"Nope"}'],
+        ["--kv-offlaoding-size", "4"],
+    ],
+)
 def test_cli_bad_input_exits_2_with_one_line(argv: list[str]) -> None:
     out = runner.invoke(app, ["inspect", "qwen3-next-80b-a3b", "--server", "vllm", *argv])
     assert out.exit_code == 2
@@ -206,7 +223,9 @@ def test_cli_engine_vllm_needs_server_vllm() -> None:
 
 
 def test_inspect_server_vllm_imports_no_torch() -> None:
-    code = ("import sys; from kvdoctor.cli.app import app; "
-            "app(['inspect', 'gpt-oss-20b', '--server', 'vllm', '--json'], standalone_mode=False); "
-            "assert 'torch' not in sys.modules and 'vllm' not in sys.modules")  # fmt: skip
+    code = (
+        "import sys; from kvdoctor.cli.app import app; "
+        "app(['inspect', 'gpt-oss-20b', '--server', 'vllm', '--json'], standalone_mode=False); "
+        "assert 'torch' not in sys.modules and 'vllm' not in sys.modules"
+    )
     subprocess.run([sys.executable, "-c", code], check=True, capture_output=True)

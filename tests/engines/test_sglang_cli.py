@@ -11,14 +11,26 @@ import pytest
 
 pytestmark = pytest.mark.sglang
 
-DONE_WHEN = ["inkling-small", "--engine", "sglang", "--kv-cache-dtype", "mxfp8", "--disaggregation-mode", "decode",
-             "--page-size", "128", "--device", "cpu"]  # fmt: skip
+DONE_WHEN = [
+    "inkling-small",
+    "--engine",
+    "sglang",
+    "--kv-cache-dtype",
+    "mxfp8",
+    "--disaggregation-mode",
+    "decode",
+    "--page-size",
+    "128",
+    "--device",
+    "cpu",
+]
 
 
 def kvdoctor(*args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "COLUMNS": "200", "TRITON_INTERPRET": "1"}
-    return subprocess.run([sys.executable, "-m", "kvdoctor", *args], capture_output=True, text=True,
-                          timeout=600, check=False, env=env)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "kvdoctor", *args], capture_output=True, text=True, timeout=600, check=False, env=env
+    )
 
 
 def test_done_when_command_is_green_and_names_sglang() -> None:
@@ -49,8 +61,17 @@ def test_sglang_refusal_is_exit_2_with_its_file_and_line() -> None:
 
 def test_model_sglang_does_not_know_is_exit_2(tmp_path) -> None:
     config = tmp_path / "config.json"
-    config.write_text(json.dumps({"model_type": "no_such_model_type", "architectures": ["NoSuchForCausalLM"],
-                                  "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 2}))  # fmt: skip
+    config.write_text(
+        json.dumps(
+            {
+                "model_type": "no_such_model_type",
+                "architectures": ["NoSuchForCausalLM"],
+                "num_hidden_layers": 2,
+                "hidden_size": 64,
+                "num_attention_heads": 2,
+            }
+        )
+    )
     out = kvdoctor("roundtrip", str(tmp_path), "--engine", "sglang", "--device", "cpu")
     assert out.returncode == 2, (out.stdout, out.stderr)
     assert "Traceback" not in out.stderr

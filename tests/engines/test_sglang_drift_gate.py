@@ -20,8 +20,10 @@ def test_drift_matrix_shows_no_unexplained_disagreement() -> None:
 
     report = run_drift()
     seen = {(c.model, c.case, d["field"]) for c in report.cases for d in c.drifts}
-    unexplained = {k: next(d for c in report.cases for d in c.drifts if (c.model, c.case, d["field"]) == k)
-                   for k in seen - set(ALLOWED)}  # fmt: skip
+    unexplained = {
+        k: next(d for c in report.cases for d in c.drifts if (c.model, c.case, d["field"]) == k)
+        for k in seen - set(ALLOWED)
+    }
     assert not unexplained, unexplained
     assert set(ALLOWED) <= seen, f"no longer drifting, drop from ALLOWED: {sorted(set(ALLOWED) - seen)}"
     assert report.fields_compared > 10_000

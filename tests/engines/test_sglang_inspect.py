@@ -11,14 +11,24 @@ import pytest
 
 pytestmark = pytest.mark.sglang
 
-INKLING = ["inkling-small", "--kv-cache-dtype", "mxfp8", "--disaggregation-mode", "decode", "--page-size", "128",
-           "--max-total-tokens", "65536"]  # fmt: skip
+INKLING = [
+    "inkling-small",
+    "--kv-cache-dtype",
+    "mxfp8",
+    "--disaggregation-mode",
+    "decode",
+    "--page-size",
+    "128",
+    "--max-total-tokens",
+    "65536",
+]
 
 
 def kvdoctor(*args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "COLUMNS": "200", "TRITON_INTERPRET": "1"}
-    return subprocess.run([sys.executable, "-m", "kvdoctor", *args], capture_output=True, text=True,
-                          timeout=900, check=False, env=env)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "kvdoctor", *args], capture_output=True, text=True, timeout=900, check=False, env=env
+    )
 
 
 def test_live_answers_come_from_sglangs_own_objects() -> None:

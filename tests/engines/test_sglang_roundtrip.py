@@ -43,14 +43,33 @@ def test_inkling_mxfp8_default_run_is_equal_everywhere() -> None:
 @pytest.mark.parametrize(
     ("model", "argv", "kv_pool"),
     [
-        ("llama-3.1-8b", ["--disaggregation-mode", "decode", "--disaggregation-decode-retraction-backup", "cpu_tensor"],
-         "MHATokenToKVPool"),
-        ("llama-3.1-8b", ["--disaggregation-mode", "decode", "--page-size", "16",
-                          "--disaggregation-decode-retraction-backup", "cpu_tensor"], "MHATokenToKVPool"),
-        ("gpt-oss-20b", ["--disaggregation-mode", "decode", "--disaggregation-decode-retraction-backup", "cpu_tensor"],
-         "SWAKVPool"),
-        ("inkling-small", ["--kv-cache-dtype", "mxfp8", "--disaggregation-mode", "decode", "--page-size", "64"],
-         "SWAKVPool"),
+        (
+            "llama-3.1-8b",
+            ["--disaggregation-mode", "decode", "--disaggregation-decode-retraction-backup", "cpu_tensor"],
+            "MHATokenToKVPool",
+        ),
+        (
+            "llama-3.1-8b",
+            [
+                "--disaggregation-mode",
+                "decode",
+                "--page-size",
+                "16",
+                "--disaggregation-decode-retraction-backup",
+                "cpu_tensor",
+            ],
+            "MHATokenToKVPool",
+        ),
+        (
+            "gpt-oss-20b",
+            ["--disaggregation-mode", "decode", "--disaggregation-decode-retraction-backup", "cpu_tensor"],
+            "SWAKVPool",
+        ),
+        (
+            "inkling-small",
+            ["--kv-cache-dtype", "mxfp8", "--disaggregation-mode", "decode", "--page-size", "64"],
+            "SWAKVPool",
+        ),
         ("inkling-small", ["--disaggregation-mode", "decode", "--disable-hybrid-swa-memory"], "HybridLinearKVPool"),
         ("qwen3-next-80b-a3b", ["--disaggregation-mode", "decode"], "HybridLinearKVPool"),
     ],
@@ -130,8 +149,11 @@ def test_scale_fault_on_a_bf16_pool_is_refused() -> None:
     from kvdoctor.errors import InputError
 
     with pytest.raises(InputError, match="drop-block-scale needs"):
-        run("gpt-oss-20b", ["--disaggregation-mode", "decode", "--disaggregation-decode-retraction-backup",
-                            "cpu_tensor"], inject="drop-block-scale")  # fmt: skip
+        run(
+            "gpt-oss-20b",
+            ["--disaggregation-mode", "decode", "--disaggregation-decode-retraction-backup", "cpu_tensor"],
+            inject="drop-block-scale",
+        )
 
 
 def test_bench_times_sglangs_own_path_beside_ours() -> None:

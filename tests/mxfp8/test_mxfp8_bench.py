@@ -17,14 +17,19 @@ runner = CliRunner()
 
 
 def test_json_lists_every_backend_and_the_plain_casts() -> None:
-    result = runner.invoke(app, ["bench", "mxfp8", "--size", "256KiB", "--repeats", "2",
-                                 "--device", "cpu", "--json"])
+    result = runner.invoke(app, ["bench", "mxfp8", "--size", "256KiB", "--repeats", "2", "--device", "cpu", "--json"])
     assert result.exit_code == 0, result.output
     data = json.loads(result.output)
     pairs = {(r["op"], r["backend"]) for r in data["rows"]}
-    assert {("quantize", "cast"), ("quantize", "torch"), ("quantize", "triton"),
-            ("dequantize", "cast"), ("dequantize", "torch"), ("dequantize", "triton"),
-            ("copy", "memcpy")} <= pairs
+    assert {
+        ("quantize", "cast"),
+        ("quantize", "torch"),
+        ("quantize", "triton"),
+        ("dequantize", "cast"),
+        ("dequantize", "torch"),
+        ("dequantize", "triton"),
+        ("copy", "memcpy"),
+    } <= pairs
     quant = [r for r in data["rows"] if r["op"] == "quantize" and r["backend"] != "cast"]
     assert all(r["bytes_match"] for r in quant)
     torch_row = next(r for r in quant if r["backend"] == "torch")
@@ -32,8 +37,23 @@ def test_json_lists_every_backend_and_the_plain_casts() -> None:
 
 
 def test_table_renders() -> None:
-    result = runner.invoke(app, ["bench", "mxfp8", "--size", "64KiB", "--repeats", "1",
-                                 "--device", "cpu", "--backend", "torch", "--scale-mode", "floor"])
+    result = runner.invoke(
+        app,
+        [
+            "bench",
+            "mxfp8",
+            "--size",
+            "64KiB",
+            "--repeats",
+            "1",
+            "--device",
+            "cpu",
+            "--backend",
+            "torch",
+            "--scale-mode",
+            "floor",
+        ],
+    )
     assert result.exit_code == 0, result.output
     assert "MXFP8 codec on cpu" in result.output and "x cast" in result.output
 

@@ -23,10 +23,23 @@ def test_bit_constants_match_torch() -> None:
 
 # mxfp8.md §7.2: input = fp32 bits of amax / 448, output = RCEIL byte.
 RCEIL_TABLE = [
-    (0x00000000, 0), (0x00000001, 0), (0x00400000, 0), (0x00400001, 1), (0x007FFFFF, 1),
-    (0x00800000, 1), (0x1F800000, 63), (0x1F800001, 64), (0x3F7FFFFF, 127), (0x3F800000, 127),
-    (0x3F800001, 128), (0x5F800000, 191), (0x5F800001, 192), (0x7F000000, 254),
-    (0x7F000001, 255), (0x7F7FFFFF, 255), (0x7F800000, 255),
+    (0x00000000, 0),
+    (0x00000001, 0),
+    (0x00400000, 0),
+    (0x00400001, 1),
+    (0x007FFFFF, 1),
+    (0x00800000, 1),
+    (0x1F800000, 63),
+    (0x1F800001, 64),
+    (0x3F7FFFFF, 127),
+    (0x3F800000, 127),
+    (0x3F800001, 128),
+    (0x5F800000, 191),
+    (0x5F800001, 192),
+    (0x7F000000, 254),
+    (0x7F000001, 255),
+    (0x7F7FFFFF, 255),
+    (0x7F800000, 255),
 ]
 
 
@@ -59,9 +72,12 @@ def _structured_fp32() -> torch.Tensor:
     (0, 1, just below / at / above the normal-range tie, all ones) plus every subnormal-range tie."""
     exp = torch.arange(256, dtype=torch.int64).view(-1, 1, 1)
     top = torch.arange(16, dtype=torch.int64).view(1, -1, 1) << 19
-    low = torch.tensor([0, 1, 0x3FFFF, 0x40000, 0x40001, 0x7FFFF, 0x80000, 0x80001, 0xFFFFF]
-                       + [1 << s for s in range(20)] + [(1 << s) - 1 for s in range(1, 21)],
-                       dtype=torch.int64).view(1, 1, -1)
+    low = torch.tensor(
+        [0, 1, 0x3FFFF, 0x40000, 0x40001, 0x7FFFF, 0x80000, 0x80001, 0xFFFFF]
+        + [1 << s for s in range(20)]
+        + [(1 << s) - 1 for s in range(1, 21)],
+        dtype=torch.int64,
+    ).view(1, 1, -1)
     bits = ((exp << 23) | top | (low & 0x7FFFF) | (low & 0x80000)).flatten()
     bits = torch.cat([bits, bits | (1 << 31)])
     return bits.to(torch.int32).view(torch.float32)
@@ -91,12 +107,10 @@ def test_all_bf16_values_at_every_scale_match_across_implementations() -> None:
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
-def test_fast_path_is_chunk_size_independent(monkeypatch: pytest.MonkeyPatch,
-                                             dtype: torch.dtype) -> None:
+def test_fast_path_is_chunk_size_independent(monkeypatch: pytest.MonkeyPatch, dtype: torch.dtype) -> None:
     """Many small chunks with a ragged tail and NaN / Inf spread across them: same bytes."""
     gen = torch.Generator().manual_seed(1)
-    x = torch.randn(77, 96, generator=gen) * torch.exp2(torch.randint(-20, 20, (77, 1),
-                                                                      generator=gen).float())
+    x = torch.randn(77, 96, generator=gen) * torch.exp2(torch.randint(-20, 20, (77, 1), generator=gen).float())
     x[3, 5], x[40, 70], x[76, 0] = float("nan"), float("inf"), -float("nan")
     x = x.to(dtype)
     monkeypatch.setattr(reference, "CPU_CHUNK_ELEMENTS", 7 * 32)
@@ -104,8 +118,9 @@ def test_fast_path_is_chunk_size_independent(monkeypatch: pytest.MonkeyPatch,
         got, want = reference.quantize(x, mode), reference.quantize_exact(x, mode)
         assert torch.equal(got[1], want[1]) and torch.equal(got[0], want[0])
         deq = reference.dequantize(*got, torch.float32)
-        assert torch.equal(deq.isnan(), (reference.decode_e4m3(got[0]).isnan()
-                                         | (got[1] == 255).repeat_interleave(32, -1)))
+        assert torch.equal(
+            deq.isnan(), (reference.decode_e4m3(got[0]).isnan() | (got[1] == 255).repeat_interleave(32, -1))
+        )
 
 
 def test_clamping_path_for_non_saturating_torch(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -119,13 +134,15 @@ def test_clamping_path_for_non_saturating_torch(monkeypatch: pytest.MonkeyPatch)
     assert got[1].tolist() == [[254]] and got[0][0, :4].tolist() == [0x00, 0x80, 0x7E, 0x00]
 
 
-@pytest.mark.parametrize(("dtype", "bits", "nan_bits"), [
-    (torch.float32, torch.int32, 0x7FC00000),
-    (torch.float16, torch.int16, 0x7E00),
-    (torch.bfloat16, torch.int16, 0x7FC0),
-])
-def test_dequantize_writes_one_canonical_nan(dtype: torch.dtype, bits: torch.dtype,
-                                             nan_bits: int) -> None:
+@pytest.mark.parametrize(
+    ("dtype", "bits", "nan_bits"),
+    [
+        (torch.float32, torch.int32, 0x7FC00000),
+        (torch.float16, torch.int16, 0x7E00),
+        (torch.bfloat16, torch.int16, 0x7FC0),
+    ],
+)
+def test_dequantize_writes_one_canonical_nan(dtype: torch.dtype, bits: torch.dtype, nan_bits: int) -> None:
     """Payload NaN of either sign and a NaN scale all become the kernel's positive quiet NaN."""
     payload = torch.full((2, 64), 0x38, dtype=torch.uint8)  # 1.0
     payload[0, :4] = torch.tensor([0x7F, 0xFF, 0xB8, 0x00], dtype=torch.uint8)
@@ -133,8 +150,7 @@ def test_dequantize_writes_one_canonical_nan(dtype: torch.dtype, bits: torch.dty
     out = reference.dequantize(payload, scales, dtype)
     nan = out.isnan()
     assert nan.sum() == 2 + 32 + 32
-    assert (out.view(bits)[nan].to(torch.int64) & (1 << 8 * out.element_size()) - 1).unique(
-        ).tolist() == [nan_bits]
+    assert (out.view(bits)[nan].to(torch.int64) & (1 << 8 * out.element_size()) - 1).unique().tolist() == [nan_bits]
     assert out[~nan].eq(torch.tensor([-1.0, 0.0, 1.0], dtype=dtype).unsqueeze(1)).any(0).all()
 
 

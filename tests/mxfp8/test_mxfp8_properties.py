@@ -11,8 +11,9 @@ from kvdoctor import mxfp8
 from kvdoctor.mxfp8 import SCALE_MODES
 
 DTYPES = (torch.bfloat16, torch.float16, torch.float32)
-SPECIALS = torch.tensor([0.0, -0.0, float("inf"), float("-inf"), float("nan"), 448.0, 480.0,
-                         -464.0, 2.0**-149, 2.0**-133, 15.5, 232.0])
+SPECIALS = torch.tensor(
+    [0.0, -0.0, float("inf"), float("-inf"), float("nan"), 448.0, 480.0, -464.0, 2.0**-149, 2.0**-133, 15.5, 232.0]
+)
 
 
 @st.composite
@@ -82,8 +83,7 @@ def test_floor_is_byte_idempotent(x: torch.Tensor) -> None:
     """FLOOR keeps the scaled amax in [256, 448] so re-quantising the fp32 decode gives the same
     bytes; RCEIL/SGLang do not promise this (a block at 224 drops one exponent)."""
     t = mxfp8.quantize(x, scale_mode="floor", backend="torch")
-    again = mxfp8.quantize(mxfp8.dequantize(t, torch.float32, backend="torch"),
-                           scale_mode="floor", backend="torch")
+    again = mxfp8.quantize(mxfp8.dequantize(t, torch.float32, backend="torch"), scale_mode="floor", backend="torch")
     assert torch.equal(again.scales, t.scales)
     assert torch.equal(again.payload.view(torch.uint8), t.payload.view(torch.uint8))
 
@@ -92,10 +92,8 @@ def test_floor_is_byte_idempotent(x: torch.Tensor) -> None:
 @given(x=tensors(specials=False), mode=st.sampled_from(("rceil", "sglang")))
 def test_ceil_modes_are_value_idempotent(x: torch.Tensor, mode: str) -> None:
     """For RCEIL-style scales, re-quantising decoded values may change bytes but not values."""
-    once = mxfp8.dequantize(mxfp8.quantize(x, scale_mode=mode, backend="torch"), torch.float32,
-                            backend="torch")
-    twice = mxfp8.dequantize(mxfp8.quantize(once, scale_mode=mode, backend="torch"),
-                             torch.float32, backend="torch")
+    once = mxfp8.dequantize(mxfp8.quantize(x, scale_mode=mode, backend="torch"), torch.float32, backend="torch")
+    twice = mxfp8.dequantize(mxfp8.quantize(once, scale_mode=mode, backend="torch"), torch.float32, backend="torch")
     assert torch.equal(once, twice)
 
 

@@ -52,11 +52,11 @@ def test_scale_offsets_cover_the_pool_exactly_once() -> None:
 def test_kernel_scatter_writes_the_reference_bytes(dtype: torch.dtype, mode: str) -> None:
     x = _rows(len(LOC), dtype)
     ref_payload, ref_scales = _pool()
-    mxfp8.quantize_scatter(x, LOC, ref_payload, ref_scales, page_size=PAGE, scale_mode=mode,
-                           backend="torch")
+    mxfp8.quantize_scatter(x, LOC, ref_payload, ref_scales, page_size=PAGE, scale_mode=mode, backend="torch")
     payload, scales = _pool(KERNEL_DEVICE)
-    mxfp8.quantize_scatter(x.to(KERNEL_DEVICE), LOC.to(KERNEL_DEVICE), payload, scales,
-                           page_size=PAGE, scale_mode=mode, backend="triton")
+    mxfp8.quantize_scatter(
+        x.to(KERNEL_DEVICE), LOC.to(KERNEL_DEVICE), payload, scales, page_size=PAGE, scale_mode=mode, backend="triton"
+    )
     assert torch.equal(payload.cpu(), ref_payload)
     assert torch.equal(scales.cpu(), ref_scales)
 
@@ -80,13 +80,13 @@ def test_padding_slot_zero_is_never_written_by_default(backend: str) -> None:
     device = KERNEL_DEVICE if backend == "triton" else "cpu"
     payload, scales = _pool(device)
     loc = torch.tensor([0, 1], device=device)
-    mxfp8.quantize_scatter(_rows(2).to(device), loc, payload, scales, page_size=PAGE,
-                           backend=backend)
+    mxfp8.quantize_scatter(_rows(2).to(device), loc, payload, scales, page_size=PAGE, backend=backend)
     slot0 = mxfp8.scale_offsets(torch.tensor([0]), HEADS, HEAD_DIM, PAGE).flatten()
     assert (payload[0] == 0xAB).all() and (scales.cpu()[slot0] == 0xCD).all()
     assert not (payload[1] == 0xAB).all()
-    mxfp8.quantize_scatter(_rows(2).to(device), loc, payload, scales, page_size=PAGE,
-                           backend=backend, skip_padding_slot=False)
+    mxfp8.quantize_scatter(
+        _rows(2).to(device), loc, payload, scales, page_size=PAGE, backend=backend, skip_padding_slot=False
+    )
     assert not (payload[0] == 0xAB).all()  # teeth: the flag is what protects slot 0
 
 
@@ -103,8 +103,13 @@ def test_padding_slot_zero_is_never_written_by_default(backend: str) -> None:
 )
 def test_scatter_rejects_bad_input(kwargs: dict[str, object], message: str) -> None:
     payload, scales = _pool()
-    args: dict[str, object] = {"x": _rows(2), "loc": torch.tensor([1, 2]), "payload": payload,
-                               "scales": scales, "page_size": PAGE}
+    args: dict[str, object] = {
+        "x": _rows(2),
+        "loc": torch.tensor([1, 2]),
+        "payload": payload,
+        "scales": scales,
+        "page_size": PAGE,
+    }
     args.update(kwargs)
     if "x" in kwargs and args["x"].shape[-1] != HEAD_DIM:  # type: ignore[union-attr]
         args["payload"] = torch.zeros(ROWS, HEADS, 48, dtype=torch.uint8)
@@ -151,7 +156,6 @@ def test_scatter_with_a_non_power_of_two_scale_count() -> None:
     mxfp8.quantize_scatter(x, loc, ref_payload, ref_scales, page_size=32, backend="torch")
     payload = torch.zeros_like(ref_payload, device=KERNEL_DEVICE)
     scales = torch.zeros_like(ref_scales, device=KERNEL_DEVICE)
-    mxfp8.quantize_scatter(x.to(KERNEL_DEVICE), loc.to(KERNEL_DEVICE), payload, scales,
-                           page_size=32, backend="triton")
+    mxfp8.quantize_scatter(x.to(KERNEL_DEVICE), loc.to(KERNEL_DEVICE), payload, scales, page_size=32, backend="triton")
     assert torch.equal(payload.cpu(), ref_payload) and torch.equal(scales.cpu(), ref_scales)
     assert int((ref_scales != 0).sum()) == 5 * 3 * 3  # every written scale is a real (non-0) byte

@@ -25,10 +25,26 @@ KVDOCTOR = [sys.executable, "-c", "from kvdoctor.cli.app import main; main()"]
 def pd_args(out: Path, *extra: str) -> list[str]:
     """A fast pd-eval against the stand-ins: 5 shots, 24 questions, 8 in flight."""
     return [
-        "pd-eval", "stand-in/model", "--data-path", str(GSM8K), "--launcher", SERVER,
-        "--router-launcher", ROUTER, "--output-dir", str(out), "--num-shots", "5",
-        "--num-questions", "24", "--parallel", "8", "--timeout", "60", *extra,
-    ]  # fmt: skip
+        "pd-eval",
+        "stand-in/model",
+        "--data-path",
+        str(GSM8K),
+        "--launcher",
+        SERVER,
+        "--router-launcher",
+        ROUTER,
+        "--output-dir",
+        str(out),
+        "--num-shots",
+        "5",
+        "--num-questions",
+        "24",
+        "--parallel",
+        "8",
+        "--timeout",
+        "60",
+        *extra,
+    ]
 
 
 def run_dir(out: Path) -> Path:

@@ -18,8 +18,19 @@ from tests.pd.helpers import GSM8K, KVDOCTOR, ROOT, pid_alive
 
 
 def test_bench_reports_both_clients() -> None:
-    args = ["bench", "pd-eval", "--data-path", str(GSM8K), "--num-questions", "16", "--parallel", "4",
-            "--repeats", "1", "--json"]
+    args = [
+        "bench",
+        "pd-eval",
+        "--data-path",
+        str(GSM8K),
+        "--num-questions",
+        "16",
+        "--parallel",
+        "4",
+        "--repeats",
+        "1",
+        "--json",
+    ]
     run = CliRunner().invoke(app, args, catch_exceptions=False)
     assert run.exit_code == 0, run.output
     data = json.loads(run.stdout)
@@ -40,7 +51,8 @@ def listening_server(bench: psutil.Process) -> psutil.Process | None:
     for child in bench.children(recursive=True):
         try:
             if "spawn_main" in " ".join(child.cmdline()) and any(
-                    c.status == psutil.CONN_LISTEN for c in child.net_connections("tcp")):
+                c.status == psutil.CONN_LISTEN for c in child.net_connections("tcp")
+            ):
                 return child
         except psutil.Error:
             continue
@@ -50,12 +62,21 @@ def listening_server(bench: psutil.Process) -> psutil.Process | None:
 @pytest.mark.usefixtures("no_leftovers")
 @pytest.mark.parametrize(("sig", "code"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
 def test_signal_stops_the_instant_server(sig: signal.Signals, code: int, tmp_path: Path) -> None:
-    args = ["bench", "pd-eval", "--data-path", str(GSM8K), "--num-questions", "16",
-            "--parallel", "4", "--repeats", "100000"]  # runs until signalled
+    args = [
+        "bench",
+        "pd-eval",
+        "--data-path",
+        str(GSM8K),
+        "--num-questions",
+        "16",
+        "--parallel",
+        "4",
+        "--repeats",
+        "100000",
+    ]  # runs until signalled
     stderr = tmp_path / "stderr.txt"
     with stderr.open("wb") as sink:  # a file, not a pipe: a leaked server would hold a pipe open
-        proc = subprocess.Popen([*KVDOCTOR, *args], cwd=ROOT, stdout=subprocess.DEVNULL,
-                                stderr=sink)
+        proc = subprocess.Popen([*KVDOCTOR, *args], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=sink)
     try:
         bench = psutil.Process(proc.pid)
         wait_for(lambda: listening_server(bench) is not None)

@@ -17,24 +17,26 @@ SAMPLING = client.Sampling(max_new_tokens=512, stop=("Question", "Assistant:"), 
 def test_completions_request_is_greedy_with_stops() -> None:
     path, body = client.request_for("Q: 1+1\nA:", SAMPLING)
     assert path == "/v1/completions"
-    assert body == {"model": "m", "prompt": "Q: 1+1\nA:", "temperature": 0.0, "max_tokens": 512,
-                    "stop": ["Question", "Assistant:"]}
+    assert body == {
+        "model": "m",
+        "prompt": "Q: 1+1\nA:",
+        "temperature": 0.0,
+        "max_tokens": 512,
+        "stop": ["Question", "Assistant:"],
+    }
 
 
 def test_generate_request_is_greedy_with_stops() -> None:
     generate = client.Sampling(512, ("Question",), "m", api="generate")
     path, body = client.request_for("p", generate)
     assert path == "/generate"
-    assert body == {"text": "p", "sampling_params": {"temperature": 0.0, "max_new_tokens": 512,
-                                                     "stop": ["Question"]}}
+    assert body == {"text": "p", "sampling_params": {"temperature": 0.0, "max_new_tokens": 512, "stop": ["Question"]}}
 
 
 def test_replies_of_both_apis() -> None:
-    generate = {"text": " 18", "meta_info": {"completion_tokens": 3,
-                                              "finish_reason": {"type": "stop", "matched": "Q"}}}
+    generate = {"text": " 18", "meta_info": {"completion_tokens": 3, "finish_reason": {"type": "stop", "matched": "Q"}}}
     assert client.parse_reply("generate", generate) == (" 18", 3, "stop")
-    completions = {"choices": [{"text": " 18", "finish_reason": "length"}],
-                   "usage": {"completion_tokens": 512}}
+    completions = {"choices": [{"text": " 18", "finish_reason": "length"}], "usage": {"completion_tokens": 512}}
     assert client.parse_reply("completions", completions) == (" 18", 512, "length")
 
 
@@ -48,8 +50,14 @@ def run_one(handler: httpx.MockTransport) -> client.Completion:
 
 @pytest.mark.parametrize(
     "body",
-    [b"<html>bad gateway</html>", b"[1, 2]", b'{"choices": null}', b'{"choices": [1]}',
-     b'{"choices": [{"text": 5}]}', b"\xff\xfe"],
+    [
+        b"<html>bad gateway</html>",
+        b"[1, 2]",
+        b'{"choices": null}',
+        b'{"choices": [1]}',
+        b'{"choices": [{"text": 5}]}',
+        b"\xff\xfe",
+    ],
     ids=["html", "list", "null-choices", "int-choice", "int-text", "not-utf8"],
 )
 def test_malformed_200_reply_is_a_per_question_error(body: bytes) -> None:
@@ -87,8 +95,7 @@ def test_server_errors_are_retried_then_fail_the_deployment(
         run_one(httpx.MockTransport(lambda r: httpx.Response(503, text="down")))
 
 
-def wire(monkeypatch: pytest.MonkeyPatch,
-         handler: Callable[[httpx.Request], httpx.Response]) -> None:
+def wire(monkeypatch: pytest.MonkeyPatch, handler: Callable[[httpx.Request], httpx.Response]) -> None:
     """Keep complete_all's real clients (limits, shards, timeouts) but swap their wire."""
     real = client.make_client
 
@@ -108,9 +115,11 @@ def test_results_keep_prompt_order(monkeypatch: pytest.MonkeyPatch) -> None:
     wire(monkeypatch, echo)
     prompts = [f"p{i}" for i in range(50)]
     seen: list[int] = []
-    done = asyncio.run(client.complete_all("http://r", prompts, SAMPLING, parallel=20,
-                                           request_timeout_s=5,
-                                           on_done=lambda i, _: seen.append(i)))
+    done = asyncio.run(
+        client.complete_all(
+            "http://r", prompts, SAMPLING, parallel=20, request_timeout_s=5, on_done=lambda i, _: seen.append(i)
+        )
+    )
     assert [d.text for d in done] == prompts
     assert sorted(seen) == list(range(50))
 
@@ -129,5 +138,6 @@ def test_watchdog_stops_a_stalled_eval(monkeypatch: pytest.MonkeyPatch) -> None:
         raise Died("decode exited")
 
     with pytest.raises(Died):
-        asyncio.run(client.complete_all("http://r", ["p"] * 4, SAMPLING, parallel=2,
-                                        request_timeout_s=5, watchdog=watchdog))
+        asyncio.run(
+            client.complete_all("http://r", ["p"] * 4, SAMPLING, parallel=2, request_timeout_s=5, watchdog=watchdog)
+        )

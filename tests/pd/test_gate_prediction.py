@@ -35,8 +35,14 @@ def test_retraction_gate(count: RetractionCount, allow: bool, status: str, reaso
 
 
 def test_peak_demand_and_verdict_from_the_flag() -> None:
-    forecast = prediction.predict("m", ["--max-total-tokens", "65536"], mean_prompt_chars=4000,
-                                  max_new_tokens=512, parallel=128, num_questions=200)
+    forecast = prediction.predict(
+        "m",
+        ["--max-total-tokens", "65536"],
+        mean_prompt_chars=4000,
+        max_new_tokens=512,
+        parallel=128,
+        num_questions=200,
+    )
     assert forecast.prompt_tokens == 1000 and forecast.per_request_tokens == 1512
     assert forecast.peak_tokens == 128 * 1512
     assert forecast.capacity_source == "--max-total-tokens"
@@ -44,15 +50,15 @@ def test_peak_demand_and_verdict_from_the_flag() -> None:
 
 
 def test_few_questions_bound_the_concurrency() -> None:
-    forecast = prediction.predict("m", ["--max-total-tokens=65536"], mean_prompt_chars=400,
-                                  max_new_tokens=100, parallel=128, num_questions=3)
+    forecast = prediction.predict(
+        "m", ["--max-total-tokens=65536"], mean_prompt_chars=400, max_new_tokens=100, parallel=128, num_questions=3
+    )
     assert forecast.concurrency == 3 and forecast.retraction_expected is False
     assert "guard will probably fail" in forecast.message()
 
 
 def test_unknown_capacity() -> None:
-    forecast = prediction.predict("m", [], mean_prompt_chars=400, max_new_tokens=100,
-                                  parallel=8, num_questions=None)
+    forecast = prediction.predict("m", [], mean_prompt_chars=400, max_new_tokens=100, parallel=8, num_questions=None)
     assert forecast.capacity_tokens is None and forecast.retraction_expected is None
 
 
@@ -72,12 +78,14 @@ def test_capacity_prefers_the_core_sizing(fake_analysis: types.ModuleType) -> No
     def analyze(model: str, argv: list[str]) -> SimpleNamespace:
         assert argv == ["--max-total-tokens", "65536"]
         sizing = SimpleNamespace(full_tokens=50_000, requests_fit=lambda tokens, window: 50_000 // tokens)
-        return SimpleNamespace(sizing=sizing, spec=SimpleNamespace(sliding_window=None),
-                               backup=SimpleNamespace(backend="cpu_tensor"))
+        return SimpleNamespace(
+            sizing=sizing, spec=SimpleNamespace(sliding_window=None), backup=SimpleNamespace(backend="cpu_tensor")
+        )
 
     fake_analysis.analyze = analyze  # type: ignore[attr-defined]
-    forecast = prediction.predict("m", ["--max-total-tokens", "65536"], mean_prompt_chars=400,
-                                  max_new_tokens=100, parallel=8, num_questions=None)
+    forecast = prediction.predict(
+        "m", ["--max-total-tokens", "65536"], mean_prompt_chars=400, max_new_tokens=100, parallel=8, num_questions=None
+    )
     assert (forecast.capacity_tokens, forecast.backup_backend) == (50_000, "cpu_tensor")
     assert forecast.requests_fit == 50_000 // 200  # 100 prompt + 100 new tokens each
     assert forecast.retraction_expected is False
@@ -90,16 +98,30 @@ def test_capacity_falls_back_when_the_model_cannot_be_sized(
         raise ConfigError("no config.json")
 
     fake_analysis.analyze = analyze  # type: ignore[attr-defined]
-    forecast = prediction.predict("m", ["--max-total-tokens", "4096"], mean_prompt_chars=400,
-                                  max_new_tokens=100, parallel=8, num_questions=None)
+    forecast = prediction.predict(
+        "m", ["--max-total-tokens", "4096"], mean_prompt_chars=400, max_new_tokens=100, parallel=8, num_questions=None
+    )
     assert (forecast.capacity_tokens, forecast.capacity_source) == (4096, "--max-total-tokens")
 
 
 def test_real_core_sizing_of_a_bundled_model() -> None:
-    decode = ["--disaggregation-mode", "decode", "--tp", "2", "--kv-cache-dtype", "mxfp8",
-              "--max-total-tokens", "65536", "--base-gpu-id", "2", "--host", "127.0.0.1"]
-    forecast = prediction.predict("inkling-small", decode, mean_prompt_chars=6000,
-                                  max_new_tokens=512, parallel=128, num_questions=200)
+    decode = [
+        "--disaggregation-mode",
+        "decode",
+        "--tp",
+        "2",
+        "--kv-cache-dtype",
+        "mxfp8",
+        "--max-total-tokens",
+        "65536",
+        "--base-gpu-id",
+        "2",
+        "--host",
+        "127.0.0.1",
+    ]
+    forecast = prediction.predict(
+        "inkling-small", decode, mean_prompt_chars=6000, max_new_tokens=512, parallel=128, num_questions=200
+    )
     assert forecast.capacity_source == "kvdoctor inspect sizing"
     assert forecast.backup_backend == "cpu_tensor"  # SSM state: the Inkling test's backend
     assert forecast.retraction_expected is True
@@ -112,10 +134,20 @@ def test_the_forecast_sentence_agrees_with_the_pool_that_limits() -> None:
     (0.1 of it) cannot hold the request's window. The sentence once read "0 of 1 requests fit:
     retraction expected" beside the 0.5x ratio; it must say what limits and what that means."""
     per_request = 1121
-    decode = ["--disaggregation-mode", "decode", "--max-total-tokens",
-              str(prediction.default_pool_tokens(per_request, per_request))]
-    forecast = prediction.predict("inkling-small", decode, mean_prompt_chars=(per_request - 512) * 4,
-                                  max_new_tokens=512, parallel=1, num_questions=1)
+    decode = [
+        "--disaggregation-mode",
+        "decode",
+        "--max-total-tokens",
+        str(prediction.default_pool_tokens(per_request, per_request)),
+    ]
+    forecast = prediction.predict(
+        "inkling-small",
+        decode,
+        mean_prompt_chars=(per_request - 512) * 4,
+        max_new_tokens=512,
+        parallel=1,
+        num_questions=1,
+    )
     assert forecast.peak_tokens < forecast.capacity_tokens  # type: ignore[operator]
     assert forecast.requests_fit == 0 and forecast.swa_tokens is not None
     message = forecast.message()
@@ -126,16 +158,29 @@ def test_the_forecast_sentence_agrees_with_the_pool_that_limits() -> None:
 
 @pytest.mark.parametrize(
     ("fit", "capacity", "expect"),
-    [(3, 50_000, "3 of 8 requests in flight fit at once (the full pool alone would hold 8; the limit is the SWA "
-                 "pool of 600 tokens): retraction expected"),
-     (3, 600, "3 of 8 requests in flight fit at once: retraction expected"),
-     (8, 50_000, "all 8 requests in flight fit at once, so retraction is unlikely"),
-     (None, 50_000, "pool large enough that retraction is unlikely"),
-     (None, 600, "retraction expected")],
-)  # fmt: skip
+    [
+        (
+            3,
+            50_000,
+            "3 of 8 requests in flight fit at once (the full pool alone would hold 8; the limit is the SWA "
+            "pool of 600 tokens): retraction expected",
+        ),
+        (3, 600, "3 of 8 requests in flight fit at once: retraction expected"),
+        (8, 50_000, "all 8 requests in flight fit at once, so retraction is unlikely"),
+        (None, 50_000, "pool large enough that retraction is unlikely"),
+        (None, 600, "retraction expected"),
+    ],
+)
 def test_forecast_verdicts(fit: int | None, capacity: int, expect: str) -> None:
-    forecast = prediction.Prediction(prompt_tokens=100, per_request_tokens=200, concurrency=8, peak_tokens=1600,
-                                     capacity_tokens=capacity, capacity_source="test", requests_fit=fit,
-                                     swa_tokens=600)  # fmt: skip
+    forecast = prediction.Prediction(
+        prompt_tokens=100,
+        per_request_tokens=200,
+        concurrency=8,
+        peak_tokens=1600,
+        capacity_tokens=capacity,
+        capacity_source="test",
+        requests_fit=fit,
+        swa_tokens=600,
+    )
     assert expect in forecast.message()
     assert forecast.retraction_expected is ("retraction expected" in expect)

@@ -102,8 +102,9 @@ def served(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[st
         server.server_close()
 
 
-def test_download_once_into_the_cache(served: tuple[str, Path], tmp_path: Path,
-                                      monkeypatch: pytest.MonkeyPatch) -> None:
+def test_download_once_into_the_cache(
+    served: tuple[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     url, root = served
     monkeypatch.setenv(gsm8k.CACHE_ENV, str(tmp_path / "cache"))
     monkeypatch.setenv(gsm8k.URL_ENV, f"{url}/test.jsonl")
@@ -125,8 +126,7 @@ def test_download_with_wrong_sha_is_refused_and_not_cached(
     assert not list((tmp_path / "cache").rglob("*"))
 
 
-def test_corrupt_cache_is_replaced(served: tuple[str, Path], tmp_path: Path,
-                                   monkeypatch: pytest.MonkeyPatch) -> None:
+def test_corrupt_cache_is_replaced(served: tuple[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     url, _ = served
     monkeypatch.setenv(gsm8k.CACHE_ENV, str(tmp_path / "cache"))
     monkeypatch.setenv(gsm8k.URL_ENV, f"{url}/test.jsonl")
@@ -148,8 +148,9 @@ def test_dry_run_resolution_never_downloads(tmp_path: Path, monkeypatch: pytest.
     assert gsm8k.resolve_data(None, download=False) is None
 
 
-def test_bundled_copy_wins_over_the_network(served: tuple[str, Path], tmp_path: Path,
-                                           monkeypatch: pytest.MonkeyPatch) -> None:
+def test_bundled_copy_wins_over_the_network(
+    served: tuple[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     url, _ = served
     monkeypatch.undo()  # the bundled copy is installed again
     monkeypatch.setenv(gsm8k.CACHE_ENV, str(tmp_path / "cache"))
@@ -159,9 +160,7 @@ def test_bundled_copy_wins_over_the_network(served: tuple[str, Path], tmp_path: 
     assert not (tmp_path / "cache").exists()  # nothing was downloaded
 
 
-def test_offline_without_a_bundled_copy_names_the_way_out(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_offline_without_a_bundled_copy_names_the_way_out(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(gsm8k.CACHE_ENV, str(tmp_path / "cache"))
     monkeypatch.setenv(gsm8k.URL_ENV, "http://127.0.0.1:9/unreachable")
     monkeypatch.setattr(gsm8k, "bundled_copy", lambda: None)
@@ -169,8 +168,7 @@ def test_offline_without_a_bundled_copy_names_the_way_out(
         gsm8k.resolve_data(None)
 
 
-def test_download_has_a_short_connect_timeout(monkeypatch: pytest.MonkeyPatch,
-                                              tmp_path: Path) -> None:
+def test_download_has_a_short_connect_timeout(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     seen: dict[str, object] = {}
 
     def fake_get(url: str, **kwargs: object) -> object:
@@ -185,9 +183,13 @@ def test_download_has_a_short_connect_timeout(monkeypatch: pytest.MonkeyPatch,
 
 @pytest.mark.parametrize(
     ("content", "match"),
-    [(b"\xff\xfe\x00q", "not UTF-8"), (b'{"question": 1, "answer": "#### 1"}\n', "string"),
-     (b'{"question": "q", "answer": null}\n', "string"), (b"[1, 2]\n", "string"),
-     (b"{not json\n", "not a GSM8K record")],
+    [
+        (b"\xff\xfe\x00q", "not UTF-8"),
+        (b'{"question": 1, "answer": "#### 1"}\n', "string"),
+        (b'{"question": "q", "answer": null}\n', "string"),
+        (b"[1, 2]\n", "string"),
+        (b"{not json\n", "not a GSM8K record"),
+    ],
     ids=["not-utf8", "int-question", "null-answer", "list", "not-json"],
 )
 def test_bad_data_file_is_an_input_error(tmp_path: Path, content: bytes, match: str) -> None:
@@ -197,8 +199,9 @@ def test_bad_data_file_is_an_input_error(tmp_path: Path, content: bytes, match: 
         gsm8k.load_records(path)
 
 
-def test_cached_download_is_readable_by_others(served: tuple[str, Path], tmp_path: Path,
-                                               monkeypatch: pytest.MonkeyPatch) -> None:
+def test_cached_download_is_readable_by_others(
+    served: tuple[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     url, _ = served
     monkeypatch.setenv(gsm8k.CACHE_ENV, str(tmp_path / "cache"))
     monkeypatch.setenv(gsm8k.URL_ENV, f"{url}/test.jsonl")

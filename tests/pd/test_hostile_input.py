@@ -52,9 +52,7 @@ def listener() -> Iterator[int]:
 
 
 @pytest.mark.parametrize("option", ["--prefill-port", "--decode-port", "--router-port", "--bootstrap-port"])
-def test_pinned_port_in_use_is_refused_before_anything_starts(
-    tmp_path: Path, listener: int, option: str
-) -> None:
+def test_pinned_port_in_use_is_refused_before_anything_starts(tmp_path: Path, listener: int, option: str) -> None:
     run = invoke(pd_args(tmp_path / "out", option, str(listener)))
     assert run.exit_code == 2, run.output
     assert run.stderr.count("\n") == 1
@@ -81,10 +79,21 @@ def foreign_decode(tmp_path: Path) -> Iterator[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(KNOB)}
     log = (tmp_path / "foreign.log").open("w")
     proc = subprocess.Popen(
-        [sys.executable, str(STANDINS / "server.py"), "--model-path", "stand-in/model",
-         "--disaggregation-mode", "decode", "--enable-metrics", "--port", str(port)],
-        stdout=log, stderr=subprocess.STDOUT, env=env,
-    )  # fmt: skip
+        [
+            sys.executable,
+            str(STANDINS / "server.py"),
+            "--model-path",
+            "stand-in/model",
+            "--disaggregation-mode",
+            "decode",
+            "--enable-metrics",
+            "--port",
+            str(port),
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env=env,
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         wait_until(lambda: answers(url + "/health"))
@@ -97,7 +106,10 @@ def foreign_decode(tmp_path: Path) -> Iterator[str]:
 
 @pytest.mark.parametrize("attribution", ["on", "off"])
 def test_a_foreign_server_on_our_port_is_not_healthy(
-    tmp_path: Path, foreign_decode: str, knobs: Callable[..., None], monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    foreign_decode: str,
+    knobs: Callable[..., None],
+    monkeypatch: pytest.MonkeyPatch,
     attribution: str,
 ) -> None:
     """Our decode is still loading (never binds); another server answers /health on its port.
@@ -126,14 +138,16 @@ def test_a_foreign_server_on_our_port_is_not_healthy(
 
 @pytest.mark.parametrize(
     ("url", "reason"),
-    [("ftp://127.0.0.1:21", "scheme must be http or https"),
-     ("http://[::1", "not a valid URL"),
-     ("http://127.0.0.1:99999", "Port out of range"),
-     ("http://127.0.0.1:0", "port must be within 1..65535"),
-     ("http://", "no host"),
-     ("http://bad host:80", "whitespace"),
-     ("http://user:pw@127.0.0.1:80", "credentials")],
-)  # fmt: skip
+    [
+        ("ftp://127.0.0.1:21", "scheme must be http or https"),
+        ("http://[::1", "not a valid URL"),
+        ("http://127.0.0.1:99999", "Port out of range"),
+        ("http://127.0.0.1:0", "port must be within 1..65535"),
+        ("http://", "no host"),
+        ("http://bad host:80", "whitespace"),
+        ("http://user:pw@127.0.0.1:80", "credentials"),
+    ],
+)
 def test_malformed_urls_exit_2_at_once(tmp_path: Path, url: str, reason: str) -> None:
     started = time.monotonic()
     run = invoke([*pd_args(tmp_path / "out", "--allow-no-retraction"), "--router-url", url])
@@ -148,8 +162,9 @@ def test_without_url_validation_an_ftp_router_is_retried_until_the_timeout(
 ) -> None:
     """Teeth: unchecked, ``ftp://`` is polled until --timeout and reported as exit 3."""
     monkeypatch.setattr(urls, "check_base_url", lambda _option, url: url)
-    run = invoke([*pd_args(tmp_path / "out", "--allow-no-retraction", "--timeout", "1"),
-                  "--router-url", "ftp://127.0.0.1:21"])
+    run = invoke(
+        [*pd_args(tmp_path / "out", "--allow-no-retraction", "--timeout", "1"), "--router-url", "ftp://127.0.0.1:21"]
+    )
     assert run.exit_code == 3
 
 
@@ -179,7 +194,8 @@ def test_control_characters_never_reach_the_terminal(
 # kvdoctor as a separate process whose parquet writer blocks after its first bytes: SIGTERM then
 # arrives exactly while a report's temp file exists. argv[1]: "on", or "off" to switch the cleanup off.
 BLOCKING_PARQUET = [
-    sys.executable, "-c",
+    sys.executable,
+    "-c",
     "import contextlib, pathlib, sys, time\n"
     "import pandas as pd\n"
     "import kvdoctor.report.atomic as atomic\n"
@@ -200,8 +216,12 @@ BLOCKING_PARQUET = [
 @pytest.mark.parametrize("cleanup", ["on", "off"])
 def test_sigterm_while_writing_reports_leaves_no_temp_file(tmp_path: Path, cleanup: str) -> None:
     out, ready = tmp_path / "out", tmp_path / "ready"
-    proc = subprocess.Popen([*BLOCKING_PARQUET, cleanup, str(ready), *pd_args(out)], cwd=ROOT,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [*BLOCKING_PARQUET, cleanup, str(ready), *pd_args(out)],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         wait_until(ready.exists)
         temps = list(run_dir(out).glob(".questions.parquet.*.tmp"))

@@ -24,7 +24,8 @@ def test_counter_is_read_once_across_tp_ranks() -> None:
 
 def test_data_parallel_groups_add_up() -> None:
     page = PAGE.replace('tp_rank="1"', 'tp_rank="1",dp_rank="1"').replace(
-        'pp_rank="0",tp_rank="0"}', 'pp_rank="0",tp_rank="0",dp_rank="0"}')
+        'pp_rank="0",tp_rank="0"}', 'pp_rank="0",tp_rank="0",dp_rank="0"}'
+    )
     assert metrics.from_prometheus(page) == 14
 
 

@@ -82,9 +82,7 @@ def test_allow_no_retraction_skips_the_guard(tmp_path: Path, knobs: Callable[...
     assert retraction[0].tag == "skipped"
 
 
-def test_log_fallback_counts_each_retraction_once_across_tp_ranks(
-    tmp_path: Path, knobs: Callable[..., None]
-) -> None:
+def test_log_fallback_counts_each_retraction_once_across_tp_ranks(tmp_path: Path, knobs: Callable[..., None]) -> None:
     # The Inkling preset launches decode without --enable-metrics (as the reference test does),
     # so the guard reads the decode log; at TP 2 every retraction is logged by TP0 and TP1.
     knobs(DECODE_RETRACT_EVERY="1")
@@ -130,9 +128,7 @@ def test_server_never_healthy_times_out(tmp_path: Path, knobs: Callable[..., Non
     assert not (run_dir(tmp_path) / "decode.log").exists()
 
 
-def test_mini_lb_readiness_is_its_fanned_out_health_generate(
-    tmp_path: Path, knobs: Callable[..., None]
-) -> None:
+def test_mini_lb_readiness_is_its_fanned_out_health_generate(tmp_path: Path, knobs: Callable[..., None]) -> None:
     # mini_lb's /health is 200 whatever the workers do: waiting on it would pass this router.
     knobs(ROUTER_NEVER_HEALTHY="1")
     run = invoke(pd_args(tmp_path, "--mini-lb", "--timeout", "3"))
@@ -187,9 +183,7 @@ def test_router_answering_200_garbage_fails_the_deployment(
     assert "cannot serve: malformed reply" in data["message"]
 
 
-def test_garbage_mid_eval_costs_questions_not_the_run(
-    tmp_path: Path, knobs: Callable[..., None]
-) -> None:
+def test_garbage_mid_eval_costs_questions_not_the_run(tmp_path: Path, knobs: Callable[..., None]) -> None:
     knobs(ROUTER_MALFORMED="null-choices", ROUTER_MALFORMED_AFTER="13")  # smoke + 12 questions
     run = invoke(pd_args(tmp_path, "--parallel", "1"))
     data = result_json(tmp_path)
@@ -200,9 +194,7 @@ def test_garbage_mid_eval_costs_questions_not_the_run(
     assert rows["error"].dropna().str.startswith("malformed reply").all()
 
 
-def test_unexpected_exception_is_exit_3_with_a_result(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_unexpected_exception_is_exit_3_with_a_result(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     def broken(*_args: object) -> object:
         raise OSError(24, "Too many open files")
 
@@ -234,13 +226,18 @@ def test_unwritable_report_is_refused_before_anything_starts(
     assert not (tmp_path / "out").exists()  # nothing was launched or written
 
 
-def test_a_run_never_deletes_or_overwrites_files_it_did_not_write(
-    tmp_path: Path, knobs: Callable[..., None]
-) -> None:
+def test_a_run_never_deletes_or_overwrites_files_it_did_not_write(tmp_path: Path, knobs: Callable[..., None]) -> None:
     """Files already in --output-dir (an earlier run's, or anyone's) are kept byte for byte; each
     run writes into a fresh run directory of its own and reports it."""
-    names = ["questions.csv", "questions.parquet", "decode.log", "prefill.log", "router.log",
-             "result.json", "notes.txt"]
+    names = [
+        "questions.csv",
+        "questions.parquet",
+        "decode.log",
+        "prefill.log",
+        "router.log",
+        "result.json",
+        "notes.txt",
+    ]
     for name in names:
         (tmp_path / name).write_text(f"someone else's {name}")
     knobs(PREFILL_EXIT_AT_START="7")

@@ -48,8 +48,7 @@ INKLING_ENV = {"SGLANG_ENABLE_UNIFIED_RADIX_TREE": "1", "MC_TCP_ENABLE_CONNECTIO
 
 
 def inkling(**overrides: object) -> plan.LaunchPlan:
-    options = plan.PlanOptions(model=M, preset=presets.INKLING_MXFP8, mini_lb=True,
-                               pool_tokens=1024, **overrides)  # type: ignore[arg-type]
+    options = plan.PlanOptions(model=M, preset=presets.INKLING_MXFP8, mini_lb=True, pool_tokens=1024, **overrides)  # type: ignore[arg-type]
     return plan.build(options, PORTS)
 
 
@@ -59,14 +58,31 @@ def test_inkling_preset_is_the_reference_test_exactly() -> None:
     assert [shlex.join(s.argv) for s in steps] == [INKLING_PREFILL, INKLING_DECODE, INKLING_ROUTER]
     assert [dict(s.env) for s in steps] == [INKLING_ENV, INKLING_ENV, {}]
     e = presets.INKLING_MXFP8.eval
-    assert (e.num_shots, e.num_questions, e.threshold, e.max_new_tokens, e.parallel) == (
-        10, 200, 0.80, 512, 128)
+    assert (e.num_shots, e.num_questions, e.threshold, e.max_new_tokens, e.parallel) == (10, 200, 0.80, 512, 128)
 
 
 def test_inkling_dry_run_prints_the_reference_lines(tmp_path: Path) -> None:
-    run = invoke(["pd-eval", M, "--preset", "inkling-mxfp8", "--dry-run", "--data-path", str(GSM8K),
-                  "--prefill-port", "21100", "--decode-port", "21200", "--router-port", "21000",
-                  "--bootstrap-port", "21500", "--output-dir", str(tmp_path)])
+    run = invoke(
+        [
+            "pd-eval",
+            M,
+            "--preset",
+            "inkling-mxfp8",
+            "--dry-run",
+            "--data-path",
+            str(GSM8K),
+            "--prefill-port",
+            "21100",
+            "--decode-port",
+            "21200",
+            "--router-port",
+            "21000",
+            "--bootstrap-port",
+            "21500",
+            "--output-dir",
+            str(tmp_path),
+        ]
+    )
     assert run.exit_code == 0, run.output
     env = " ".join(f"{k}={v}" for k, v in INKLING_ENV.items())
     lines = run.stdout.splitlines()
@@ -104,9 +120,10 @@ def test_bootstrap_port_is_shared_and_decode_has_its_own_gpus() -> None:
 
 def test_launchers_change_the_command_not_the_arguments() -> None:
     default = plan.build(plan.PlanOptions(model="m", preset=presets.generic(1)), PORTS)
-    custom = plan.build(plan.PlanOptions(model="m", preset=presets.generic(1),
-                                         launcher="my-server --x", router_launcher="my-router"),
-                        PORTS)
+    custom = plan.build(
+        plan.PlanOptions(model="m", preset=presets.generic(1), launcher="my-server --x", router_launcher="my-router"),
+        PORTS,
+    )
     assert [s.argv[3:] for s in default.steps[:2]] == [s.argv[2:] for s in custom.steps[:2]]
     assert default.steps[2].argv[3:] == custom.steps[2].argv[1:]
 
@@ -119,24 +136,23 @@ def test_tp_override_moves_decode_gpus() -> None:
 
 
 def test_user_pool_bound_wins_over_the_default() -> None:
-    options = plan.PlanOptions(model="m", preset=presets.generic(1), pool_tokens=4096,
-                               extra_args=("--max-total-tokens", "999"))
+    options = plan.PlanOptions(
+        model="m", preset=presets.generic(1), pool_tokens=4096, extra_args=("--max-total-tokens", "999")
+    )
     decode = plan.build(options, PORTS).steps[1]
     assert decode.argv.count("--max-total-tokens") == 1
     assert plan.flag_value(decode.argv, "--max-total-tokens") == "999"
 
 
 def test_ib_device_and_transfer_backend_reach_both_roles() -> None:
-    options = plan.PlanOptions(model="m", preset=presets.generic(1), transfer_backend="nixl",
-                               ib_device="mlx5_0")
+    options = plan.PlanOptions(model="m", preset=presets.generic(1), transfer_backend="nixl", ib_device="mlx5_0")
     for step in plan.build(options, PORTS).steps[:2]:
         assert plan.flag_value(step.argv, "--disaggregation-transfer-backend") == "nixl"
         assert plan.flag_value(step.argv, "--disaggregation-ib-device") == "mlx5_0"
 
 
 def test_free_ports_are_distinct_unless_pinned() -> None:
-    prepared = prepare(PdEvalOptions(model="m", data_path=GSM8K, router_port=23456),
-                       download=False)
+    prepared = prepare(PdEvalOptions(model="m", data_path=GSM8K, router_port=23456), download=False)
     urls = [s.url for s in prepared.plan.steps]
     assert urls[2] == "http://127.0.0.1:23456"
     assert len({*urls, prepared.plan.bootstrap_port}) == 4
@@ -145,7 +161,9 @@ def test_free_ports_are_distinct_unless_pinned() -> None:
 def test_external_servers_start_nothing() -> None:
     launch = plan.external("m", router_url="http://r:1/", decode_url="http://d:2", prefill_url=None)
     assert [(s.role, s.argv, s.url) for s in launch.steps] == [
-        ("decode", (), "http://d:2"), ("router", (), "http://r:1")]
+        ("decode", (), "http://d:2"),
+        ("router", (), "http://r:1"),
+    ]
 
 
 @pytest.mark.parametrize(
@@ -194,8 +212,7 @@ def test_dry_run_needs_no_torch_and_no_server() -> None:
         "heavy = [m for m in ('torch', 'triton', 'pandas') if m in sys.modules]\n"
         "assert not heavy, heavy\n"
     )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=60, check=False)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 0, done.stderr
 
 

@@ -17,8 +17,15 @@ from kvdoctor.report.preflight import check_outputs
 
 
 def base() -> PdEvalResult:
-    return PdEvalResult(model="m", preset="generic", threshold=0.8, num_shots=5, num_questions=10,
-                        data_sha256="x", data_source="data-path")
+    return PdEvalResult(
+        model="m",
+        preset="generic",
+        threshold=0.8,
+        num_shots=5,
+        num_questions=10,
+        data_sha256="x",
+        data_source="data-path",
+    )
 
 
 def test_deployment_failure_marks_every_gate_as_not_run() -> None:
@@ -26,17 +33,17 @@ def test_deployment_failure_marks_every_gate_as_not_run() -> None:
     result.exit_reason, result.message = "server_exited", "decode exited with code 3"
     cases = reporting.junit_cases(result)
     assert [(c.name, c.status) for c in cases] == [
-        ("deployment", "error"), ("accuracy", "error"), ("retraction", "error")]
-    assert [line.split("::")[1] for line in reporting.annotations(result)] == [
-        "error title=pd-eval server_exited"]
+        ("deployment", "error"),
+        ("accuracy", "error"),
+        ("retraction", "error"),
+    ]
+    assert [line.split("::")[1] for line in reporting.annotations(result)] == ["error title=pd-eval server_exited"]
 
 
 def test_gate_failure_annotates_each_failed_gate() -> None:
     result = base()
-    result.score = Score(accuracy=0.5, invalid_rate=0.1, num_questions=10, completion_tokens=100,
-                         latency_s=2.0)
-    result.gates = [gate.accuracy(0.5, 0.8),
-                    gate.retraction(RetractionCount(0, "metrics"), allow_none=False)]
+    result.score = Score(accuracy=0.5, invalid_rate=0.1, num_questions=10, completion_tokens=100, latency_s=2.0)
+    result.gates = [gate.accuracy(0.5, 0.8), gate.retraction(RetractionCount(0, "metrics"), allow_none=False)]
     result.exit_reason = "accuracy_below_threshold"
     lines = reporting.annotations(result)
     assert len(lines) == 2 and all(line.startswith("::error title=pd-eval ") for line in lines)
@@ -49,8 +56,14 @@ def test_gate_failure_annotates_each_failed_gate() -> None:
 def test_finish_returns_the_results_exit_code(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     result = base()
     result.exit_code, result.exit_reason = 3, "server_exited"
-    code = reporting.finish(result, tmp_path, junit_path=tmp_path / "j.xml", json_out=True,
-                            console=Console(stderr=True), env={"GITHUB_ACTIONS": "true"})
+    code = reporting.finish(
+        result,
+        tmp_path,
+        junit_path=tmp_path / "j.xml",
+        json_out=True,
+        console=Console(stderr=True),
+        env={"GITHUB_ACTIONS": "true"},
+    )
     assert code == 3
     out, err = capsys.readouterr()
     assert json.loads(out)["exit_reason"] == "server_exited"
@@ -58,8 +71,7 @@ def test_finish_returns_the_results_exit_code(tmp_path: Path, capsys: pytest.Cap
     assert "::error title=pd-eval server_exited::" in err  # annotations in GitHub Actions
 
 
-def test_unwritable_report_is_one_line_and_exit_2(tmp_path: Path,
-                                                   capsys: pytest.CaptureFixture[str]) -> None:
+def test_unwritable_report_is_one_line_and_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("")
     result = base()
@@ -67,15 +79,15 @@ def test_unwritable_report_is_one_line_and_exit_2(tmp_path: Path,
     for out_dir, junit_path in ((blocker / "out", None), (tmp_path, blocker / "junit.xml")):
         with pytest.raises(InputError, match="cannot write a report"):
             reporting.write_all(result, out_dir, junit_path=junit_path, env={})
-        code = reporting.finish(result, out_dir, junit_path=junit_path, json_out=False,
-                                console=Console(file=io.StringIO()), env={})
+        code = reporting.finish(
+            result, out_dir, junit_path=junit_path, json_out=False, console=Console(file=io.StringIO()), env={}
+        )
         assert code == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and err.startswith("kvdoctor: error: cannot write")
 
 
-@pytest.mark.parametrize("case", ["output-under-file", "junit-dir", "junit-under-file",
-                                  "summary-dir"])
+@pytest.mark.parametrize("case", ["output-under-file", "junit-dir", "junit-under-file", "summary-dir"])
 def test_check_writable_refuses_what_would_fail_later(tmp_path: Path, case: str) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("")

@@ -30,9 +30,7 @@ def escapee_pid(pidfile: Path) -> int:
 
 
 @pytest.mark.parametrize("kind", ["setsid", "daemon", "daemon-noenv"])
-def test_grandchild_that_left_the_group_is_stopped(
-    tmp_path: Path, knobs: Callable[..., None], kind: str
-) -> None:
+def test_grandchild_that_left_the_group_is_stopped(tmp_path: Path, knobs: Callable[..., None], kind: str) -> None:
     pidfile = tmp_path / "escapee.pid"
     knobs(DECODE_ESCAPE=kind, DECODE_ESCAPE_PIDFILE=str(pidfile))
     run = invoke(pd_args(tmp_path / "out"))
@@ -101,7 +99,8 @@ def test_a_process_surviving_teardown_fails_the_run(
 
 # kvdoctor as a separate process, with the parent-death signal on or (to prove it matters) off.
 KVDOCTOR_PDEATHSIG = [
-    sys.executable, "-c",
+    sys.executable,
+    "-c",
     "import sys\n"
     "import kvdoctor.pd.supervisor as s\n"
     "if sys.argv.pop(1) == 'off':\n"
@@ -112,14 +111,13 @@ KVDOCTOR_PDEATHSIG = [
 
 
 @pytest.mark.parametrize("pdeathsig", ["on", "off"])
-def test_servers_die_with_a_sigkilled_kvdoctor(
-    tmp_path: Path, knobs: Callable[..., None], pdeathsig: str
-) -> None:
+def test_servers_die_with_a_sigkilled_kvdoctor(tmp_path: Path, knobs: Callable[..., None], pdeathsig: str) -> None:
     """SIGKILL runs no teardown; the kernel's parent-death signal still stops every server."""
     knobs(DECODE_HANG_SECONDS="120", DECODE_HANG_AFTER="1")
     out = tmp_path / "out"
-    proc = subprocess.Popen([*KVDOCTOR_PDEATHSIG, pdeathsig, *pd_args(out)], cwd=ROOT,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [*KVDOCTOR_PDEATHSIG, pdeathsig, *pd_args(out)], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     started: list[psutil.Process] = []
     try:
         wait_for(lambda: any("request #2" in log.read_text() for log in out.glob("run-*/decode.log")))
@@ -150,12 +148,14 @@ def kill_and_reap(pid: int) -> None:
 def test_only_the_marker_finds_a_double_forked_daemon(tmp_path: Path) -> None:
     """Teeth for the marker sweep: a daemon is no descendant, so no tree walk can see it."""
     pidfile = tmp_path / "daemon.pid"
-    code = ("import os, sys, time\n"
-            "if os.fork():\n    os._exit(0)\n"
-            "os.setsid()\n"
-            "open(sys.argv[1] + '.tmp', 'w').write(str(os.getpid()))\n"
-            "os.rename(sys.argv[1] + '.tmp', sys.argv[1])\n"
-            "time.sleep(3600)\n")
+    code = (
+        "import os, sys, time\n"
+        "if os.fork():\n    os._exit(0)\n"
+        "os.setsid()\n"
+        "open(sys.argv[1] + '.tmp', 'w').write(str(os.getpid()))\n"
+        "os.rename(sys.argv[1] + '.tmp', sys.argv[1])\n"
+        "time.sleep(3600)\n"
+    )
     env = {**os.environ, supervisor.RUN_MARKER_ENV: "run-under-test"}
     subprocess.run([sys.executable, "-c", code, str(pidfile)], env=env, check=True, timeout=30)
     wait_for(pidfile.exists)
@@ -174,10 +174,16 @@ def test_server_ignoring_sigterm_is_killed_after_grace(
 ) -> None:
     knobs(DECODE_IGNORE_SIGTERM="1", DECODE_RETRACT_EVERY="0")
     options = run_mod.PdEvalOptions(
-        model="m", data_path=ROOT / "fixtures/gsm8k/test.jsonl", num_questions=4, parallel=2,
-        launcher=SERVER, router_launcher=SERVER.replace("server.py", "router.py"),
-        output_dir=tmp_path, grace_s=0.3, allow_no_retraction=True,
-    )  # fmt: skip
+        model="m",
+        data_path=ROOT / "fixtures/gsm8k/test.jsonl",
+        num_questions=4,
+        parallel=2,
+        launcher=SERVER,
+        router_launcher=SERVER.replace("server.py", "router.py"),
+        output_dir=tmp_path,
+        grace_s=0.3,
+        allow_no_retraction=True,
+    )
     supervisors: list[supervisor.Supervisor] = []
 
     class Recording(supervisor.Supervisor):
@@ -190,8 +196,7 @@ def test_server_ignoring_sigterm_is_killed_after_grace(
     assert result.exit_code == 0, result.message
     ended = {proc.role: proc.ended for proc in supervisors[0].procs}
     # decode ignored SIGTERM: the grace period expired and SIGKILL stopped it.
-    assert ended == {"prefill": supervisor.SIGTERMED, "decode": supervisor.SIGKILLED,
-                     "router": supervisor.SIGTERMED}
+    assert ended == {"prefill": supervisor.SIGTERMED, "decode": supervisor.SIGKILLED, "router": supervisor.SIGTERMED}
     assert supervisors[0].survivors == []
 
 
@@ -238,9 +243,7 @@ def wait_for(predicate: Callable[[], bool], timeout_s: float = 30.0) -> None:
 
 
 @pytest.mark.parametrize(("sig", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
-def test_signal_mid_eval_tears_down(
-    tmp_path: Path, knobs: Callable[..., None], sig: signal.Signals, code: int
-) -> None:
+def test_signal_mid_eval_tears_down(tmp_path: Path, knobs: Callable[..., None], sig: signal.Signals, code: int) -> None:
     knobs(DECODE_HANG_SECONDS="120", DECODE_HANG_AFTER="1")
     out = tmp_path / "out"
     cmd = [*KVDOCTOR, *pd_args(out)]

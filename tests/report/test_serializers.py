@@ -41,26 +41,33 @@ def test_json_carries_dataclasses_decimals_paths_and_nan(tmp_path: Path) -> None
 
 
 def test_junit_one_case_per_check(tmp_path: Path) -> None:
-    cases = [junit.Case("accuracy", junit.PASSED, details="0.9 >= 0.8"),
-             junit.Case("retraction", junit.FAILED, "no retraction", "pool too large"),
-             junit.Case("deployment", junit.ERROR, "decode exited"),
-             junit.Case("optional", junit.SKIPPED, "allowed")]
+    cases = [
+        junit.Case("accuracy", junit.PASSED, details="0.9 >= 0.8"),
+        junit.Case("retraction", junit.FAILED, "no retraction", "pool too large"),
+        junit.Case("deployment", junit.ERROR, "decode exited"),
+        junit.Case("optional", junit.SKIPPED, "allowed"),
+    ]
     target = tmp_path / "junit.xml"
     junit.write(target, "suite", cases)
     suite = ET.parse(target).getroot().find("testsuite")
     assert suite is not None
-    assert (suite.get("tests"), suite.get("failures"), suite.get("errors"),
-            suite.get("skipped")) == ("4", "1", "1", "1")
+    assert (suite.get("tests"), suite.get("failures"), suite.get("errors"), suite.get("skipped")) == (
+        "4",
+        "1",
+        "1",
+        "1",
+    )
     outcome = {c.get("name"): (c[0].tag, c[0].get("message")) for c in suite.iter("testcase")}
-    assert outcome == {"accuracy": ("system-out", None),
-                       "retraction": ("failure", "no retraction"),
-                       "deployment": ("error", "decode exited"),
-                       "optional": ("skipped", "allowed")}
+    assert outcome == {
+        "accuracy": ("system-out", None),
+        "retraction": ("failure", "no retraction"),
+        "deployment": ("error", "decode exited"),
+        "optional": ("skipped", "allowed"),
+    }
 
 
 def test_step_summary_only_when_set_and_appended(tmp_path: Path) -> None:
-    md = github.summary_markdown("t", "**PASSED**", [github.Row("a|b", "1", ">= 0", "passed")],
-                                 {"plan": "cmd ```x```"})
+    md = github.summary_markdown("t", "**PASSED**", [github.Row("a|b", "1", ">= 0", "passed")], {"plan": "cmd ```x```"})
     assert github.append_step_summary(md, env={}) is None
     target = tmp_path / "summary.md"
     target.write_text("before\n")
@@ -87,8 +94,7 @@ def test_annotation_escaping() -> None:
 
 @pytest.mark.parametrize("suffix", [".csv", ".parquet"])
 def test_tables_round_trip(tmp_path: Path, suffix: str) -> None:
-    rows = [{"line": 5, "correct": True, "prediction": "18"},
-            {"line": 6, "correct": False, "prediction": None}]
+    rows = [{"line": 5, "correct": True, "prediction": "18"}, {"line": 6, "correct": False, "prediction": None}]
     target = tmp_path / f"q{suffix}"
     tables.write(target, rows)
     frame = pd.read_csv(target) if suffix == ".csv" else pd.read_parquet(target)
@@ -103,8 +109,7 @@ def test_tables_refuse_unknown_formats(tmp_path: Path) -> None:
 def test_junit_strips_characters_xml_cannot_carry(tmp_path: Path) -> None:
     tail = "\x1b[31mTraceback\x1b[0m\x00 at \x0bline 3 \U0001f600"
     target = tmp_path / "junit.xml"
-    junit.write(target, "s", [junit.Case("deployment\x00", junit.ERROR, f"boom {tail}",
-                                         details=tail)])
+    junit.write(target, "s", [junit.Case("deployment\x00", junit.ERROR, f"boom {tail}", details=tail)])
     case = next(ET.parse(target).iter("testcase"))  # parses: no control character survived
     assert case.get("name") == "deployment"
     assert case[0].get("message") == "boom [31mTraceback[0m at line 3 \U0001f600"

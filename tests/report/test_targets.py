@@ -85,10 +85,15 @@ def test_a_dangling_symlink_creates_its_target_and_stays_a_link(tmp_path: Path) 
 
 @pytest.mark.parametrize(
     ("make", "words"),
-    [("loop", "symlink loop"), ("loop-parent", "symlink loop"), ("dangling-dir", "does not exist"),
-     ("dangling-parent", "dangling symlink"), ("under-file", "is not a directory"),
-     ("directory", "is a directory")],
-)  # fmt: skip
+    [
+        ("loop", "symlink loop"),
+        ("loop-parent", "symlink loop"),
+        ("dangling-dir", "does not exist"),
+        ("dangling-parent", "dangling symlink"),
+        ("under-file", "is not a directory"),
+        ("directory", "is a directory"),
+    ],
+)
 def test_unusable_paths_are_one_precise_line(tmp_path: Path, make: str, words: str) -> None:
     a, b = tmp_path / "a", tmp_path / "b"
     path = a
@@ -110,8 +115,10 @@ def test_unusable_paths_are_one_precise_line(tmp_path: Path, make: str, words: s
     else:
         a.mkdir()
     before = {p.name: os.readlink(p) if p.is_symlink() else None for p in tmp_path.iterdir()}
-    for attempt in (lambda: preflight.check_file("--junit", path),
-                    lambda: atomic.write_text(path, "x", what="--junit")):
+    for attempt in (
+        lambda: preflight.check_file("--junit", path),
+        lambda: atomic.write_text(path, "x", what="--junit"),
+    ):
         with pytest.raises(InputError) as caught:
             attempt()
         message = str(caught.value)

@@ -13,12 +13,27 @@ def analysis(model: str, dtype: str = "auto", *flags: str) -> Analysis:
     return analyze(model, ["--kv-cache-dtype", dtype, *DECODE, *flags])
 
 
-def roundtrip(model: str, dtype: str = "auto", *flags: str, inject: str | None = None,
-              requests: int = 4, tokens: int = 48, layers: int = 1, heads: int = 1,
-              chunk: int | None = None, seed: int = 0) -> RoundtripResult:  # fmt: skip
+def roundtrip(
+    model: str,
+    dtype: str = "auto",
+    *flags: str,
+    inject: str | None = None,
+    requests: int = 4,
+    tokens: int = 48,
+    layers: int = 1,
+    heads: int = 1,
+    chunk: int | None = None,
+    seed: int = 0,
+) -> RoundtripResult:
     """A small, fully reduced round trip on CPU."""
-    opts = RoundtripOptions(device="cpu", requests=requests, tokens=tokens, seed=seed, inject=inject,
-                            reductions=Reductions(layers=layers, heads=heads))  # fmt: skip
+    opts = RoundtripOptions(
+        device="cpu",
+        requests=requests,
+        tokens=tokens,
+        seed=seed,
+        inject=inject,
+        reductions=Reductions(layers=layers, heads=heads),
+    )
     if chunk is not None:
         opts = RoundtripOptions(**{**opts.__dict__, "chunk": chunk})
     return run_roundtrip(analysis(model, dtype, *flags), opts)

@@ -32,8 +32,9 @@ def all_swa(tmp_path: Path) -> str:
 def _run(model: str, *flags: str, inject: str | None = None, tokens: int = 64) -> RoundtripResult:
     analysis = analyze(model, [*flags, *DECODE, "--disaggregation-decode-retraction-backup", "cpu_tensor"])
     assert analysis.spec.full is None and analysis.spec.swa is not None
-    opts = RoundtripOptions(device="cpu", requests=4, tokens=tokens, inject=inject,
-                            reductions=Reductions(layers=2, heads=1))  # fmt: skip
+    opts = RoundtripOptions(
+        device="cpu", requests=4, tokens=tokens, inject=inject, reductions=Reductions(layers=2, heads=1)
+    )
     return run_roundtrip(analysis, opts)
 
 

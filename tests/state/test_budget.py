@@ -46,18 +46,22 @@ MEASURE = textwrap.dedent("""
         # triton keeps Inkling at page 1 (its own default, fa4, takes page 128 on SM100).
         ("inkling-small", 6, 256, None, ["--attention-backend", "triton"]),
         ("llama-3.1-8b", 8, 512, 4, []),
-        ("inkling-small", 4, 512, None, ["--kv-cache-dtype", "mxfp8", "--disaggregation-mode", "decode",
-                                         "--page-size", "128"]),
+        (
+            "inkling-small",
+            4,
+            512,
+            None,
+            ["--kv-cache-dtype", "mxfp8", "--disaggregation-mode", "decode", "--page-size", "128"],
+        ),
     ],
-)  # fmt: skip
+)
 def test_the_estimate_covers_the_measured_peak_without_crying_wolf(
     model: str, requests: int, tokens: int, layers: int | None, flags: list[str]
 ) -> None:
     if torch.cuda.is_available():
         pytest.skip("measures host RSS of a CPU run")
     args = json.dumps([model, requests, tokens, layers, flags])
-    out = subprocess.run([sys.executable, "-c", MEASURE, args], capture_output=True, text=True, timeout=300,
-                         check=True)  # fmt: skip
+    out = subprocess.run([sys.executable, "-c", MEASURE, args], capture_output=True, text=True, timeout=300, check=True)
     seen = json.loads(out.stdout.strip().splitlines()[-1])
     assert seen["measured"] <= seen["estimate"] <= 2 * seen["measured"], seen
 
@@ -85,8 +89,9 @@ def test_the_largest_fitting_request_count_is_exact_for_the_room_given() -> None
 def test_refusal_names_the_estimate_and_what_fits() -> None:
     analysis, geo, sizing = _setup(100_000)
     with pytest.raises(InputError) as refused:
-        budget.check_budget(analysis, geo, sizing, torch.device("cpu"), fraction=0.5,
-                            room=budget.Capacity(device=None, host=8 * 2**30))  # fmt: skip
+        budget.check_budget(
+            analysis, geo, sizing, torch.device("cpu"), fraction=0.5, room=budget.Capacity(device=None, host=8 * 2**30)
+        )
     message = str(refused.value)
     assert "GiB of host memory, 8.00 GiB available (100000 requests of up to 256 tokens)" in message
     assert "the largest --requests that fits is" in message
@@ -106,5 +111,6 @@ def test_on_a_gpu_device_and_host_memory_are_budgeted_apart() -> None:
 def test_nothing_fits_says_what_to_reduce() -> None:
     analysis, geo, sizing = _setup(8, 1_000_000)
     with pytest.raises(InputError, match="not even 2 requests fit: lower --tokens or reduce with --layers"):
-        budget.check_budget(analysis, geo, sizing, torch.device("cpu"), fraction=0.5,
-                            room=budget.Capacity(device=None, host=2**30))  # fmt: skip
+        budget.check_budget(
+            analysis, geo, sizing, torch.device("cpu"), fraction=0.5, room=budget.Capacity(device=None, host=2**30)
+        )

@@ -17,8 +17,9 @@ CASES = [
 
 
 @pytest.mark.parametrize(("model", "chunk", "tokens", "fault"), CASES, ids=["fp8-page16", "mxfp8-page128"])
-def test_multi_layer_multi_page_chunked_round_trip_is_bit_exact(model: tuple[str, ...], chunk: int, tokens: int,
-                                                                fault: str) -> None:  # fmt: skip
+def test_multi_layer_multi_page_chunked_round_trip_is_bit_exact(
+    model: tuple[str, ...], chunk: int, tokens: int, fault: str
+) -> None:
     layers = 3
     result = roundtrip(*model, requests=4, tokens=tokens, layers=layers, heads=2, chunk=chunk)
     assert result.ok, result.components.to_string()

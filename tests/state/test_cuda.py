@@ -21,8 +21,9 @@ INKLING = ("inkling-small", "mxfp8", "--page-size", "128")
 
 
 def _cuda(*model: str, inject: str | None = None, tokens: int = 300, chunk: int = 8192):
-    opts = RoundtripOptions(device="cuda", requests=6, tokens=tokens, inject=inject, chunk=chunk,
-                            reductions=Reductions(layers=2))  # fmt: skip
+    opts = RoundtripOptions(
+        device="cuda", requests=6, tokens=tokens, inject=inject, chunk=chunk, reductions=Reductions(layers=2)
+    )
     return run_roundtrip(analysis(*model), opts)
 
 

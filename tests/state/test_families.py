@@ -33,8 +33,9 @@ def test_fixture_round_trips_bit_exact(model: str, dtype: str, flags: tuple[str,
 @pytest.mark.parametrize("model", ["inkling-small", "qwen3-next-80b-a3b", "gpt-oss-20b"])
 def test_flat_mxfp8_scales_round_trip_on_cpu_tensor(model: str) -> None:
     # triton: below FA4's page 128 the scales are flat (on SM100 Inkling would default to fa4, page 128).
-    result = roundtrip(model, "mxfp8", "--disaggregation-decode-retraction-backup", "cpu_tensor",
-                       "--attention-backend", "triton")
+    result = roundtrip(
+        model, "mxfp8", "--disaggregation-decode-retraction-backup", "cpu_tensor", "--attention-backend", "triton"
+    )
     assert result.ok, result.components.to_string()
     assert result.used["scale_layout"] == "flat per slot"
     assert row(result, "full_kv_scales")["bytes"] > 0

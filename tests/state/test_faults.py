@@ -82,9 +82,14 @@ def test_fault_names_its_declared_components(fault: str) -> None:
     assert result.failing == result.expected_red
 
 
-@pytest.mark.parametrize(("model", "fault"), [
-    ("llama-3.1-8b", "drop-swa"), ("llama-3.1-8b", "missing-mamba"), ("llama-3.1-8b", "restore-order"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("model", "fault"),
+    [
+        ("llama-3.1-8b", "drop-swa"),
+        ("llama-3.1-8b", "missing-mamba"),
+        ("llama-3.1-8b", "restore-order"),
+    ],
+)
 def test_fault_that_cannot_apply_is_refused(model: str, fault: str) -> None:
     with pytest.raises(InputError, match=fault):
         roundtrip(model, "bf16", inject=fault)

@@ -79,8 +79,9 @@ def test_freed_slots_are_reused_by_the_next_request() -> None:
 
 def test_sliding_window_keeps_only_the_tail() -> None:
     # gpt-oss: window 128; 300-token requests map only their tail into the SWA sub-pool.
-    result = roundtrip("gpt-oss-20b", "bf16", "--disaggregation-decode-retraction-backup", "cpu_tensor",
-                       tokens=300, requests=3)  # fmt: skip
+    result = roundtrip(
+        "gpt-oss-20b", "bf16", "--disaggregation-decode-retraction-backup", "cpu_tensor", tokens=300, requests=3
+    )
     assert result.ok
     assert 0 < row(result, "swa_kv")["bytes"] < row(result, "full_kv")["bytes"]
 
@@ -93,8 +94,9 @@ def test_small_chunks_and_pages_still_round_trip() -> None:
 
 
 def test_host_pool_backend_on_a_recurrent_model_shows_the_loss() -> None:
-    result = roundtrip("inkling-small", "mxfp8", "--page-size", "128",
-                       "--disaggregation-decode-retraction-backup", "host_pool")  # fmt: skip
+    result = roundtrip(
+        "inkling-small", "mxfp8", "--page-size", "128", "--disaggregation-decode-retraction-backup", "host_pool"
+    )
     assert result.backend == "host_pool"
     assert result.failing == ["conv_state"]
 

@@ -50,11 +50,17 @@ def test_inject_not_matched_when_the_fault_breaks_something_else(monkeypatch: py
     assert result.inject_matched is False
 
 
-@pytest.mark.parametrize(("model", "flags", "code"), [
-    ("inkling-small", ("--disaggregation-decode-retraction-backup", "cpu_tensor", "--attention-backend", "triton"),
-     "KVD006"),  # triton: page 1 (Inkling's own default, fa4, takes page 128 on SM100)
-    ("gpt-oss-20b", ("--page-size", "128"), "KVD010"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("model", "flags", "code"),
+    [
+        (
+            "inkling-small",
+            ("--disaggregation-decode-retraction-backup", "cpu_tensor", "--attention-backend", "triton"),
+            "KVD006",
+        ),  # triton: page 1 (Inkling's own default, fa4, takes page 128 on SM100)
+        ("gpt-oss-20b", ("--page-size", "128"), "KVD010"),
+    ],
+)
 def test_error_hazards_of_the_launch_line_are_reported(model: str, flags: tuple[str, ...], code: str) -> None:
     result = roundtrip(model, "mxfp8", *flags)
     assert result.ok  # the pool's copy path itself round-trips

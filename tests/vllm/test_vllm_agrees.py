@@ -34,13 +34,16 @@ def test_vllm_grouping_agrees_on_every_fixture(model: str, argv: tuple[str, ...]
     assert answers.groups is not None and len(answers.groups) == len(analysis.groups or ())
 
 
-@pytest.mark.parametrize(("model", "argv"), [
-    ("qwen3-next-80b-a3b", ("--kv-offloading-size", "8")),
-    ("nemotron-h-8b", ("--kv-offloading-size", "8")),
-    ("gpt-oss-20b", ("--kv-offloading-size", "8")),
-    ("gemma-3-12b", ("--kv-cache-dtype", "nvfp4", "--kv-transfer-config", NIXL)),
-    ("qwen3-next-80b-a3b", ("--kv-transfer-config", NIXL)),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("model", "argv"),
+    [
+        ("qwen3-next-80b-a3b", ("--kv-offloading-size", "8")),
+        ("nemotron-h-8b", ("--kv-offloading-size", "8")),
+        ("gpt-oss-20b", ("--kv-offloading-size", "8")),
+        ("gemma-3-12b", ("--kv-cache-dtype", "nvfp4", "--kv-transfer-config", NIXL)),
+        ("qwen3-next-80b-a3b", ("--kv-transfer-config", NIXL)),
+    ],
+)
 def test_connectors_agree(model: str, argv: tuple[str, ...]) -> None:
     _, answers = _beside(model, *argv)
     assert not answers.drifts, answers.drifts
@@ -89,8 +92,21 @@ def test_cli_engine_vllm_shows_vllm_beside_and_exits_0() -> None:
 
     from kvdoctor.cli.app import app
 
-    out = CliRunner().invoke(app, ["inspect", "qwen3-next-80b-a3b", "--server", "vllm", "--engine", "vllm",
-                                   "--kv-offloading-size", "8", "--json", "--strict"])  # fmt: skip
+    out = CliRunner().invoke(
+        app,
+        [
+            "inspect",
+            "qwen3-next-80b-a3b",
+            "--server",
+            "vllm",
+            "--engine",
+            "vllm",
+            "--kv-offloading-size",
+            "8",
+            "--json",
+            "--strict",
+        ],
+    )
     assert out.exit_code == 0, out.output
     report = json.loads(out.stdout)
     assert report["vllm"]["available"] and all(c["agree"] for c in report["vllm"]["checks"])

@@ -41,16 +41,34 @@ class VllmAnalysis:
         return {
             "server": "vllm",
             "rules_revision": rules.RULES_REVISION,
-            "model": {"source": self.config.source, "model_type": self.config.model_type,
-                      "architecture": specs.architecture, "family": specs.family.value,
-                      "layers": len(specs.layers)},
-            "block_size": {"tokens": specs.block_size, "reason": specs.block_size_reason,
-                           "mamba_state_bytes_before_padding": specs.mamba_page_padded_from},
-            "layer_specs": [{"layer": name, "spec": s.kind.value, "block_size": s.block_size,
-                             "page_size_bytes": s.page_size_bytes, "bytes_per_token": s.bytes_per_token,
-                             "detail": s.describe()} for name, s in specs.layers.items()],
-            "hybrid_kv_cache_manager": {"enabled": self.hybrid.enabled, "reason": self.hybrid.reason,
-                                        "where": str(self.hybrid.where) if self.hybrid.where else None},
+            "model": {
+                "source": self.config.source,
+                "model_type": self.config.model_type,
+                "architecture": specs.architecture,
+                "family": specs.family.value,
+                "layers": len(specs.layers),
+            },
+            "block_size": {
+                "tokens": specs.block_size,
+                "reason": specs.block_size_reason,
+                "mamba_state_bytes_before_padding": specs.mamba_page_padded_from,
+            },
+            "layer_specs": [
+                {
+                    "layer": name,
+                    "spec": s.kind.value,
+                    "block_size": s.block_size,
+                    "page_size_bytes": s.page_size_bytes,
+                    "bytes_per_token": s.bytes_per_token,
+                    "detail": s.describe(),
+                }
+                for name, s in specs.layers.items()
+            ],
+            "hybrid_kv_cache_manager": {
+                "enabled": self.hybrid.enabled,
+                "reason": self.hybrid.reason,
+                "where": str(self.hybrid.where) if self.hybrid.where else None,
+            },
             "groups": None if self.groups is None else [_group_json(i, g) for i, g in enumerate(self.groups)],
             "refusal": None if self.refusal is None else {"message": self.refusal, "where": str(self.refusal_where)},
             "preemption": {"mode": "recompute", "backup": None, "where": str(rules.PREEMPT)},
@@ -61,21 +79,41 @@ class VllmAnalysis:
 
 def _group_json(i: int, g: Group) -> dict[str, Any]:
     per_token = g.spec.bytes_per_token
-    return {"group": i, "spec": g.kind.value, "layers": list(g.layer_names), "block_size": g.spec.block_size,
-            "page_size_bytes": g.spec.page_size_bytes,
-            "bytes_per_block": g.spec.page_size_bytes * len(g.layer_names),
-            "bytes_per_token": None if per_token is None else per_token * len(g.layer_names),
-            "per_request": g.kind is SpecKind.MAMBA, "padding_layers": g.padding_layers}  # fmt: skip
+    return {
+        "group": i,
+        "spec": g.kind.value,
+        "layers": list(g.layer_names),
+        "block_size": g.spec.block_size,
+        "page_size_bytes": g.spec.page_size_bytes,
+        "bytes_per_block": g.spec.page_size_bytes * len(g.layer_names),
+        "bytes_per_token": None if per_token is None else per_token * len(g.layer_names),
+        "per_request": g.kind is SpecKind.MAMBA,
+        "padding_layers": g.padding_layers,
+    }
 
 
 def _connector_json(v: ConnectorVerdict) -> dict[str, Any] | None:
     if v.transfer is None:
         return None
-    return {"name": v.transfer.connector, "source": v.transfer.source, "role": v.transfer.role,
-            "supports_hma": v.supports_hma, "kind": v.rule.kind if v.rule else None,
-            "where": str(v.rule.where) if v.rule else None,
-            "groups": [{"group": r.group, "spec": r.kind, "layers": r.layers, "status": r.status.value,
-                        "reason": r.reason, "where": str(r.where)} for r in v.rows]}  # fmt: skip
+    return {
+        "name": v.transfer.connector,
+        "source": v.transfer.source,
+        "role": v.transfer.role,
+        "supports_hma": v.supports_hma,
+        "kind": v.rule.kind if v.rule else None,
+        "where": str(v.rule.where) if v.rule else None,
+        "groups": [
+            {
+                "group": r.group,
+                "spec": r.kind,
+                "layers": r.layers,
+                "status": r.status.value,
+                "reason": r.reason,
+                "where": str(r.where),
+            }
+            for r in v.rows
+        ],
+    }
 
 
 def analyze_vllm_config(config: ModelConfig, flags: VllmFlags) -> VllmAnalysis:

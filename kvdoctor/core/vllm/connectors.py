@@ -82,9 +82,13 @@ def hybrid_manager(flags: VllmFlags, specs: ModelSpecs) -> HybridManager:
     if hma is False:
         name = flags.transfer.connector if flags.transfer else "?"
         if flags.disable_hybrid_kv_cache_manager is False:
-            return HybridManager(False, f"explicitly enabled, but {name} does not subclass SupportsHMA: vLLM raises "
-                                 "'Hybrid KV cache manager was explicitly enabled but is not supported'",
-                                 rules.HMA_OFF, conflict=True)  # fmt: skip
+            return HybridManager(
+                False,
+                f"explicitly enabled, but {name} does not subclass SupportsHMA: vLLM raises "
+                "'Hybrid KV cache manager was explicitly enabled but is not supported'",
+                rules.HMA_OFF,
+                conflict=True,
+            )
         return HybridManager(False, f"{name} does not subclass SupportsHMA", rules.HMA_OFF)
     return HybridManager(True, "default (on)" if flags.disable_hybrid_kv_cache_manager is None else "explicitly on")
 
@@ -96,12 +100,18 @@ def _row(i: int, group: Group, status: Status, reason: str, where: rules.Cite) -
 def _offload_row(i: int, group: Group, rule: rules.ConnectorRule, flags: VllmFlags, specs: ModelSpecs) -> GroupRow:
     kind = group.kind
     if kind is SpecKind.CIRCULAR:
-        return _row(i, group, Status.LEFT, "ring buffer: prefix_cacheable=False, never offloaded",
-                    rules.CIRCULAR_NOT_CACHEABLE)  # fmt: skip
+        return _row(
+            i, group, Status.LEFT, "ring buffer: prefix_cacheable=False, never offloaded", rules.CIRCULAR_NOT_CACHEABLE
+        )
     if specs.has_mamba and not flags.prefix_caching and rule.name == "OffloadingConnector":
-        return _row(i, group, Status.REFUSED, "Mamba block size = max_model_len without prefix caching: the "
-                    "offloading config asserts 'Hybrid models (e.g. Mamba+Attention) need --enable-prefix-caching'",
-                    rules.Cite(rules.OFFLOAD_GROUPS.path, "113-119", "build_offloading_config"))  # fmt: skip
+        return _row(
+            i,
+            group,
+            Status.REFUSED,
+            "Mamba block size = max_model_len without prefix caching: the "
+            "offloading config asserts 'Hybrid models (e.g. Mamba+Attention) need --enable-prefix-caching'",
+            rules.Cite(rules.OFFLOAD_GROUPS.path, "113-119", "build_offloading_config"),
+        )
     if kind is SpecKind.MAMBA:
         if not rule.carries_mamba:
             return _row(i, group, Status.LEFT, f"{rule.name} has no MambaSpec path", rule.where)
@@ -110,13 +120,23 @@ def _offload_row(i: int, group: Group, rule: rules.ConnectorRule, flags: VllmFla
         where = rules.OFFLOAD_MAMBA if rule.name == "OffloadingConnector" else rule.where
         return _row(i, group, Status.CARRIED, "Mamba state page registered whole (one state per request)", where)
     if kind is SpecKind.SLIDING and rule.name == "OffloadingConnector":
-        return _row(i, group, Status.WINDOW, f"window {group.spec.sliding_window} tokens, window-sized in chunks",
-                    rules.OFFLOAD_WINDOW)  # fmt: skip
+        return _row(
+            i,
+            group,
+            Status.WINDOW,
+            f"window {group.spec.sliding_window} tokens, window-sized in chunks",
+            rules.OFFLOAD_WINDOW,
+        )
     return _row(i, group, Status.CARRIED, "prefix-cacheable group", rules.TRANSFER_GROUPS)
 
 
-def verdict(flags: VllmFlags, specs: ModelSpecs, groups: list[Group] | None, refusal: str | None,
-            refusal_where: rules.Cite | None) -> ConnectorVerdict:  # fmt: skip
+def verdict(
+    flags: VllmFlags,
+    specs: ModelSpecs,
+    groups: list[Group] | None,
+    refusal: str | None,
+    refusal_where: rules.Cite | None,
+) -> ConnectorVerdict:
     """One row per group for the configured connector (none: no rows)."""
     transfer = flags.transfer
     if transfer is None:
@@ -129,11 +149,21 @@ def verdict(flags: VllmFlags, specs: ModelSpecs, groups: list[Group] | None, ref
     rows: list[GroupRow] = []
     for i, group in enumerate(groups):
         if rule is None:
-            rows.append(_row(i, group, Status.UNKNOWN, "external connector (kv_connector_module_path)",
-                             rules.CONNECTOR_REGISTRY))  # fmt: skip
+            rows.append(
+                _row(
+                    i, group, Status.UNKNOWN, "external connector (kv_connector_module_path)", rules.CONNECTOR_REGISTRY
+                )
+            )
         elif rule.name == "LMCacheMPConnector" and len(groups) > 1:
-            rows.append(_row(i, group, Status.REFUSED, "more than one group: 'LMCacheMPConnector only works "
-                             "without hybrid kv cache manager'", rules.LMCACHE_MP_ONE_GROUP))  # fmt: skip
+            rows.append(
+                _row(
+                    i,
+                    group,
+                    Status.REFUSED,
+                    "more than one group: 'LMCacheMPConnector only works without hybrid kv cache manager'",
+                    rules.LMCACHE_MP_ONE_GROUP,
+                )
+            )
         elif rule.kind == "offload":
             rows.append(_offload_row(i, group, rule, flags, specs))
         elif rule.kind == "pd":

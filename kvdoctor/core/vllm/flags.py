@@ -36,10 +36,19 @@ _PYTHON = re.compile(r"python[0-9.]*")
 _ENV_ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=.*")
 MODEL_FLAGS = ("--model",)
 # KVTransferConfig's fields (config/kv_transfer.py, class KVTransferConfig); the dataclass forbids any other key.
-KV_TRANSFER_KEYS = frozenset({
-    "kv_connector", "engine_id", "kv_buffer_device", "kv_role", "kv_port", "kv_connector_extra_config",
-    "kv_connector_module_path", "enable_permute_local_kv", "kv_load_failure_policy",
-})  # fmt: skip
+KV_TRANSFER_KEYS = frozenset(
+    {
+        "kv_connector",
+        "engine_id",
+        "kv_buffer_device",
+        "kv_role",
+        "kv_port",
+        "kv_connector_extra_config",
+        "kv_connector_module_path",
+        "enable_permute_local_kv",
+        "kv_load_failure_policy",
+    }
+)
 KV_ROLES = ("kv_producer", "kv_consumer", "kv_both")
 OFFLOADING_BACKENDS = ("native", "lmcache")  # KVOffloadingBackend, config/cache.py:178
 
@@ -83,8 +92,13 @@ class VllmFlags:
         if self.kv_transfer_config is None or not self.kv_transfer_config.get("kv_connector"):
             return None
         cfg = self.kv_transfer_config
-        return KvTransfer(str(cfg["kv_connector"]), cfg.get("kv_role"), "--kv-transfer-config",
-                          cfg.get("kv_connector_module_path"), dict(cfg.get("kv_connector_extra_config") or {}))
+        return KvTransfer(
+            str(cfg["kv_connector"]),
+            cfg.get("kv_role"),
+            "--kv-transfer-config",
+            cfg.get("kv_connector_module_path"),
+            dict(cfg.get("kv_connector_extra_config") or {}),
+        )
 
     @property
     def prefix_caching(self) -> bool:
@@ -181,8 +195,10 @@ def parse_vllm_launch_line(tokens: Sequence[str], *, own_options: Collection[str
     positionals = [*head_pos, *tail_pos]
     named = [o.values[-1] for o in options if o.name in MODEL_FLAGS and o.values]
     if len(positionals) > 1:
-        raise FlagError(f"unexpected argument {shown(positionals[1])!r} after MODEL {shown(positionals[0])!r} "
-                        "(vLLM flags start with --)")  # fmt: skip
+        raise FlagError(
+            f"unexpected argument {shown(positionals[1])!r} after MODEL {shown(positionals[0])!r} "
+            "(vLLM flags start with --)"
+        )
     if named and positionals and positionals[0] != named[-1]:
         raise FlagError(f"MODEL {shown(positionals[0])!r} and --model {shown(named[-1])!r} name different models")
     model = named[-1] if named else positionals[0] if positionals else None
@@ -212,8 +228,9 @@ def _positive_int(option: _Option) -> int:
 def _choice(option: _Option, choices: Collection[str]) -> str:
     value = _one(option)
     if value not in choices:
-        raise FlagError(f"vLLM flags: argument {option.name}: invalid choice: {shown(value)!r} "
-                        f"(choose from {', '.join(choices)})")  # fmt: skip
+        raise FlagError(
+            f"vLLM flags: argument {option.name}: invalid choice: {shown(value)!r} (choose from {', '.join(choices)})"
+        )
     return value
 
 
@@ -227,23 +244,28 @@ def parse_kv_transfer_config(text: str) -> dict[str, Any]:
         raise FlagError(f"--kv-transfer-config: a JSON object is required, got {type(value).__name__}")
     unknown = sorted(set(value) - KV_TRANSFER_KEYS)
     if unknown:
-        raise FlagError(f"--kv-transfer-config: unknown field(s) {', '.join(shown(k) for k in unknown)} "
-                        "(KVTransferConfig forbids extra fields, config/kv_transfer.py)")  # fmt: skip
+        raise FlagError(
+            f"--kv-transfer-config: unknown field(s) {', '.join(shown(k) for k in unknown)} "
+            "(KVTransferConfig forbids extra fields, config/kv_transfer.py)"
+        )
     connector = value.get("kv_connector")
     if connector is not None and not isinstance(connector, str):
         raise FlagError("--kv-transfer-config: kv_connector must be a string")
     role = value.get("kv_role")
     if role is not None and role not in KV_ROLES:
-        raise FlagError(f"--kv-transfer-config: unsupported kv_role {shown(str(role))!r} "
-                        f"(one of {', '.join(KV_ROLES)})")
+        raise FlagError(
+            f"--kv-transfer-config: unsupported kv_role {shown(str(role))!r} (one of {', '.join(KV_ROLES)})"
+        )
     extra = value.get("kv_connector_extra_config")
     if extra is not None and not isinstance(extra, dict):
         raise FlagError("--kv-transfer-config: kv_connector_extra_config must be a JSON object")
     module = value.get("kv_connector_module_path")
     if connector is not None and module is None and connector not in rules.CONNECTORS:
         known = ", ".join(sorted(rules.CONNECTORS))
-        raise FlagError(f"--kv-transfer-config: unknown connector {shown(connector)!r}: not one vLLM "
-                        f"{VLLM_VERSION} registers ({known})")  # fmt: skip
+        raise FlagError(
+            f"--kv-transfer-config: unknown connector {shown(connector)!r}: not one vLLM "
+            f"{VLLM_VERSION} registers ({known})"
+        )
     return value
 
 

@@ -69,9 +69,11 @@ def _promote(specs: dict[str, LayerSpec]) -> dict[str, LayerSpec]:
     if SpecKind.FULL in kinds and SpecKind.SLIDING in kinds:
         promoted = {n: replace(s, kind=SpecKind.FULL) if s.kind is SpecKind.SLIDING else s for n, s in specs.items()}
     if len({s.kind for s in promoted.values()}) > 1:
-        raise GroupingRefused("the hybrid KV cache manager is off, and recurrent (Mamba) layers cannot be promoted "
-                              "to full attention: 'Failed to promote local KV cache specs to one unified type.'",
-                              rules.PROMOTE)  # fmt: skip
+        raise GroupingRefused(
+            "the hybrid KV cache manager is off, and recurrent (Mamba) layers cannot be promoted "
+            "to full attention: 'Failed to promote local KV cache specs to one unified type.'",
+            rules.PROMOTE,
+        )
     return promoted
 
 
@@ -103,8 +105,10 @@ def _unify_pages(specs: dict[str, LayerSpec]) -> dict[str, LayerSpec]:
         elif spec.kind is not SpecKind.MLA:
             unified[name] = replace(spec, page_size_padded=top)
         else:
-            raise GroupingRefused(f"layer {name}: page size is not divisible by the maximum page size and cannot "
-                                  "be padded", rules.UNIFY_PAGE)  # fmt: skip
+            raise GroupingRefused(
+                f"layer {name}: page size is not divisible by the maximum page size and cannot be padded",
+                rules.UNIFY_PAGE,
+            )
     return unified
 
 

@@ -34,23 +34,32 @@ def connector_no_hybrid(ctx: VllmContext) -> Iterator[Hazard]:
     if ctx.connector.supports_hma is not False or not (ctx.specs.has_mamba or _has_kind(ctx, SpecKind.SLIDING)):
         return
     if ctx.specs.has_mamba:
-        yield Hazard(ERROR, "KVD101-CONNECTOR-NO-HYBRID",
-                     f"{name} does not subclass SupportsHMA, so vLLM turns the hybrid KV cache manager off "
-                     f"({rules.HMA_OFF}); this model's recurrent (Mamba/GDN) state then cannot be grouped and vLLM "
-                     "fails at start-up. Use OffloadingConnector (--kv-offloading-size N), NixlConnector or "
-                     "MooncakeConnector.")  # fmt: skip
+        yield Hazard(
+            ERROR,
+            "KVD101-CONNECTOR-NO-HYBRID",
+            f"{name} does not subclass SupportsHMA, so vLLM turns the hybrid KV cache manager off "
+            f"({rules.HMA_OFF}); this model's recurrent (Mamba/GDN) state then cannot be grouped and vLLM "
+            "fails at start-up. Use OffloadingConnector (--kv-offloading-size N), NixlConnector or "
+            "MooncakeConnector.",
+        )
     else:
-        yield Hazard(WARNING, "KVD101-CONNECTOR-NO-HYBRID",
-                     f"{name} does not subclass SupportsHMA: the hybrid KV cache manager is off and sliding-window "
-                     "layers keep KV for every token (promoted to full attention): correct, but more memory and "
-                     "bytes moved.")  # fmt: skip
+        yield Hazard(
+            WARNING,
+            "KVD101-CONNECTOR-NO-HYBRID",
+            f"{name} does not subclass SupportsHMA: the hybrid KV cache manager is off and sliding-window "
+            "layers keep KV for every token (promoted to full attention): correct, but more memory and "
+            "bytes moved.",
+        )
 
 
 def hybrid_explicit_conflict(ctx: VllmContext) -> Iterator[Hazard]:
     if ctx.hybrid.conflict:
-        yield Hazard(ERROR, "KVD105-HYBRID-MANAGER-CONFLICT",
-                     f"--no-disable-hybrid-kv-cache-manager with {ctx.connector.name}, which lacks SupportsHMA: vLLM "
-                     f"raises at start-up ({rules.HMA_OFF}). Drop the flag or pick an HMA connector.")  # fmt: skip
+        yield Hazard(
+            ERROR,
+            "KVD105-HYBRID-MANAGER-CONFLICT",
+            f"--no-disable-hybrid-kv-cache-manager with {ctx.connector.name}, which lacks SupportsHMA: vLLM "
+            f"raises at start-up ({rules.HMA_OFF}). Drop the flag or pick an HMA connector.",
+        )
 
 
 def state_not_carried(ctx: VllmContext) -> Iterator[Hazard]:
@@ -60,44 +69,62 @@ def state_not_carried(ctx: VllmContext) -> Iterator[Hazard]:
     for row in lost:
         what = "all groups" if row.group < 0 else f"group {row.group} ({row.kind}, {row.layers} layers)"
         verb = "cannot start" if row.status is Status.REFUSED else "leaves it behind"
-        yield Hazard(ERROR, "KVD102-STATE-NOT-CARRIED",
-                     f"{ctx.connector.name} {verb} for {what}: {row.reason} ({row.where}). A request restored "
-                     "through it resumes without that state.")  # fmt: skip
+        yield Hazard(
+            ERROR,
+            "KVD102-STATE-NOT-CARRIED",
+            f"{ctx.connector.name} {verb} for {what}: {row.reason} ({row.where}). A request restored "
+            "through it resumes without that state.",
+        )
 
 
 def block_scales_unverified(ctx: VllmContext) -> Iterator[Hazard]:
     scaled = any(s.block_scaled for s in ctx.specs.layers.values())
     if scaled and ctx.connector.name is not None:
-        yield Hazard(WARNING, "KVD103-BLOCK-SCALES-UNVERIFIED",
-                     f"--kv-cache-dtype {ctx.flags.kv_cache_dtype} packs FP8 block scales into each KV page "
-                     f"({rules.NVFP4_PACKING}); {ctx.connector.name} copies whole pages, so the scales travel with "
-                     "the payload, but no vLLM test verifies their transfer: check a restore bitwise "
-                     "(kvdoctor roundtrip) before trusting it.")  # fmt: skip
+        yield Hazard(
+            WARNING,
+            "KVD103-BLOCK-SCALES-UNVERIFIED",
+            f"--kv-cache-dtype {ctx.flags.kv_cache_dtype} packs FP8 block scales into each KV page "
+            f"({rules.NVFP4_PACKING}); {ctx.connector.name} copies whole pages, so the scales travel with "
+            "the payload, but no vLLM test verifies their transfer: check a restore bitwise "
+            "(kvdoctor roundtrip) before trusting it.",
+        )
 
 
 def preemption_recomputes(ctx: VllmContext) -> Iterator[Hazard]:
     if ctx.connector.name is None and not ctx.flags.prefix_caching:
-        yield Hazard(WARNING, "KVD104-PREEMPTION-RECOMPUTES",
-                     "vLLM preempts by recompute only and keeps no CPU backup "
-                     f"({rules.PREEMPT}); with prefix caching off and no connector, every preempted request "
-                     "recomputes its whole prompt and output.")  # fmt: skip
+        yield Hazard(
+            WARNING,
+            "KVD104-PREEMPTION-RECOMPUTES",
+            "vLLM preempts by recompute only and keeps no CPU backup "
+            f"({rules.PREEMPT}); with prefix caching off and no connector, every preempted request "
+            "recomputes its whole prompt and output.",
+        )
     else:
-        yield Hazard(INFO, "KVD104-PREEMPTION-RECOMPUTES",
-                     f"vLLM preempts by recompute only ({rules.PREEMPT}): no backup is taken; a preempted request "
-                     "comes back through the prefix cache or a connector, never a CPU copy.")  # fmt: skip
+        yield Hazard(
+            INFO,
+            "KVD104-PREEMPTION-RECOMPUTES",
+            f"vLLM preempts by recompute only ({rules.PREEMPT}): no backup is taken; a preempted request "
+            "comes back through the prefix cache or a connector, never a CPU copy.",
+        )
 
 
 def external_connector(ctx: VllmContext) -> Iterator[Hazard]:
     if ctx.connector.transfer is not None and ctx.connector.rule is None:
-        yield Hazard(WARNING, "KVD106-EXTERNAL-CONNECTOR",
-                     f"{ctx.connector.name} is loaded from {ctx.connector.transfer.module_path}: kvdoctor cannot "
-                     "tell which groups it carries (use --engine vllm to ask the class itself).")  # fmt: skip
+        yield Hazard(
+            WARNING,
+            "KVD106-EXTERNAL-CONNECTOR",
+            f"{ctx.connector.name} is loaded from {ctx.connector.transfer.module_path}: kvdoctor cannot "
+            "tell which groups it carries (use --engine vllm to ask the class itself).",
+        )
 
 
 def not_modelled(ctx: VllmContext) -> Iterator[Hazard]:
     if ctx.flags.not_modelled:
-        yield Hazard(INFO, "KVD109-FLAGS-NOT-MODELLED",
-                     f"vLLM flags accepted but not modelled: {' '.join(ctx.flags.not_modelled)}")  # fmt: skip
+        yield Hazard(
+            INFO,
+            "KVD109-FLAGS-NOT-MODELLED",
+            f"vLLM flags accepted but not modelled: {' '.join(ctx.flags.not_modelled)}",
+        )
 
 
 def _has_kind(ctx: VllmContext, kind: SpecKind) -> bool:

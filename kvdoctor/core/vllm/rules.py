@@ -59,9 +59,16 @@ NEMOTRON_H_SSM_DTYPE = "float32"
 
 # KV cache dtypes (config/cache.py:44-67, CacheDType) → bytes per element; None: a packed layout.
 KV_DTYPE_BYTES: dict[str, float | None] = {
-    "auto": None, "bfloat16": 2, "float16": 2, "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1, "fp8_inc": 1,
-    "nvfp4": None, "nvfp4_4over6": None,
-}  # fmt: skip
+    "auto": None,
+    "bfloat16": 2,
+    "float16": 2,
+    "fp8": 1,
+    "fp8_e4m3": 1,
+    "fp8_e5m2": 1,
+    "fp8_inc": 1,
+    "nvfp4": None,
+    "nvfp4_4over6": None,
+}
 # Block-scaled KV dtypes: packed FP4 payload + FP8 block scales per 16 elements, one byte row per side
 # (utils/torch_utils.py:542-544 nvfp4_kv_cache_full_dim, flashinfer.py:561-565 customize_spec).
 BLOCK_SCALED_KV_DTYPES = frozenset({"nvfp4", "nvfp4_4over6"})
@@ -92,15 +99,19 @@ HMA_OFF = Cite("config/vllm.py", "2263-2279", "VllmConfig: connector without Sup
 SUPPORTS_HMA = Cite("distributed/kv_transfer/kv_connector/v1/base.py", "101-136", "SupportsHMA / supports_hma")
 TRANSFER_GROUPS = Cite("v1/kv_cache_interface.py", "1561-1577", "KVCacheConfig.prefix_cacheable_group_ids")
 CIRCULAR_NOT_CACHEABLE = Cite("v1/kv_cache_interface.py", "998-1000", "CircularBufferSpec.prefix_cacheable")
-OFFLOAD_GROUPS = Cite("distributed/kv_transfer/kv_connector/v1/offloading/config.py", "38-45",
-                      "get_offloading_group_ids")  # fmt: skip
-OFFLOAD_WINDOW = Cite("distributed/kv_transfer/kv_connector/v1/offloading/config.py", "58-84",
-                      "get_sliding_window_size_in_chunks")  # fmt: skip
-OFFLOAD_MAMBA = Cite("distributed/kv_transfer/kv_connector/v1/offloading/worker.py", "122-129",
-                     "MambaSpec pages registered")  # fmt: skip
+OFFLOAD_GROUPS = Cite(
+    "distributed/kv_transfer/kv_connector/v1/offloading/config.py", "38-45", "get_offloading_group_ids"
+)
+OFFLOAD_WINDOW = Cite(
+    "distributed/kv_transfer/kv_connector/v1/offloading/config.py", "58-84", "get_sliding_window_size_in_chunks"
+)
+OFFLOAD_MAMBA = Cite(
+    "distributed/kv_transfer/kv_connector/v1/offloading/worker.py", "122-129", "MambaSpec pages registered"
+)
 OFFLOAD_FLAGS = Cite("config/vllm.py", "1151-1184", "_post_init_kv_transfer_config")
-LMCACHE_MP_ONE_GROUP = Cite("distributed/kv_transfer/kv_connector/v1/lmcache_mp_connector.py", "70-83",
-                            "reformat_block_ids")  # fmt: skip
+LMCACHE_MP_ONE_GROUP = Cite(
+    "distributed/kv_transfer/kv_connector/v1/lmcache_mp_connector.py", "70-83", "reformat_block_ids"
+)
 NIXL_CONV = Cite("distributed/kv_transfer/kv_connector/v1/nixl/base_worker.py", "674-712", "conv-state transfer")
 CONNECTOR_REGISTRY = Cite("distributed/kv_transfer/kv_connector/factory.py", "153-250", "register_connector")
 NVFP4_PACKING = Cite("utils/torch_utils.py", "542-544", "nvfp4_kv_cache_full_dim")
@@ -132,39 +143,127 @@ def _c(path: str, lines: str, symbol: str) -> Cite:
     return Cite(f"distributed/kv_transfer/kv_connector/v1/{path}", lines, symbol)
 
 
-CONNECTORS: dict[str, ConnectorRule] = {rule.name: rule for rule in (
-    ConnectorRule("OffloadingConnector", "offloading_connector", True, "offload", True,
-                  _c("offloading_connector.py", "53", "class OffloadingConnector(KVConnectorBase_V1, SupportsHMA)"),
-                  "prefix-cacheable groups; Mamba pages registered whole; sliding window window-sized"),
-    ConnectorRule("SimpleCPUOffloadConnector", "simple_cpu_offload_connector", True, "offload", True,
-                  _c("simple_cpu_offload_connector.py", "80", "class SimpleCPUOffloadConnector(..., SupportsHMA)"),
-                  "VLLM_USE_SIMPLE_KV_OFFLOAD=1 with --kv-offloading-backend native"),
-    ConnectorRule("LMCacheConnectorV1", "lmcache_connector", False, "offload", False,
-                  _c("lmcache_connector.py", "68", "class LMCacheConnectorV1(KVConnectorBase_V1)")),
-    ConnectorRule("LMCacheMPConnector", "lmcache_mp_connector", False, "offload", False,
-                  LMCACHE_MP_ONE_GROUP, "raises unless --disable-hybrid-kv-cache-manager leaves one group"),
-    ConnectorRule("FlexKVConnectorV1", "flexkv_connector", False, "offload", False,
-                  _c("flexkv_connector.py", "35", "class FlexKVConnectorV1(KVConnectorBase_V1)")),
-    ConnectorRule("HF3FSKVConnector", "hf3fs.hf3fs_connector", False, "offload", False,
-                  _c("hf3fs/hf3fs_connector.py", "466", "class HF3FSKVConnector(KVConnectorBase_V1)")),
-    ConnectorRule("ExampleConnector", "example_connector", False, "other", False,
-                  _c("example_connector.py", "85", "class ExampleConnector(KVConnectorBase_V1)")),
-    ConnectorRule("NixlConnector", "nixl", True, "pd", True, NIXL_CONV, "NixlConnector = NixlPullConnector"),
-    ConnectorRule("NixlPullConnector", "nixl", True, "pd", True, NIXL_CONV),
-    ConnectorRule("NixlPushConnector", "nixl", True, "pd", True, NIXL_CONV),
-    ConnectorRule("MooncakeConnector", "mooncake.mooncake_connector", True, "pd", True,
-                  _c("mooncake/mooncake_connector.py", "723", "class MooncakeConnector(..., SupportsHMA)"),
-                  "GDN tested upstream, Mamba2 not validated (mooncake_connector.py:953-954)"),
-    ConnectorRule("MooncakeStoreConnector", "mooncake.store.connector", True, "offload", True,
-                  _c("mooncake/store/connector.py", "127-152", "MambaSpec needs mamba_cache_mode align")),
-    ConnectorRule("MoRIIOConnector", "moriio.moriio_connector", True, "pd", True,
-                  _c("moriio/moriio_connector.py", "271-305", "class MoRIIOConnector(..., SupportsHMA)")),
-    ConnectorRule("MultiConnector", "multi_connector", True, "other", True,
-                  _c("multi_connector.py", "133", "HMA only if every child supports it")),
-    ConnectorRule("DecodeBenchConnector", "decode_bench_connector", True, "other", False,
-                  _c("decode_bench_connector.py", "138", "benchmark filler: moves no state")),
-    ConnectorRule("ExampleHiddenStatesConnector", "example_hidden_states_connector", True, "other", False,
-                  _c("example_hidden_states_connector.py", "99", "hidden states, not KV")),
-    ConnectorRule("HiSparseConnector", "hisparse.connector", True, "other", False,
-                  _c("hisparse/connector.py", "221", "HiSparse host pool")),
-)}  # fmt: skip
+CONNECTORS: dict[str, ConnectorRule] = {
+    rule.name: rule
+    for rule in (
+        ConnectorRule(
+            "OffloadingConnector",
+            "offloading_connector",
+            True,
+            "offload",
+            True,
+            _c("offloading_connector.py", "53", "class OffloadingConnector(KVConnectorBase_V1, SupportsHMA)"),
+            "prefix-cacheable groups; Mamba pages registered whole; sliding window window-sized",
+        ),
+        ConnectorRule(
+            "SimpleCPUOffloadConnector",
+            "simple_cpu_offload_connector",
+            True,
+            "offload",
+            True,
+            _c("simple_cpu_offload_connector.py", "80", "class SimpleCPUOffloadConnector(..., SupportsHMA)"),
+            "VLLM_USE_SIMPLE_KV_OFFLOAD=1 with --kv-offloading-backend native",
+        ),
+        ConnectorRule(
+            "LMCacheConnectorV1",
+            "lmcache_connector",
+            False,
+            "offload",
+            False,
+            _c("lmcache_connector.py", "68", "class LMCacheConnectorV1(KVConnectorBase_V1)"),
+        ),
+        ConnectorRule(
+            "LMCacheMPConnector",
+            "lmcache_mp_connector",
+            False,
+            "offload",
+            False,
+            LMCACHE_MP_ONE_GROUP,
+            "raises unless --disable-hybrid-kv-cache-manager leaves one group",
+        ),
+        ConnectorRule(
+            "FlexKVConnectorV1",
+            "flexkv_connector",
+            False,
+            "offload",
+            False,
+            _c("flexkv_connector.py", "35", "class FlexKVConnectorV1(KVConnectorBase_V1)"),
+        ),
+        ConnectorRule(
+            "HF3FSKVConnector",
+            "hf3fs.hf3fs_connector",
+            False,
+            "offload",
+            False,
+            _c("hf3fs/hf3fs_connector.py", "466", "class HF3FSKVConnector(KVConnectorBase_V1)"),
+        ),
+        ConnectorRule(
+            "ExampleConnector",
+            "example_connector",
+            False,
+            "other",
+            False,
+            _c("example_connector.py", "85", "class ExampleConnector(KVConnectorBase_V1)"),
+        ),
+        ConnectorRule("NixlConnector", "nixl", True, "pd", True, NIXL_CONV, "NixlConnector = NixlPullConnector"),
+        ConnectorRule("NixlPullConnector", "nixl", True, "pd", True, NIXL_CONV),
+        ConnectorRule("NixlPushConnector", "nixl", True, "pd", True, NIXL_CONV),
+        ConnectorRule(
+            "MooncakeConnector",
+            "mooncake.mooncake_connector",
+            True,
+            "pd",
+            True,
+            _c("mooncake/mooncake_connector.py", "723", "class MooncakeConnector(..., SupportsHMA)"),
+            "GDN tested upstream, Mamba2 not validated (mooncake_connector.py:953-954)",
+        ),
+        ConnectorRule(
+            "MooncakeStoreConnector",
+            "mooncake.store.connector",
+            True,
+            "offload",
+            True,
+            _c("mooncake/store/connector.py", "127-152", "MambaSpec needs mamba_cache_mode align"),
+        ),
+        ConnectorRule(
+            "MoRIIOConnector",
+            "moriio.moriio_connector",
+            True,
+            "pd",
+            True,
+            _c("moriio/moriio_connector.py", "271-305", "class MoRIIOConnector(..., SupportsHMA)"),
+        ),
+        ConnectorRule(
+            "MultiConnector",
+            "multi_connector",
+            True,
+            "other",
+            True,
+            _c("multi_connector.py", "133", "HMA only if every child supports it"),
+        ),
+        ConnectorRule(
+            "DecodeBenchConnector",
+            "decode_bench_connector",
+            True,
+            "other",
+            False,
+            _c("decode_bench_connector.py", "138", "benchmark filler: moves no state"),
+        ),
+        ConnectorRule(
+            "ExampleHiddenStatesConnector",
+            "example_hidden_states_connector",
+            True,
+            "other",
+            False,
+            _c("example_hidden_states_connector.py", "99", "hidden states, not KV"),
+        ),
+        ConnectorRule(
+            "HiSparseConnector",
+            "hisparse.connector",
+            True,
+            "other",
+            False,
+            _c("hisparse/connector.py", "221", "HiSparse host pool"),
+        ),
+    )
+}

@@ -113,13 +113,17 @@ def classify(cfg: ModelConfig) -> rules.Family:
     """The family of CFG's architecture; exit 2 when vLLM 0.33 (or kvdoctor's vLLM rules) do not know it."""
     arch = cfg.architecture
     if arch not in VLLM_ARCHITECTURES:
-        raise UnknownModelError(f"{cfg.source}: architecture '{arch or '?'}' is not one vLLM {rules.RULES_REVISION} "
-                                "registers (model_executor/models/registry.py)")  # fmt: skip
+        raise UnknownModelError(
+            f"{cfg.source}: architecture '{arch or '?'}' is not one vLLM {rules.RULES_REVISION} "
+            "registers (model_executor/models/registry.py)"
+        )
     family = rules.FAMILIES.get(arch)
     if family is None:
         modelled = ", ".join(sorted(rules.FAMILIES))
-        raise UnknownModelError(f"{cfg.source}: vLLM serves '{arch}', but kvdoctor's vLLM rules do not model its "
-                                f"state yet (modelled: {modelled})")  # fmt: skip
+        raise UnknownModelError(
+            f"{cfg.source}: vLLM serves '{arch}', but kvdoctor's vLLM rules do not model its "
+            f"state yet (modelled: {modelled})"
+        )
     return family
 
 
@@ -256,8 +260,9 @@ def build_specs(cfg: ModelConfig, flags: VllmFlags) -> ModelSpecs:
     return ModelSpecs(family, cfg.architecture, layers, block, reason, padded_from)
 
 
-def _align_hybrid(cfg: ModelConfig, family: rules.Family, flags: VllmFlags, block: int, mamba: LayerSpec,
-                  reason: str) -> tuple[int, str, int | None]:  # fmt: skip
+def _align_hybrid(
+    cfg: ModelConfig, family: rules.Family, flags: VllmFlags, block: int, mamba: LayerSpec, reason: str
+) -> tuple[int, str, int | None]:
     """Platform._align_hybrid_block_size (platforms/interface.py:940-1131), FLASH_ATTN's kernel blocks."""
     per_token = _attention_spec(cfg, "full", family, flags, 1).page_size_bytes
     mamba_page = mamba.unpadded_page_size_bytes

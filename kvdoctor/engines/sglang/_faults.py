@@ -96,8 +96,9 @@ def _drop_block_scale(patches: Patches, pools: EnginePools, state: FaultState) -
     """The restore writes the FP8 payload but not its E8M0 scales."""
     for pool in pools.sub_pools.values():
         if getattr(pool, "k_scale_buffer", None):
-            patches.wrap(pool, "_write_scales",
-                         lambda orig: lambda *a, **kw: None if state.restoring else orig(*a, **kw))  # fmt: skip
+            patches.wrap(
+                pool, "_write_scales", lambda orig: lambda *a, **kw: None if state.restoring else orig(*a, **kw)
+            )
 
 
 def _drop_swa(patches: Patches, pools: EnginePools, state: FaultState) -> None:
@@ -112,8 +113,9 @@ def _host_pool_on_ssm(patches: Patches, pools: EnginePools, state: FaultState) -
 
 def _restore_order(patches: Patches, pools: EnginePools, state: FaultState) -> None:
     """The request is made runnable before its recurrent state is back (the state load is deferred)."""
-    patches.wrap(pools.mamba_pool, "load_cpu_copy",
-                 lambda orig: lambda *a, **kw: state.deferred.append(lambda: orig(*a, **kw)))  # fmt: skip
+    patches.wrap(
+        pools.mamba_pool, "load_cpu_copy", lambda orig: lambda *a, **kw: state.deferred.append(lambda: orig(*a, **kw))
+    )
 
 
 def _clobber_padding(patches: Patches, pools: EnginePools, state: FaultState) -> None:
@@ -165,15 +167,18 @@ class EngineFault:
         return {t for t in self.targets if t in present}
 
 
-ENGINE_FAULTS: dict[str, EngineFault] = {f.name: f for f in (
-    EngineFault("missing-mamba", _needs_mamba, _missing_mamba),
-    EngineFault("double-mamba", _needs_mamba, _double_mamba),
-    EngineFault("drop-block-scale", _needs_scales, _drop_block_scale),
-    EngineFault("drop-swa", _needs_swa, _drop_swa),
-    EngineFault("host-pool-on-ssm", _needs_mamba, _host_pool_on_ssm),
-    EngineFault("restore-order", _needs_mamba, _restore_order),
-    EngineFault("clobber-padding", _always, _clobber_padding, inner=True),
-)}  # fmt: skip
+ENGINE_FAULTS: dict[str, EngineFault] = {
+    f.name: f
+    for f in (
+        EngineFault("missing-mamba", _needs_mamba, _missing_mamba),
+        EngineFault("double-mamba", _needs_mamba, _double_mamba),
+        EngineFault("drop-block-scale", _needs_scales, _drop_block_scale),
+        EngineFault("drop-swa", _needs_swa, _drop_swa),
+        EngineFault("host-pool-on-ssm", _needs_mamba, _host_pool_on_ssm),
+        EngineFault("restore-order", _needs_mamba, _restore_order),
+        EngineFault("clobber-padding", _always, _clobber_padding, inner=True),
+    )
+}
 assert set(ENGINE_FAULTS) == set(FAULTS), "every fault must exist for both engines"
 
 

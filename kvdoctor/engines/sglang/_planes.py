@@ -108,12 +108,24 @@ def _mamba_planes(mamba_pool: object) -> list[StatePlane]:
     planes = []
     for i, conv in enumerate(cache.conv):
         if conv.numel():
-            planes.append(StatePlane("conv_state", f"conv{i}", "mamba", list(conv.unbind(0)),
-                                     _rows_read, _rows_write, conv.shape[1]))  # fmt: skip
+            planes.append(
+                StatePlane(
+                    "conv_state", f"conv{i}", "mamba", list(conv.unbind(0)), _rows_read, _rows_write, conv.shape[1]
+                )
+            )
     temporal = cache.temporal
     if temporal is not None and temporal.numel():
-        planes.append(StatePlane("temporal_state", "temporal", "mamba", list(temporal.unbind(0)),
-                                 _rows_read, _rows_write, temporal.shape[1]))  # fmt: skip
+        planes.append(
+            StatePlane(
+                "temporal_state",
+                "temporal",
+                "mamba",
+                list(temporal.unbind(0)),
+                _rows_read,
+                _rows_write,
+                temporal.shape[1],
+            )
+        )
     return planes
 
 

@@ -44,8 +44,12 @@ def sglang_path(model: str, server_argv: list[str], opts: BenchOptions, arch: Gp
     common = _runtime.import_sglang("sglang.srt.mem_cache.common")
     ctx = _runtime.import_sglang("sglang.srt.runtime_context")
     page = int(ctx.get_schedule().page_size)
-    plan = _pools.PoolPlan(rows=opts.requests, pages=opts.requests * -(-opts.tokens // page), page_size=page,
-                           mamba_slots_per_request=_pools.mamba_slots_per_request(runtime))  # fmt: skip
+    plan = _pools.PoolPlan(
+        rows=opts.requests,
+        pages=opts.requests * -(-opts.tokens // page),
+        page_size=page,
+        mamba_slots_per_request=_pools.mamba_slots_per_request(runtime),
+    )
     pools = _pools.build(runtime, plan, str(device))
     planes = planes_of(pools)
     gen = torch.Generator().manual_seed(opts.seed)

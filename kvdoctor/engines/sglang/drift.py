@@ -78,10 +78,16 @@ class CaseResult:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "model": self.model, "case": self.case, "argv": list(self.argv), "fields": self.fields,
-            "ok": self.ok, "drift": self.drifts, "kvdoctor_refusal": self.kvdoctor_refusal,
-            "sglang_refusal": self.sglang_refusal, "seconds": round(self.seconds, 3),
-        }  # fmt: skip
+            "model": self.model,
+            "case": self.case,
+            "argv": list(self.argv),
+            "fields": self.fields,
+            "ok": self.ok,
+            "drift": self.drifts,
+            "kvdoctor_refusal": self.kvdoctor_refusal,
+            "sglang_refusal": self.sglang_refusal,
+            "seconds": round(self.seconds, 3),
+        }
 
 
 @dataclass
@@ -124,8 +130,16 @@ def one_case(model: str, case: LaunchCase, arch: GpuArch) -> CaseResult:
         answers: Beside = beside(analysis, model, argv, arch, kvdoctor_refusal=refusal)
     except Exception as exc:  # SGLang failed in a way it does not refuse: a finding for this cell only
         error = f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]} ({_runtime.sglang_frame(exc)})"
-        return CaseResult(model, case.name, tuple(argv), 0, [{"field": "error", "kvdoctor": None, "sglang": error}],
-                          refusal, None, time.perf_counter() - started)  # fmt: skip
+        return CaseResult(
+            model,
+            case.name,
+            tuple(argv),
+            0,
+            [{"field": "error", "kvdoctor": None, "sglang": error}],
+            refusal,
+            None,
+            time.perf_counter() - started,
+        )
     live = answers.live
     return CaseResult(
         model=model,

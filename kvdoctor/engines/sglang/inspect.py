@@ -95,8 +95,11 @@ def rule_answers(analysis: Analysis | None, refusal: str | None) -> dict[str, An
         "page_size": analysis.flags.page_size,
         "pd_state_types": list(analysis.pd_state_types),
     }
-    kv_payloads = {c.name for c in spec.components if c.sub_pool in ("full", "swa") and not c.name.endswith("_scales")
-                   and c.dtype == spec.kv_dtype.payload}  # fmt: skip
+    kv_payloads = {
+        c.name
+        for c in spec.components
+        if c.sub_pool in ("full", "swa") and not c.name.endswith("_scales") and c.dtype == spec.kv_dtype.payload
+    }
     for comp in spec.components:
         # A KV payload is compared as the buffer SGLang allocates (plain fp8 is stored as uint8).
         dtype = spec.kv_dtype.store_dtype if comp.name in kv_payloads else comp.dtype
@@ -128,15 +131,22 @@ def _tree_cache_refusal(runtime: _runtime.Runtime, pools: _pools.EnginePools, ss
     ctx = _runtime.import_sglang("sglang.srt.runtime_context")
     swa = bool(runtime.model_config.is_hybrid_swa)
     full_tokens = pools.allocator.size_full if swa else None
-    build = types.SimpleNamespace(server_args=runtime.server_args, params=_StopAfterChecks(), is_hybrid_ssm=ssm,
-                                  is_hybrid_swa=swa, full_tokens_per_layer=full_tokens)  # fmt: skip
+    build = types.SimpleNamespace(
+        server_args=runtime.server_args,
+        params=_StopAfterChecks(),
+        is_hybrid_ssm=ssm,
+        is_hybrid_swa=swa,
+        full_tokens_per_layer=full_tokens,
+    )
     try:
         with _runtime.quiet():
             if ctx.get_disagg().disaggregation_decode_enable_radix_cache:
                 builder.validate_decode_radix_cache(
-                    model_config=runtime.model_config, token_to_kv_pool=pools.kv_pool, is_hybrid_swa=swa,
+                    model_config=runtime.model_config,
+                    token_to_kv_pool=pools.kv_pool,
+                    is_hybrid_swa=swa,
                     enable_hierarchical_cache=ctx.get_memory().enable_hierarchical_cache,
-                )  # fmt: skip
+                )
             registry.create_unified_radix_cache(build)
     except _ChecksPassed:
         pass
@@ -216,8 +226,12 @@ def _ask(runtime: _runtime.Runtime, pool_tokens: int | None) -> LiveAnswers:
     builder = _runtime.import_sglang("sglang.srt.mem_cache.kv_cache_builder")
     live = LiveAnswers(runtime.info, list(runtime.stubs))
     page = int(ctx.get_schedule().page_size)
-    plan = _pools.PoolPlan(rows=TINY.rows, pages=TINY.pages * max(1, 4096 // page // 4 or 1), page_size=page,
-                           mamba_slots_per_request=_pools.mamba_slots_per_request(runtime))  # fmt: skip
+    plan = _pools.PoolPlan(
+        rows=TINY.rows,
+        pages=TINY.pages * max(1, 4096 // page // 4 or 1),
+        page_size=page,
+        mamba_slots_per_request=_pools.mamba_slots_per_request(runtime),
+    )
     try:
         pools = _pools.build(runtime, plan, "cpu")
     except EngineRefuses as exc:
@@ -336,8 +350,9 @@ class Beside:
         }
 
 
-def beside(analysis: Analysis | None, model: str, server_argv: list[str], arch: GpuArch,
-           kvdoctor_refusal: str | None = None) -> Beside:  # fmt: skip
+def beside(
+    analysis: Analysis | None, model: str, server_argv: list[str], arch: GpuArch, kvdoctor_refusal: str | None = None
+) -> Beside:
     """Ask SGLang about MODEL and SERVER_ARGV and compare with ANALYSIS (None: kvdoctor refused).
 
     Both sides see one GPU: an ANALYSIS made for another platform than ARCH is made again for ARCH.

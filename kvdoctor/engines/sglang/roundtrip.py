@@ -148,8 +148,12 @@ def _plan(runtime: _runtime.Runtime, seqlens: dict[int, int], retracted: list[in
     ctx = _runtime.import_sglang("sglang.srt.runtime_context")
     page = int(ctx.get_schedule().page_size)
     pages = sum(-(-n // page) for n in seqlens.values()) + sum(-(-seqlens[r] // page) for r in retracted)
-    return _pools.PoolPlan(rows=len(seqlens) + len(retracted), pages=pages, page_size=page,
-                           mamba_slots_per_request=_pools.mamba_slots_per_request(runtime))  # fmt: skip
+    return _pools.PoolPlan(
+        rows=len(seqlens) + len(retracted),
+        pages=pages,
+        page_size=page,
+        mamba_slots_per_request=_pools.mamba_slots_per_request(runtime),
+    )
 
 
 def _bind(run: _Run, req: Any, rid: object, seqlen: int) -> _Live:
@@ -227,8 +231,13 @@ def _fill_mxfp8(run: _Run, role: str, pool: Any, slots: torch.Tensor) -> str:
         k = torch.randn((n, heads, pool.head_dim), generator=run.gen).to(torch.bfloat16)
         v = torch.randn((n, heads, pool.v_head_dim), generator=run.gen).to(torch.bfloat16)
         if pool.device != "cpu" and getattr(pool, "mxfp8_sf_interleaved", False):
-            pool.set_kv_buffer(None, slots.to(pool.device), k.to(pool.device), v.to(pool.device),
-                               layer_id_override=pool.start_layer + i)  # fmt: skip
+            pool.set_kv_buffer(
+                None,
+                slots.to(pool.device),
+                k.to(pool.device),
+                v.to(pool.device),
+                layer_id_override=pool.start_layer + i,
+            )
             continue
         from kvdoctor import mxfp8
 
@@ -291,11 +300,22 @@ def _aliasing_row(instruments: Instruments, emulated: bool) -> dict[str, Any]:
     first = aliases[0] if aliases else None
     ok = not aliases or emulated
     return {
-        "name": ALIASING, "bytes": nbytes, "mismatched_bytes": 0 if ok else nbytes, "equal": ok,
-        "copies_out": 0, "copies_in": 0, "bytes_out": 0, "bytes_in": 0, "ledger_ok": True,
-        "first_request": first.rid if first else None, "first_plane": first.component if first else None,
-        "first_layer": None, "first_position": None, "first_slot": None, "ok": ok,
-    }  # fmt: skip
+        "name": ALIASING,
+        "bytes": nbytes,
+        "mismatched_bytes": 0 if ok else nbytes,
+        "equal": ok,
+        "copies_out": 0,
+        "copies_in": 0,
+        "bytes_out": 0,
+        "bytes_in": 0,
+        "ledger_ok": True,
+        "first_request": first.rid if first else None,
+        "first_plane": first.component if first else None,
+        "first_layer": None,
+        "first_position": None,
+        "first_slot": None,
+        "ok": ok,
+    }
 
 
 def _call_sglang(what: str, fn: Callable[[], Any]) -> Any:
@@ -360,8 +380,10 @@ def _run(
     _check_scale_writes(pools, device)
     planes = planes_of(pools)
     if any(p.component == "mla_kv" for p in planes):
-        raise NotRunnableHere(f"roundtrip --engine sglang does not read {type(pools.kv_pool).__name__}'s CPU copies "
-                              "yet (MLA); use the default engine for this model")  # fmt: skip
+        raise NotRunnableHere(
+            f"roundtrip --engine sglang does not read {type(pools.kv_pool).__name__}'s CPU copies "
+            "yet (MLA); use the default engine for this model"
+        )
     present = components(planes)
     if fault is not None:
         fault.check(pools, model)
@@ -478,8 +500,10 @@ def _used(
     classes = pools.classes()
     notes = [n for n in (_runtime.version_note(runtime.info), _runtime.interpreter_note()) if n]
     if engine.emulate_d2h:
-        notes.append("--emulate-d2h: backup tensors that alias a live pool are copied, as a device-to-host copy "
-                     "would; the aliasing row reports them but does not fail")  # fmt: skip
+        notes.append(
+            "--emulate-d2h: backup tensors that alias a live pool are copied, as a device-to-host copy "
+            "would; the aliasing row reports them but does not fail"
+        )
     return {
         "model": model,
         "engine": "sglang",

@@ -43,16 +43,23 @@ def load(module: str) -> ModuleType:
         imported = importlib.import_module(module)
     except Exception as exc:  # ImportError, or a vLLM module that fails while importing on this machine
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-        raise EngineUnavailable(f"--engine vllm: importing {module} failed ({type(exc).__name__}: {first}); "
-                                f"install with: {INSTALL_HINT}") from None  # fmt: skip
+        raise EngineUnavailable(
+            f"--engine vllm: importing {module} failed ({type(exc).__name__}: {first}); install with: {INSTALL_HINT}"
+        ) from None
     logging.getLogger("vllm").setLevel(logging.ERROR)
     return imported
 
 
 def torch_dtype(name: str) -> Any:
     torch = load("torch")
-    return {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32, "uint8": torch.uint8,
-            "float8_e4m3fn": torch.float8_e4m3fn, "float8_e5m2": torch.float8_e5m2}[name]  # fmt: skip
+    return {
+        "bfloat16": torch.bfloat16,
+        "float16": torch.float16,
+        "float32": torch.float32,
+        "uint8": torch.uint8,
+        "float8_e4m3fn": torch.float8_e4m3fn,
+        "float8_e5m2": torch.float8_e5m2,
+    }[name]
 
 
 def planning_config(*, hybrid_manager: bool) -> Any:

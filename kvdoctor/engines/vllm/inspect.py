@@ -51,14 +51,25 @@ class VllmAnswers:
         return [c for c in self.checks if not c.agree]
 
     def hazards(self) -> list[dict[str, str]]:
-        return [{"severity": ERROR, "code": "KVD115-VLLM-DRIFT",
-                 "message": f"{c.question}: kvdoctor says {c.kvdoctor}, vLLM {self.info.version} says {c.vllm}"}
-                for c in self.drifts]  # fmt: skip
+        return [
+            {
+                "severity": ERROR,
+                "code": "KVD115-VLLM-DRIFT",
+                "message": f"{c.question}: kvdoctor says {c.kvdoctor}, vLLM {self.info.version} says {c.vllm}",
+            }
+            for c in self.drifts
+        ]
 
     def to_json(self) -> dict[str, Any]:
-        return {"available": True, **self.info.to_json(), "inputs_from_kvdoctor": ["layer kinds", "block size"],
-                "checks": [{"question": c.question, "kvdoctor": c.kvdoctor, "vllm": c.vllm, "agree": c.agree}
-                           for c in self.checks], "groups": self.groups}  # fmt: skip
+        return {
+            "available": True,
+            **self.info.to_json(),
+            "inputs_from_kvdoctor": ["layer kinds", "block size"],
+            "checks": [
+                {"question": c.question, "kvdoctor": c.kvdoctor, "vllm": c.vllm, "agree": c.agree} for c in self.checks
+            ],
+            "groups": self.groups,
+        }
 
 
 def vllm_spec(spec: LayerSpec, cache_dtype: str, mamba: tuple[tuple[Any, ...], tuple[Any, ...]] | None) -> Any:
@@ -68,10 +79,17 @@ def vllm_spec(spec: LayerSpec, cache_dtype: str, mamba: tuple[tuple[Any, ...], t
     dtype = rt.torch_dtype(spec.dtype)
     if spec.kind is SpecKind.MAMBA:
         assert mamba is not None
-        return iface.MambaSpec(shapes=mamba[0], dtypes=mamba[1], block_size=spec.block_size,
-                               page_size_padded=spec.page_size_padded)  # fmt: skip
-    common = {"block_size": spec.block_size, "num_kv_heads": spec.num_kv_heads, "head_size": spec.head_size,
-              "dtype": dtype, "kv_quant_mode": quant, "state_content_bytes": spec.state_content_bytes}  # fmt: skip
+        return iface.MambaSpec(
+            shapes=mamba[0], dtypes=mamba[1], block_size=spec.block_size, page_size_padded=spec.page_size_padded
+        )
+    common = {
+        "block_size": spec.block_size,
+        "num_kv_heads": spec.num_kv_heads,
+        "head_size": spec.head_size,
+        "dtype": dtype,
+        "kv_quant_mode": quant,
+        "state_content_bytes": spec.state_content_bytes,
+    }
     if spec.kind is SpecKind.MLA:
         return iface.MLAAttentionSpec(**common, cache_dtype_str=cache_dtype)
     if spec.kind is SpecKind.SLIDING:
@@ -89,22 +107,36 @@ def mamba_state(a: VllmAnalysis) -> tuple[tuple[Any, ...], tuple[Any, ...]] | No
     model_dtype = model_dtype if flags.mamba_cache_dtype == "auto" else "bfloat16"
     if a.specs.family.value == "gdn":
         shapes = mu.MambaStateShapeCalculator.gated_delta_net_state_shape(
-            tp, cfg.get("linear_num_key_heads"), cfg.get("linear_num_value_heads"), cfg.get("linear_key_head_dim"),
-            cfg.get("linear_value_head_dim"), cfg.get("linear_conv_kernel_dim"), 0)
+            tp,
+            cfg.get("linear_num_key_heads"),
+            cfg.get("linear_num_value_heads"),
+            cfg.get("linear_key_head_dim"),
+            cfg.get("linear_value_head_dim"),
+            cfg.get("linear_conv_kernel_dim"),
+            0,
+        )
         dtypes = mu.MambaStateDtypeCalculator.gated_delta_net_state_dtype(
-            rt.torch_dtype(model_dtype), flags.mamba_cache_dtype, flags.mamba_ssm_cache_dtype)
+            rt.torch_dtype(model_dtype), flags.mamba_cache_dtype, flags.mamba_ssm_cache_dtype
+        )
     else:
         heads, head_dim = cfg.get("mamba_num_heads"), cfg.get("mamba_head_dim")
         shapes = mu.MambaStateShapeCalculator.mamba2_state_shape(
-            tp_world_size=tp, intermediate_size=heads * head_dim, n_groups=cfg.get("n_groups"), num_heads=heads,
-            head_dim=head_dim, state_size=cfg.get("ssm_state_size"), conv_kernel=cfg.get("conv_kernel"))
+            tp_world_size=tp,
+            intermediate_size=heads * head_dim,
+            n_groups=cfg.get("n_groups"),
+            num_heads=heads,
+            head_dim=head_dim,
+            state_size=cfg.get("ssm_state_size"),
+            conv_kernel=cfg.get("conv_kernel"),
+        )
         ssm = flags.mamba_ssm_cache_dtype
         if ssm == "auto":  # NemotronHForCausalLMConfig.update_mamba_ssm_cache_dtype, vLLM's own default
             conf = rt.load("vllm.model_executor.models.config")
             ssm = cfg.get("mamba_ssm_cache_dtype") or conf.NemotronHForCausalLMConfig.DEFAULT_MAMBA_SSM_CACHE_DTYPE
         dtypes = mu.MambaStateDtypeCalculator.mamba2_state_dtype(
-            rt.torch_dtype(model_dtype), flags.mamba_cache_dtype, ssm)
-    return tuple(tuple(s) for s in shapes), tuple(dtypes)  # fmt: skip
+            rt.torch_dtype(model_dtype), flags.mamba_cache_dtype, ssm
+        )
+    return tuple(tuple(s) for s in shapes), tuple(dtypes)
 
 
 def _group_text(kind: str, block: int, page: int, names: Any) -> str:
@@ -140,21 +172,38 @@ def beside(a: VllmAnalysis) -> VllmAnswers:
     try:
         groups = planning.get_kv_cache_groups(rt.planning_config(hybrid_manager=hybrid), dict(specs))
     except (ValueError, AssertionError, NotImplementedError) as exc:
-        answers.checks.append(Check("KV cache groups", "refused" if a.groups is None else f"{len(a.groups)} groups",
-                                    "refused"))  # fmt: skip
+        answers.checks.append(
+            Check("KV cache groups", "refused" if a.groups is None else f"{len(a.groups)} groups", "refused")
+        )
         answers.groups = None
         del exc
         return answers
     ours = [_group_text(g.kind.value, g.spec.block_size, g.spec.page_size_bytes, g.layer_names) for g in a.groups or ()]
-    theirs = [_group_text(type(g.kv_cache_spec).__name__, g.kv_cache_spec.block_size, g.kv_cache_spec.page_size_bytes,
-                          g.layer_names) for g in groups]  # fmt: skip
-    answers.checks.append(Check("KV cache groups", "; ".join(ours) if a.groups is not None else "refused",
-                                "; ".join(theirs)))  # fmt: skip
-    answers.checks.append(Check("group layers", str([list(g.layer_names) for g in a.groups or ()]),
-                                str([list(g.layer_names) for g in groups])))  # fmt: skip
-    answers.groups = [{"spec": type(g.kv_cache_spec).__name__, "layers": list(g.layer_names),
-                       "block_size": g.kv_cache_spec.block_size, "page_size_bytes": g.kv_cache_spec.page_size_bytes}
-                      for g in groups]  # fmt: skip
+    theirs = [
+        _group_text(
+            type(g.kv_cache_spec).__name__, g.kv_cache_spec.block_size, g.kv_cache_spec.page_size_bytes, g.layer_names
+        )
+        for g in groups
+    ]
+    answers.checks.append(
+        Check("KV cache groups", "; ".join(ours) if a.groups is not None else "refused", "; ".join(theirs))
+    )
+    answers.checks.append(
+        Check(
+            "group layers",
+            str([list(g.layer_names) for g in a.groups or ()]),
+            str([list(g.layer_names) for g in groups]),
+        )
+    )
+    answers.groups = [
+        {
+            "spec": type(g.kv_cache_spec).__name__,
+            "layers": list(g.layer_names),
+            "block_size": g.kv_cache_spec.block_size,
+            "page_size_bytes": g.kv_cache_spec.page_size_bytes,
+        }
+        for g in groups
+    ]
     rule = a.connector.rule
     if rule is not None and rule.name == "OffloadingConnector" and a.groups is not None:
         offloading = rt.load(OFFLOADING_CONFIG)
@@ -171,15 +220,25 @@ def _supports_hma(a: VllmAnalysis, answers: VllmAnswers) -> bool | None:
         return None
     kv = rt.load("vllm.config.kv_transfer")
     factory = rt.load("vllm.distributed.kv_transfer.kv_connector.factory")
-    config = kv.KVTransferConfig(kv_connector=transfer.connector, kv_role=transfer.role or "kv_both",
-                                 kv_connector_module_path=transfer.module_path,
-                                 kv_connector_extra_config=dict(transfer.extra))  # fmt: skip
+    config = kv.KVTransferConfig(
+        kv_connector=transfer.connector,
+        kv_role=transfer.role or "kv_both",
+        kv_connector_module_path=transfer.module_path,
+        kv_connector_extra_config=dict(transfer.extra),
+    )
     try:
         hma = bool(factory.KVConnectorFactory.supports_hma_config(config))
     except Exception as exc:  # the connector's module needs a package not installed here (lmcache, nixl, ...)
-        answers.checks.append(Check(f"{transfer.connector} SupportsHMA", str(a.connector.supports_hma),
-                                    f"not importable here ({type(exc).__name__})"))  # fmt: skip
-        raise EngineUnavailable(f"--engine vllm: importing connector {transfer.connector} failed "
-                                f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})") from None
+        answers.checks.append(
+            Check(
+                f"{transfer.connector} SupportsHMA",
+                str(a.connector.supports_hma),
+                f"not importable here ({type(exc).__name__})",
+            )
+        )
+        raise EngineUnavailable(
+            f"--engine vllm: importing connector {transfer.connector} failed "
+            f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})"
+        ) from None
     answers.checks.append(Check(f"{transfer.connector} SupportsHMA", str(a.connector.supports_hma), str(hma)))
     return hma

@@ -55,7 +55,7 @@ class AnswerBook:
 
     def reply(self, prompt: str) -> str:
         start = prompt.rfind("Question: ")
-        question = prompt[start + len("Question: "):].rsplit("\nAnswer:", 1)[0]
+        question = prompt[start + len("Question: ") :].rsplit("\nAnswer:", 1)[0]
         found = self.by_question.get(question)
         if found is None:
             return " 2"
@@ -91,8 +91,9 @@ class JsonHandler(BaseHTTPRequestHandler):
         raw = self.rfile.read(length) if length else b""
         return json.loads(raw) if raw else {}
 
-    def send(self, status: int, payload: object = None, *, text: str | None = None,
-             content_type: str = "application/json") -> None:
+    def send(
+        self, status: int, payload: object = None, *, text: str | None = None, content_type: str = "application/json"
+    ) -> None:
         data = (text if text is not None else json.dumps(payload)).encode()
         self.send_response(status)
         self.send_header("Content-Type", content_type)

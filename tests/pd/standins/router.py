@@ -19,8 +19,7 @@ import urllib.parse
 from common import FastServer, JsonHandler, Knobs, exit_now, log
 
 # 200 replies a broken proxy in front of the router could give (knob MALFORMED).
-MALFORMED = {"html": "<html>502 Bad Gateway</html>", "list": "[]",
-             "null-choices": '{"choices": null}'}
+MALFORMED = {"html": "<html>502 Bad Gateway</html>", "list": "[]", "null-choices": '{"choices": null}'}
 
 
 def parse(argv: list[str]) -> argparse.Namespace:

@@ -44,8 +44,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--trust-remote-code", action="store_true")
     p.add_argument("--disaggregation-mode", choices=("null", "prefill", "decode"), default="null")
     p.add_argument("--disaggregation-bootstrap-port", type=int, default=8998)
-    p.add_argument("--disaggregation-transfer-backend", choices=TRANSFER_BACKENDS,
-                   default="mooncake")
+    p.add_argument("--disaggregation-transfer-backend", choices=TRANSFER_BACKENDS, default="mooncake")
     p.add_argument("--disaggregation-ib-device")
     p.add_argument("--disaggregation-decode-retraction-backup", choices=("cpu_tensor", "host_pool"))
     p.add_argument("--tp-size", "--tp", type=int, default=1, dest="tp_size")
@@ -80,8 +79,9 @@ class State:
         self.requests = 0
         self.retracted = 0
         self.probes = 0
-        self.book = AnswerBook(Path(knobs.raw("DATA") or DEFAULT_DATA),
-                               knobs.number("ACCURACY", 1.0), knobs.raw("ANSWER", "gold"))
+        self.book = AnswerBook(
+            Path(knobs.raw("DATA") or DEFAULT_DATA), knobs.number("ACCURACY", 1.0), knobs.raw("ANSWER", "gold")
+        )
         self.retract_every = int(knobs.number("RETRACT_EVERY", 4)) if self.is_decode else 0
         self.crash_after = int(knobs.number("CRASH_AFTER", 0))
         self.hang_s = knobs.number("HANG_SECONDS", 0.0)
@@ -125,9 +125,12 @@ class State:
         for rank in ranks:
             prefix = f" TP{rank}" if rank is not None else ""
             stamp = time.strftime("%Y-%m-%d %H:%M:%S")
-            print(f"[{stamp}{prefix}] KV cache pool is full. Retract requests. "
-                  "#retracted_reqs: 1, #new_tokens_gained: 1024, "
-                  "#new_token_ratio: 0.7000 -> 0.8000", flush=True)
+            print(
+                f"[{stamp}{prefix}] KV cache pool is full. Retract requests. "
+                "#retracted_reqs: 1, #new_tokens_gained: 1024, "
+                "#new_token_ratio: 0.7000 -> 0.8000",
+                flush=True,
+            )
 
     def metrics(self) -> str:
         lines = [
@@ -137,26 +140,30 @@ class State:
         engine = "decode" if self.is_decode else "prefill"
         # Like SGLang: the sample exists only from the first retraction on (.labels().inc()).
         for rank in range(self.args.tp_size if self.retracted else 0):
-            labels = (f'engine_type="{engine}",model_name="{self.model}",moe_ep_rank="0",'
-                      f'pp_rank="0",tp_rank="{rank}"')
+            labels = f'engine_type="{engine}",model_name="{self.model}",moe_ep_rank="0",pp_rank="0",tp_rank="{rank}"'
             lines.append(f"sglang:num_retracted_requests_total{{{labels}}} {float(self.retracted)}")
             lines.append(f"sglang:num_retracted_requests_created{{{labels}}} 1.7e9")
-        lines += ["# HELP sglang:num_retracted_reqs The number of retracted requests.",
-                  "# TYPE sglang:num_retracted_reqs gauge",
-                  f'sglang:num_retracted_reqs{{engine_type="{engine}",tp_rank="0"}} 0.0']
+        lines += [
+            "# HELP sglang:num_retracted_reqs The number of retracted requests.",
+            "# TYPE sglang:num_retracted_reqs gauge",
+            f'sglang:num_retracted_reqs{{engine_type="{engine}",tp_rank="0"}} 0.0',
+        ]
         return "\n".join(lines) + "\n"
 
     def server_info(self) -> dict[str, object]:
         a = self.args
         return {
-            "model_path": a.model_path, "disaggregation_mode": a.disaggregation_mode,
+            "model_path": a.model_path,
+            "disaggregation_mode": a.disaggregation_mode,
             "disaggregation_bootstrap_port": a.disaggregation_bootstrap_port,
-            "tp_size": a.tp_size, "base_gpu_id": a.base_gpu_id,
+            "tp_size": a.tp_size,
+            "base_gpu_id": a.base_gpu_id,
             "max_total_num_tokens": a.max_total_tokens or 65536,
-            "disaggregation_decode_retraction_backup":
-                a.disaggregation_decode_retraction_backup or "host_pool",
-            "internal_states": [{}], "version": VERSION, "frontend": "python",
-        }  # fmt: skip
+            "disaggregation_decode_retraction_backup": a.disaggregation_decode_retraction_backup or "host_pool",
+            "internal_states": [{}],
+            "version": VERSION,
+            "frontend": "python",
+        }
 
 
 def make_handler(state: State) -> type[JsonHandler]:
@@ -197,17 +204,39 @@ def make_handler(state: State) -> type[JsonHandler]:
             prompt_tokens = max(1, len(prompt) // 4)
             rid = uuid.uuid4().hex
             if path == "/generate":
-                meta = {"id": rid, "finish_reason": {"type": "stop", "matched": "Question"},
-                        "prompt_tokens": prompt_tokens, "completion_tokens": tokens,
-                        "cached_tokens": 0, "e2e_latency": 0.0}
+                meta = {
+                    "id": rid,
+                    "finish_reason": {"type": "stop", "matched": "Question"},
+                    "prompt_tokens": prompt_tokens,
+                    "completion_tokens": tokens,
+                    "cached_tokens": 0,
+                    "e2e_latency": 0.0,
+                }
                 self.send(200, {"text": text, "output_ids": [], "meta_info": meta})
             else:
-                choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": "stop",
-                          "matched_stop": "Question"}
-                usage = {"prompt_tokens": prompt_tokens, "completion_tokens": tokens,
-                         "total_tokens": prompt_tokens + tokens}
-                self.send(200, {"id": rid, "object": "text_completion", "created": int(time.time()),
-                                "model": body.get("model"), "choices": [choice], "usage": usage})
+                choice = {
+                    "index": 0,
+                    "text": text,
+                    "logprobs": None,
+                    "finish_reason": "stop",
+                    "matched_stop": "Question",
+                }
+                usage = {
+                    "prompt_tokens": prompt_tokens,
+                    "completion_tokens": tokens,
+                    "total_tokens": prompt_tokens + tokens,
+                }
+                self.send(
+                    200,
+                    {
+                        "id": rid,
+                        "object": "text_completion",
+                        "created": int(time.time()),
+                        "model": body.get("model"),
+                        "choices": [choice],
+                        "usage": usage,
+                    },
+                )
 
     return Handler
 
