@@ -15,8 +15,8 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
+from kvdoctor._exceptions import InputError
 from kvdoctor.bench.timing import Timing, time_call
-from kvdoctor.errors import InputError
 
 # Spec HBM bandwidth, GB/s (mxfp8.md §8); matched against torch.cuda.get_device_name().
 SPEC_PEAK_GBPS = {

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import httpx
 
-from kvdoctor.errors import DeploymentError, GateFailure
+from kvdoctor._exceptions import DeploymentError, GateFailure
 from kvdoctor.pd import client, gsm8k
 from kvdoctor.pd.ports import free_ports
 from kvdoctor.pd.result import record, score

@@ -74,7 +74,7 @@ bench.command("pd-eval")(bench_pd_eval.bench_pd_eval)
 
 def _usage_line(exc: Exception) -> str:
     """A usage error (bad option value, unknown command) as kvdoctor's one line, with where to look."""
-    from kvdoctor.errors import InputError, one_line
+    from kvdoctor._exceptions import InputError, one_line
 
     ctx = getattr(exc, "ctx", None)
     hint = f" (see '{ctx.command_path} -h')" if ctx is not None else ""
@@ -85,7 +85,7 @@ def main() -> None:
     """Console-script entry point: every outcome is an exit code, every failure one stderr line."""
     from typer._click.exceptions import NoArgsIsHelpError
 
-    from kvdoctor.errors import InternalError, one_line
+    from kvdoctor._exceptions import InternalError, one_line
 
     try:
         code = app(standalone_mode=False)

@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from kvdoctor._exceptions import InputError
 from kvdoctor.cli.errors import exit_on_error
-from kvdoctor.errors import InputError
 
 if TYPE_CHECKING:
     from kvdoctor.bench.mxfp8 import BenchResult

@@ -29,11 +29,10 @@ def bench_pd_eval(
         from rich.console import Console
         from rich.table import Table
 
+        from kvdoctor._exceptions import InputError, Interrupted
         from kvdoctor.bench.pd_eval import bench
-        from kvdoctor.errors import InputError
         from kvdoctor.pd import gsm8k
-        from kvdoctor.pd.signals import Interrupted
-        from kvdoctor.report import json as json_report
+        from kvdoctor.report import serialize
 
         if parallel < 1 or repeats < 1:
             raise InputError("--parallel and --repeats must be >= 1")
@@ -45,7 +44,7 @@ def bench_pd_eval(
             print(f"kvdoctor: interrupted by {exc}", file=sys.stderr)
             raise typer.Exit(128 + exc.signum) from None
         if json_out:
-            print(json_report.dumps(result.to_dict()), end="")
+            print(serialize.dumps(result.to_dict()), end="")
             return
         table = Table(
             title=f"pd-eval client: {result.questions} questions, "

@@ -18,7 +18,7 @@ import sys
 from collections.abc import Iterator
 from typing import NoReturn
 
-from kvdoctor.errors import InternalError, KvdoctorError, one_line
+from kvdoctor._exceptions import InternalError, KvdoctorError, one_line
 
 INTERRUPTED_EXIT = 130
 INTERRUPTED_LINE = "kvdoctor: interrupted"

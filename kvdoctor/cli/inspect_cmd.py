@@ -90,10 +90,10 @@ def inspect(
 
 def _with_sglang(model: str, argv: list[str], arch: GpuArch, request_tokens: int, concurrent: int):
     """kvdoctor's report, SGLang's live answers beside it, and a KVD015 hazard per disagreement."""
+    from kvdoctor._exceptions import InputError
     from kvdoctor.core.analysis import analyze
     from kvdoctor.core.report import inspect_report
     from kvdoctor.engines.sglang.inspect import beside
-    from kvdoctor.errors import InputError
 
     try:
         analysis = analyze(model, argv, platform=arch.platform())

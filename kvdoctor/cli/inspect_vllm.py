@@ -15,10 +15,10 @@ from typing import Any
 
 import typer
 
+from kvdoctor._exceptions import EngineUnavailable, InputError
 from kvdoctor.cli.errors import exit_on_error
 from kvdoctor.cli.launch import own_options
 from kvdoctor.engines import Engine, Server
-from kvdoctor.errors import EngineUnavailable, InputError
 
 
 def inspect_vllm(

@@ -77,7 +77,7 @@ def pd_eval(
 
         from kvdoctor.pd import render, reporting
         from kvdoctor.pd.run import PdEvalOptions, prepare, run
-        from kvdoctor.report import json as json_report
+        from kvdoctor.report import serialize
 
         options = PdEvalOptions(
             model=model,
@@ -116,9 +116,7 @@ def pd_eval(
             if json_out:
                 forecast = prepared.prediction.to_dict() if prepared.prediction else None
                 print(
-                    json_report.dumps(
-                        {"dry_run": True, "launch_plan": prepared.plan.to_dict(), "prediction": forecast}
-                    ),
+                    serialize.dumps({"dry_run": True, "launch_plan": prepared.plan.to_dict(), "prediction": forecast}),
                     end="",
                 )
             else:

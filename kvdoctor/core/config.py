@@ -18,8 +18,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from kvdoctor._exceptions import ConfigError
 from kvdoctor.core import rules, validate
-from kvdoctor.errors import ConfigError
 from kvdoctor.text import shown
 
 # SGLang's ``get_hf_text_config`` looks for the language model's config under these keys, in

@@ -10,12 +10,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from kvdoctor._exceptions import UnknownModelError
 from kvdoctor.core import rules
 from kvdoctor.core.config import ModelConfig
 from kvdoctor.core.layer_types import granite_layer_types, minicpm_mixer_types
 from kvdoctor.core.sglang_architectures import SGLANG_ARCHITECTURES
 from kvdoctor.core.transformers_causal_lm import TRANSFORMERS_CAUSAL_LM_MODEL_TYPES
-from kvdoctor.errors import UnknownModelError
 
 
 def _draft_pattern_has_mamba(cfg: ModelConfig) -> bool:

@@ -20,6 +20,7 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass, fields
 from pathlib import PurePath
 
+from kvdoctor._exceptions import FlagError
 from kvdoctor.core.sglang_server_flags import (
     SGLANG_MULTI_VALUE,
     SGLANG_OPTIONAL_VALUE,
@@ -27,7 +28,6 @@ from kvdoctor.core.sglang_server_flags import (
     SGLANG_SWITCHES,
     SGLANG_VERSION,
 )
-from kvdoctor.errors import FlagError
 from kvdoctor.text import shown
 
 # arg_groups/fields/model.py:197-221, disagg.py:95-108, exec_.py:483-519.

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from kvdoctor._exceptions import ConfigError
 from kvdoctor.core import rules, validate
 from kvdoctor.core.config import ModelConfig
 from kvdoctor.core.layer_types import (
@@ -24,7 +25,6 @@ from kvdoctor.core.layer_types import (
     swa_layer_types,
 )
 from kvdoctor.core.rules import SWA_LAYER_DEFAULT_RULE
-from kvdoctor.errors import ConfigError
 
 Shape = tuple[int, ...]
 

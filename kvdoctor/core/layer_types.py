@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Collection
 
+from kvdoctor._exceptions import ConfigError
 from kvdoctor.core import rules
 from kvdoctor.core.config import ModelConfig
-from kvdoctor.errors import ConfigError
 
 
 def layer_kinds(

@@ -26,8 +26,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from kvdoctor._exceptions import ConfigError
 from kvdoctor.core import rules
-from kvdoctor.errors import ConfigError
 from kvdoctor.text import shown
 
 if TYPE_CHECKING:

@@ -6,7 +6,7 @@ import os
 
 import torch
 
-from kvdoctor.errors import InputError
+from kvdoctor._exceptions import InputError
 from kvdoctor.mxfp8 import reference
 from kvdoctor.mxfp8.format import BACKENDS, BLOCK, INPUT_DTYPES, SCALE_MODES, MXFP8Tensor
 from kvdoctor.mxfp8.layout import check_paging

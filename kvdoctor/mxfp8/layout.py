@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from kvdoctor.errors import InputError
+from kvdoctor._exceptions import InputError
 from kvdoctor.mxfp8.format import BLOCK
 
 

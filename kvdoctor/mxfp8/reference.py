@@ -35,10 +35,6 @@ _ABS_MASK = {torch.bfloat16: 0x7FFF, torch.float16: 0x7FFF, torch.float32: 0x7FF
 CANONICAL_NAN_BITS = {torch.float32: F32_QNAN_BITS, torch.float16: 0x7E00, torch.bfloat16: 0x7FC0}
 
 
-def _f32(bits: torch.Tensor) -> torch.Tensor:
-    return bits.to(torch.int32).view(torch.float32)
-
-
 def block_amax_bits(abs_bits: torch.Tensor, scale_mode: str) -> torch.Tensor:
     """Max |x| bits over the last axis after the NaN policy (see ``kvdoctor.mxfp8``)."""
     if scale_mode == "sglang":

@@ -16,25 +16,13 @@ from dataclasses import dataclass
 
 import httpx
 
-from kvdoctor.errors import DeploymentError
+from kvdoctor._exceptions import EvalTimeout, MalformedReply, RequestFailed
 from kvdoctor.pd.http import verify_for
 
 APIS = ("completions", "generate")
 RETRIES = 2
 RETRY_BACKOFF_S = 0.25
 SHARD = 8  # connections per pooled client (see complete_all)
-
-
-class RequestFailed(DeploymentError):
-    """A request kept failing at the transport or 5xx level."""
-
-    reason = "request_failed"
-
-
-class EvalTimeout(DeploymentError):
-    """The run's --timeout expired while the eval was running."""
-
-    reason = "timeout"
 
 
 @dataclass(frozen=True)
@@ -70,10 +58,6 @@ def request_for(prompt: str, s: Sampling) -> tuple[str, dict[str, object]]:
         "stop": list(s.stop),
     }
     return "/v1/completions", body
-
-
-class MalformedReply(ValueError):
-    """A 200 reply that is not the JSON shape SGLang answers with."""
 
 
 def parse_reply(api: str, payload: object) -> tuple[str, int | None, str | None]:

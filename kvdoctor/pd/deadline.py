@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
-from kvdoctor.pd.client import EvalTimeout
+from kvdoctor._exceptions import EvalTimeout
 
 T = TypeVar("T")
 TICK_S = 0.1

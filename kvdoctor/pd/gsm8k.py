@@ -19,7 +19,7 @@ from decimal import Decimal, InvalidOperation
 from importlib import resources
 from pathlib import Path
 
-from kvdoctor.errors import InputError
+from kvdoctor._exceptions import DownloadError, InputError
 
 OFFICIAL_URL = "https://raw.githubusercontent.com/openai/grade-school-math/master/grade_school_math/data/test.jsonl"
 OFFICIAL_SHA256 = "3730d312f6e3440559ace48831e51066acaca737f6eabec99bccb9e4b3c39d14"
@@ -80,10 +80,6 @@ def cache_path() -> Path:
     """``$KVDOCTOR_CACHE_DIR/gsm8k/test.jsonl``, else ``~/.cache/kvdoctor/gsm8k/test.jsonl``."""
     root = os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "kvdoctor"
     return Path(root) / "gsm8k" / "test.jsonl"
-
-
-class DownloadError(InputError):
-    """The official copy could not be fetched (network), as opposed to fetched and wrong."""
 
 
 def bundled_copy() -> Path | None:

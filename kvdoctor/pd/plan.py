@@ -10,7 +10,7 @@ import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from kvdoctor.errors import InputError
+from kvdoctor._exceptions import InputError
 from kvdoctor.pd.presets import Preset
 
 DEFAULT_LAUNCHER = "python -m sglang.launch_server"
@@ -52,10 +52,6 @@ class Step:
     url: str
     health_path: str
     env: Mapping[str, str] = field(default_factory=dict)
-
-    @property
-    def log_name(self) -> str:
-        return f"{self.role}.log"
 
 
 @dataclass(frozen=True)

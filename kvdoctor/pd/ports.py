@@ -13,7 +13,7 @@ import errno
 import socket
 from collections.abc import Iterable, Mapping
 
-from kvdoctor.errors import InputError
+from kvdoctor._exceptions import InputError
 
 
 def address_family(host: str) -> socket.AddressFamily:

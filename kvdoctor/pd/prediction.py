@@ -22,7 +22,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
-from kvdoctor.errors import KvdoctorError
+from kvdoctor._exceptions import KvdoctorError
 from kvdoctor.pd.plan import flag_value
 
 CHARS_PER_TOKEN = 4.0

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
-from kvdoctor.errors import InputError
+from kvdoctor._exceptions import InputError
 
 
 @dataclass(frozen=True)

@@ -7,11 +7,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from kvdoctor.errors import InputError, one_line
+from kvdoctor._exceptions import InputError, one_line
 from kvdoctor.pd.gate import FAILED
 from kvdoctor.pd.result import EXIT_DEPLOYMENT, EXIT_INPUT, PdEvalResult
-from kvdoctor.report import github, junit, tables, verdicts
-from kvdoctor.report import json as json_report
+from kvdoctor.report import github, junit, records, serialize, verdicts
 from kvdoctor.report.terminal import plain
 
 if TYPE_CHECKING:
@@ -108,12 +107,12 @@ def write_all(
     written: dict[str, Path] = {"run_dir": run_dir}
     try:
         written["json"] = run_dir / RESULT_FILE
-        json_report.write(written["json"], result.to_dict())
+        serialize.write(written["json"], result.to_dict())
         if result.records:
             rows = result.record_dicts()
             for name in TABLE_FILES:
                 path = run_dir / name
-                tables.write(path, rows)
+                records.write(path, rows)
                 written[path.suffix[1:]] = path
     except OSError as exc:
         raise InputError(f"cannot write a report: {exc}") from None
@@ -151,7 +150,7 @@ def finish(
         print(plain(one_line(exc)), file=sys.stderr)
         written, exit_code = {}, EXIT_INPUT
     if json_out:
-        print(json_report.dumps(result.to_dict()), end="")
+        print(serialize.dumps(result.to_dict()), end="")
     else:
         render.summary(console, result, written)
     if github.in_actions(env):

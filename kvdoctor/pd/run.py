@@ -18,7 +18,7 @@ from pathlib import Path
 
 import httpx
 
-from kvdoctor.errors import DeploymentError, InputError
+from kvdoctor._exceptions import DeploymentError, InputError, Interrupted
 from kvdoctor.pd import client, gate, gsm8k, http, plan, ports, prediction, presets, rundir, urls
 from kvdoctor.pd.deadline import Deadline
 from kvdoctor.pd.metrics import RetractionProbe
@@ -30,7 +30,7 @@ from kvdoctor.pd.result import (
     record,
     score,
 )
-from kvdoctor.pd.signals import Interrupted, SignalLatch, signals_raise
+from kvdoctor.pd.signals import SignalLatch, signals_raise
 from kvdoctor.pd.supervisor import Supervisor
 from kvdoctor.report.preflight import check_outputs
 

@@ -13,7 +13,7 @@ import time
 import uuid
 from pathlib import Path
 
-from kvdoctor.errors import InputError
+from kvdoctor._exceptions import InputError
 
 PREFIX = "run-"
 ATTEMPTS = 5

@@ -16,15 +16,9 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from kvdoctor._exceptions import Interrupted
+
 SIGNALS = (signal.SIGTERM, signal.SIGINT)
-
-
-class Interrupted(BaseException):
-    """SIGTERM or Ctrl-C: unwinds like KeyboardInterrupt so every ``with`` block tears down."""
-
-    def __init__(self, signum: int) -> None:
-        super().__init__(signal.Signals(signum).name)
-        self.signum = signum
 
 
 class SignalLatch:

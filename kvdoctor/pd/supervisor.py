@@ -35,7 +35,7 @@ from typing import TextIO
 import httpx
 import psutil
 
-from kvdoctor.errors import DeploymentError
+from kvdoctor._exceptions import ForeignServer, ServerExited, ServerUnhealthy
 from kvdoctor.pd import reaper
 from kvdoctor.pd.http import verify_for
 from kvdoctor.pd.signals import SignalLatch, signals_ignored
@@ -52,24 +52,6 @@ KILL_WAIT_S = 10.0
 SWEEP_WAIT_S = 5.0  # for escapees after their SIGKILL (a new parent may reap them late)
 # How each started process ended (``Managed.ended``).
 EXITED, SIGTERMED, SIGKILLED, SURVIVED = "exited", "sigterm", "sigkill", "survived"
-
-
-class ServerExited(DeploymentError):
-    """A process the run started exited on its own."""
-
-    reason = "server_exited"
-
-
-class ServerUnhealthy(DeploymentError):
-    """A server never answered its health check in time."""
-
-    reason = "server_unhealthy"
-
-
-class ForeignServer(ServerUnhealthy):
-    """Something answered the health check, but not a process this run started."""
-
-    reason = "foreign_server"
 
 
 @dataclass

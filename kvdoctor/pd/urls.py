@@ -14,7 +14,7 @@ import ipaddress
 import re
 import urllib.parse
 
-from kvdoctor.errors import InputError
+from kvdoctor._exceptions import InputError
 
 SCHEMES = ("http", "https")
 _LABEL = re.compile(r"^(?!-)[A-Za-z0-9_-]{1,63}(?<!-)$")

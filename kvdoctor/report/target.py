@@ -23,7 +23,7 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-from kvdoctor.errors import InputError
+from kvdoctor._exceptions import InputError
 
 MAX_SYMLINKS = 40  # Linux's own limit before ELOOP
 REGULAR, MISSING, CHAR_DEVICE, FIFO = "regular file", "missing", "character device", "FIFO"

@@ -21,11 +21,11 @@ from dataclasses import dataclass
 
 import torch
 
+from kvdoctor._exceptions import InputError
 from kvdoctor.core.analysis import Analysis
 from kvdoctor.core.geometry import AttentionGeometry
-from kvdoctor.errors import InputError
 from kvdoctor.state.host_copy import HostArena
-from kvdoctor.state.pools import TORCH_DTYPES, Geometry, Sizing, plan_sizes, storage_dtype
+from kvdoctor.state.pools import TORCH_DTYPES, Geometry, PoolSizes, plan_sizes, storage_dtype
 
 HEADROOM = 0.10  # of the device's (or host's) total memory, left for everything else
 MIN_HEADROOM = 512 * 2**20
@@ -87,7 +87,7 @@ def _attention(geo: AttentionGeometry, analysis: Analysis, rows: int, kept: int)
     return _SubPool(rows, sum(plane_rows), max(plane_rows), item, geo.layers, kept)
 
 
-def _sub_pools(analysis: Analysis, geo: Geometry, sizing: Sizing) -> list[_SubPool]:
+def _sub_pools(analysis: Analysis, geo: Geometry, sizing: PoolSizes) -> list[_SubPool]:
     """The token-indexed sub-pools build_pools allocates for GEO at SIZING."""
     page, tokens = sizing.page_size, sizing.max_tokens
     window_rows = min(tokens, (geo.window or tokens) + page)
@@ -110,7 +110,7 @@ def _mamba_slot_bytes(geo: Geometry) -> int:
     return (conv + temporal) * rec.layers
 
 
-def estimate(analysis: Analysis, geo: Geometry, sizing: Sizing) -> MemoryEstimate:
+def estimate(analysis: Analysis, geo: Geometry, sizing: PoolSizes) -> MemoryEstimate:
     """Peak bytes of a round trip of SIZING on GEO (see the module docstring for what is counted)."""
     subs = _sub_pools(analysis, geo, sizing)
     slot = _mamba_slot_bytes(geo)
@@ -165,7 +165,7 @@ def fits(est: MemoryEstimate, room: Capacity) -> bool:
     return est.device_bytes <= room.device and est.host_bytes <= room.host
 
 
-def largest_fitting(analysis: Analysis, geo: Geometry, sizing: Sizing, fraction: float, room: Capacity) -> int:
+def largest_fitting(analysis: Analysis, geo: Geometry, sizing: PoolSizes, fraction: float, room: Capacity) -> int:
     """The most requests (at least 2, at most SIZING's) whose round trip fits ROOM; 0 when none does."""
 
     def ok(requests: int) -> bool:
@@ -185,7 +185,7 @@ def largest_fitting(analysis: Analysis, geo: Geometry, sizing: Sizing, fraction:
 def check_budget(
     analysis: Analysis,
     geo: Geometry,
-    sizing: Sizing,
+    sizing: PoolSizes,
     device: torch.device,
     *,
     fraction: float,

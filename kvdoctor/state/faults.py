@@ -12,13 +12,13 @@ from dataclasses import dataclass
 
 import torch
 
-from kvdoctor.errors import InputError
+from kvdoctor._exceptions import InputError
 from kvdoctor.state.host_copy import CopyPolicy, HostChunks
 from kvdoctor.state.pools import PADDING_SLOT, Plane, Pools
 from kvdoctor.state.retraction import (
     BACKENDS,
     MambaContract,
-    Protocol,
+    RetractionProtocol,
     Step,
 )
 
@@ -60,7 +60,7 @@ class Fault:
     summary: str
     targets: tuple[str, ...]  # the components its verdict must name
     needs: Callable[[Pools], str | None]  # why it cannot apply to these pools, or None
-    apply: Callable[[Protocol], Protocol]
+    apply: Callable[[RetractionProtocol], RetractionProtocol]
 
     def check(self, pools: Pools, model: str) -> None:
         reason = self.needs(pools)
@@ -88,8 +88,8 @@ def _always(pools: Pools) -> str | None:
     return None
 
 
-def _drop(*components: str) -> Callable[[Protocol], Protocol]:
-    def apply(proto: Protocol) -> Protocol:
+def _drop(*components: str) -> Callable[[RetractionProtocol], RetractionProtocol]:
+    def apply(proto: RetractionProtocol) -> RetractionProtocol:
         return dataclasses.replace(proto, copy_policy=CopyPolicy(proto.copy_policy.dropped | set(components)))
 
     return apply

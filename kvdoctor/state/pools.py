@@ -24,11 +24,11 @@ from dataclasses import dataclass
 
 import torch
 
+from kvdoctor._exceptions import InputError
 from kvdoctor.core import rules
 from kvdoctor.core.analysis import Analysis
 from kvdoctor.core.geometry import AttentionGeometry, RecurrentGeometry
 from kvdoctor.core.policy import PoolLayout
-from kvdoctor.errors import InputError
 
 PADDING_SLOT = 0
 TORCH_DTYPES = {
@@ -294,7 +294,7 @@ def _mamba_pool(rec: RecurrentGeometry, slots: int, device: torch.device) -> Mam
 
 
 @dataclass(frozen=True)
-class Sizing:
+class PoolSizes:
     """How many requests, tokens and slots the run uses (printed so the user knows)."""
 
     requests: int
@@ -311,12 +311,12 @@ class Sizing:
         return self.requests + self.retracted
 
 
-def plan_sizes(requests: int, retracted: int, max_tokens: int, page: int, window: int | None) -> Sizing:
+def plan_sizes(requests: int, retracted: int, max_tokens: int, page: int, window: int | None) -> PoolSizes:
     pages_per_req = -(-max_tokens // page)
     live = requests + retracted
     swa_tokens = min(window, max_tokens) if window else max_tokens
     swa_pages_per_req = -(-swa_tokens // page) + 1  # the tail may straddle one more page
-    return Sizing(requests, retracted, max_tokens, page, live * pages_per_req, live * swa_pages_per_req, live)
+    return PoolSizes(requests, retracted, max_tokens, page, live * pages_per_req, live * swa_pages_per_req, live)
 
 
 def check_supported(analysis: Analysis) -> None:
@@ -337,7 +337,7 @@ def check_supported(analysis: Analysis) -> None:
 
 
 def build_pools(
-    analysis: Analysis, geo: Geometry, sizing: Sizing, device: torch.device, scatter: torch.Generator | None = None
+    analysis: Analysis, geo: Geometry, sizing: PoolSizes, device: torch.device, scatter: torch.Generator | None = None
 ) -> Pools:
     """Allocate every pool for GEO at SIZING on DEVICE (contents are filled by ``fill``).
 

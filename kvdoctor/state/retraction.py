@@ -9,7 +9,7 @@ Restore (``Req.load_kv_cache``, 2130-2147) runs after new slots are allocated: r
 FIRST, then KV; only then may the scheduler run the request. ``host_pool`` (common.py:331-398)
 moves full and SWA KV through the HiCache host pool and has no recurrent-state sidecar.
 
-Every moving part is a small strategy object in ``Protocol``; a fault (``faults.py``) swaps one.
+Every moving part is a small strategy object in ``RetractionProtocol``; a fault (``faults.py``) swaps one.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol as TypingProtocol
+from typing import Protocol
 
 from kvdoctor.core.policy import PoolLayout
 from kvdoctor.state.host_copy import (
@@ -69,7 +69,7 @@ class Step:
     run: Callable[[], None]
 
 
-class RestoreOrder(TypingProtocol):
+class RestoreOrder(Protocol):
     def run(self, steps: list[Step], visible: Callable[[], None]) -> None: ...
 
 
@@ -90,7 +90,7 @@ def _caller_backs_up(layout: PoolLayout, claimed: bool) -> bool:
 
 
 @dataclass(frozen=True)
-class Protocol:
+class RetractionProtocol:
     """The strategies a retraction is made of; the defaults are SGLang's behaviour."""
 
     backend: Backend
@@ -105,12 +105,12 @@ class Protocol:
         )
 
 
-class Backend(TypingProtocol):
+class Backend(Protocol):
     name: str
 
-    def offload(self, proto: Protocol, session: Session, req: Request) -> RetractionBackup: ...
+    def offload(self, proto: RetractionProtocol, session: Session, req: Request) -> RetractionBackup: ...
 
-    def restore(self, proto: Protocol, session: Session, req: Request, backup: RetractionBackup) -> None: ...
+    def restore(self, proto: RetractionProtocol, session: Session, req: Request, backup: RetractionBackup) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -119,7 +119,7 @@ class CpuTensorBackend:
 
     name: str = "cpu_tensor"
 
-    def offload(self, proto: Protocol, session: Session, req: Request) -> RetractionBackup:
+    def offload(self, proto: RetractionProtocol, session: Session, req: Request) -> RetractionBackup:
         pools = session.pools
         kv = proto.copier(session).get_cpu_copy(token_slots(pools, req), req.mamba_slot, req.rid)
         mamba_cpu = None
@@ -129,7 +129,7 @@ class CpuTensorBackend:
             mamba_cpu = mamba.get_cpu_copy(req.mamba_slot, req.rid)
         return RetractionBackup(kv, mamba_cpu)
 
-    def restore(self, proto: Protocol, session: Session, req: Request, backup: RetractionBackup) -> None:
+    def restore(self, proto: RetractionProtocol, session: Session, req: Request, backup: RetractionBackup) -> None:
         pools, copier = session.pools, proto.copier(session)
         slots = token_slots(pools, req)
         steps: list[Step] = []
@@ -148,16 +148,16 @@ class HostPoolBackend:
 
     name: str = "host_pool"
 
-    def _copier(self, proto: Protocol, session: Session) -> PoolCopier:
+    def _copier(self, proto: RetractionProtocol, session: Session) -> PoolCopier:
         others = {p.component for p in session.pools.all_planes()} - session.host_pool_carries
         policy = CopyPolicy(proto.copy_policy.dropped | others)
         return PoolCopier(session.pools, session.mover, session.ledger, policy, False, proto.restore_slots)
 
-    def offload(self, proto: Protocol, session: Session, req: Request) -> RetractionBackup:
+    def offload(self, proto: RetractionProtocol, session: Session, req: Request) -> RetractionBackup:
         slots = token_slots(session.pools, req)
         return RetractionBackup(self._copier(proto, session).get_cpu_copy(slots, None, req.rid))
 
-    def restore(self, proto: Protocol, session: Session, req: Request, backup: RetractionBackup) -> None:
+    def restore(self, proto: RetractionProtocol, session: Session, req: Request, backup: RetractionBackup) -> None:
         slots = token_slots(session.pools, req)
         copier = self._copier(proto, session)
         proto.order.run(
@@ -168,7 +168,7 @@ class HostPoolBackend:
 BACKENDS: dict[str, Backend] = {"cpu_tensor": CpuTensorBackend(), "host_pool": HostPoolBackend()}
 
 
-def default_protocol(layout: PoolLayout, backend: str) -> Protocol:
+def default_protocol(layout: PoolLayout, backend: str) -> RetractionProtocol:
     """SGLang's protocol for LAYOUT on BACKEND: the pool's contract is what its copy really does."""
     carries = layout.cpu_copy_carries_mamba
-    return Protocol(BACKENDS[backend], CopyPolicy(), MambaContract(claimed=carries, pool_copies=carries))
+    return RetractionProtocol(BACKENDS[backend], CopyPolicy(), MambaContract(claimed=carries, pool_copies=carries))

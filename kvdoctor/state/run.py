@@ -16,10 +16,10 @@ from dataclasses import dataclass, field
 import pandas as pd
 import torch
 
+from kvdoctor._exceptions import InputError
 from kvdoctor.core import rules
 from kvdoctor.core.analysis import Analysis
 from kvdoctor.core.policy import backup_carries
-from kvdoctor.errors import InputError
 from kvdoctor.state import diff as diff_mod
 from kvdoctor.state.budget import check_budget, retracted_for
 from kvdoctor.state.faults import Fault, get_fault
@@ -28,9 +28,9 @@ from kvdoctor.state.host_copy import CopyLedger, Mover
 from kvdoctor.state.pools import (
     Geometry,
     Pools,
+    PoolSizes,
     Reductions,
     Request,
-    Sizing,
     admit,
     build_pools,
     check_supported,
@@ -39,7 +39,7 @@ from kvdoctor.state.pools import (
     reduced_geometry,
     release,
 )
-from kvdoctor.state.retraction import Protocol, Session, default_protocol
+from kvdoctor.state.retraction import RetractionProtocol, Session, default_protocol
 
 Progress = Callable[[str, int, int], None]  # (what is running, steps done, steps in all)
 INTRUDER_BASE = 1_000_000
@@ -142,7 +142,7 @@ class _Run:
     analysis: Analysis
     opts: RoundtripOptions
     pools: Pools
-    protocol: Protocol
+    protocol: RetractionProtocol
     gen: torch.Generator
     session: Session
     live: dict[int, Request] = field(default_factory=dict)
@@ -174,7 +174,7 @@ def error_hazards(analysis: Analysis) -> list[dict[str, str]]:
     ]
 
 
-def check_run(analysis: Analysis, options: RoundtripOptions) -> tuple[torch.device, Geometry, Sizing]:
+def check_run(analysis: Analysis, options: RoundtripOptions) -> tuple[torch.device, Geometry, PoolSizes]:
     """Every refusal a run can meet (options, model, device, backend, fault, memory), before anything is
     allocated or drawn: the CLI calls it before its progress bar, so bad input is one line, not a crash."""
     _check_options(options)
@@ -316,7 +316,12 @@ def _layer_ids(geo: Geometry) -> dict[str, tuple[int, ...]]:
 
 
 def _used(
-    analysis: Analysis, opts: RoundtripOptions, sizing: Sizing, pools: Pools, geo: Geometry, protocol: Protocol
+    analysis: Analysis,
+    opts: RoundtripOptions,
+    sizing: PoolSizes,
+    pools: Pools,
+    geo: Geometry,
+    protocol: RetractionProtocol,
 ) -> dict[str, object]:
     scale_layout = None
     for sub in pools.sub_pools:

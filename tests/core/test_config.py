@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
+from kvdoctor._exceptions import ConfigError, InputError
 from kvdoctor.core.config import bundled_fixtures, load_config
-from kvdoctor.errors import ConfigError, InputError
 
 
 def test_loads_a_file_a_directory_and_a_fixture(write_config) -> None:

@@ -13,11 +13,11 @@ from typing import Any
 
 import pytest
 
+from kvdoctor._exceptions import ConfigError, KvdoctorError
 from kvdoctor.core import validate
 from kvdoctor.core.analysis import analyze_config
 from kvdoctor.core.config import bundled_fixtures, load_config, parse_config, read_config_text
 from kvdoctor.core.flags import parse_flags
-from kvdoctor.errors import ConfigError, KvdoctorError
 
 
 def _with(fixture: str, **changes: Any) -> str:

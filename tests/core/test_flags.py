@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from kvdoctor._exceptions import FlagError
 from kvdoctor.core.analysis import analyze
 from kvdoctor.core.flags import parse_flags, parse_launch_line, resolve_option, scan
 from kvdoctor.core.sglang_server_flags import SGLANG_SERVER_FLAGS
-from kvdoctor.errors import FlagError
 
 
 def test_sglang_spellings_are_modelled_and_others_kept() -> None:

@@ -11,13 +11,13 @@ from typing import Any
 
 import pytest
 
+from kvdoctor._exceptions import ConfigError
 from kvdoctor.core import rules
 from kvdoctor.core.analysis import Analysis, analyze, analyze_config
 from kvdoctor.core.config import load_config, parse_config
 from kvdoctor.core.flags import parse_flags
 from kvdoctor.core.policy import Platform
 from kvdoctor.core.report import inspect_report
-from kvdoctor.errors import ConfigError
 
 DECODE = ("--disaggregation-mode", "decode")
 HOST_POOL = (*DECODE, "--disaggregation-decode-retraction-backup", "host_pool")

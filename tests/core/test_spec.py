@@ -61,7 +61,7 @@ def test_mamba_ssm_dtype_flag_wins_over_the_config_but_not_for_inkling() -> None
 
 
 def test_tp_that_does_not_divide_state_heads_is_a_config_error() -> None:
-    from kvdoctor.errors import ConfigError
+    from kvdoctor._exceptions import ConfigError
 
     with pytest.raises(ConfigError, match="not divisible by --tp-size 3"):
         run("qwen3-next-80b-a3b", "--tp", "3")
@@ -74,7 +74,7 @@ def test_swa_head_geometry_is_read_from_the_swa_fields() -> None:
 
 
 def test_missing_geometry_field_is_named() -> None:
-    from kvdoctor.errors import ConfigError
+    from kvdoctor._exceptions import ConfigError
 
     with pytest.raises(ConfigError, match="'linear_num_key_heads' is missing"):
         fixture_with("qwen3-next-80b-a3b", linear_num_key_heads=None)

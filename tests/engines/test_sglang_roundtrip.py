@@ -139,14 +139,14 @@ def test_kvdoctor_codec_writes_what_sglangs_own_mxfp8_store_writes() -> None:
 
 
 def test_host_pool_launch_is_not_run_and_says_why() -> None:
-    from kvdoctor.errors import NotRunnableHere
+    from kvdoctor._exceptions import NotRunnableHere
 
     with pytest.raises(NotRunnableHere, match="host_pool"):
         run("llama-3.1-8b", ["--disaggregation-mode", "decode"])
 
 
 def test_scale_fault_on_a_bf16_pool_is_refused() -> None:
-    from kvdoctor.errors import InputError
+    from kvdoctor._exceptions import InputError
 
     with pytest.raises(InputError, match="drop-block-scale needs"):
         run(

@@ -8,10 +8,10 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
+from kvdoctor._exceptions import InputError
 from kvdoctor.bench.mxfp8 import parse_size
 from kvdoctor.bench.timing import time_call
 from kvdoctor.cli.app import app
-from kvdoctor.errors import InputError
 
 runner = CliRunner()
 

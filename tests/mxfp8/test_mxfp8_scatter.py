@@ -7,7 +7,7 @@ import torch
 from mxfp8_impls import KERNEL_DEVICE
 
 from kvdoctor import mxfp8
-from kvdoctor.errors import InputError
+from kvdoctor._exceptions import InputError
 
 PAGE = 64
 HEADS = 2

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from kvdoctor.errors import ConfigError
+from kvdoctor._exceptions import ConfigError
 from kvdoctor.pd import gate, prediction
 from kvdoctor.pd.metrics import RetractionCount
 

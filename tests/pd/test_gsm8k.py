@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from kvdoctor.errors import InputError
+from kvdoctor._exceptions import InputError
 from kvdoctor.pd import gsm8k
 from kvdoctor.pd import http as gsm8k_http
 from tests.pd.helpers import GSM8K

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from kvdoctor.errors import InputError
+from kvdoctor._exceptions import InputError
 from kvdoctor.pd import gate, reporting
 from kvdoctor.pd.metrics import RetractionCount
 from kvdoctor.pd.result import PdEvalResult, Score

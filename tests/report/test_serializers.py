@@ -1,4 +1,4 @@
-"""The generic report serializers: atomic files, JSON, JUnit, GitHub summary, tables."""
+"""The generic report serializers: atomic files, JSON, JUnit, GitHub summary, records."""
 
 from __future__ import annotations
 
@@ -14,9 +14,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from kvdoctor.errors import InputError
-from kvdoctor.report import atomic, github, junit, tables
-from kvdoctor.report import json as json_report
+from kvdoctor._exceptions import InputError
+from kvdoctor.report import atomic, github, junit, records, serialize
 
 
 def test_atomic_write_leaves_the_old_file_when_interrupted(tmp_path: Path) -> None:
@@ -36,7 +35,7 @@ def test_json_carries_dataclasses_decimals_paths_and_nan(tmp_path: Path) -> None
         where: Path
 
     target = tmp_path / "out" / "r.json"
-    json_report.write(target, {"row": Row(Decimal("2.5"), Path("/x")), "nan": math.nan})
+    serialize.write(target, {"row": Row(Decimal("2.5"), Path("/x")), "nan": math.nan})
     assert json.loads(target.read_text()) == {"row": {"value": 2.5, "where": "/x"}, "nan": None}
 
 
@@ -96,14 +95,14 @@ def test_annotation_escaping() -> None:
 def test_tables_round_trip(tmp_path: Path, suffix: str) -> None:
     rows = [{"line": 5, "correct": True, "prediction": "18"}, {"line": 6, "correct": False, "prediction": None}]
     target = tmp_path / f"q{suffix}"
-    tables.write(target, rows)
+    records.write(target, rows)
     frame = pd.read_csv(target) if suffix == ".csv" else pd.read_parquet(target)
     assert frame["line"].tolist() == [5, 6] and frame["correct"].tolist() == [True, False]
 
 
 def test_tables_refuse_unknown_formats(tmp_path: Path) -> None:
     with pytest.raises(InputError):
-        tables.write(tmp_path / "q.xlsx", [{"a": 1}])
+        records.write(tmp_path / "q.xlsx", [{"a": 1}])
 
 
 def test_junit_strips_characters_xml_cannot_carry(tmp_path: Path) -> None:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from kvdoctor.errors import InputError
+from kvdoctor._exceptions import InputError
 from kvdoctor.report import atomic, github, preflight, target
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -11,8 +11,8 @@ import textwrap
 import pytest
 import torch
 
+from kvdoctor._exceptions import InputError
 from kvdoctor.core.analysis import analyze
-from kvdoctor.errors import InputError
 from kvdoctor.state import budget
 from kvdoctor.state.pools import Reductions, plan_sizes, reduced_geometry
 

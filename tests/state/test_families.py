@@ -60,7 +60,7 @@ def test_every_component_of_the_spec_is_diffed() -> None:
 
 @pytest.mark.parametrize("model", sorted(UNMODELLED))
 def test_pools_roundtrip_does_not_model_are_refused_by_name(model: str) -> None:
-    from kvdoctor.errors import InputError
+    from kvdoctor._exceptions import InputError
 
     with pytest.raises(InputError, match="not modelled by roundtrip"):
         roundtrip(model, "auto")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kvdoctor.errors import InputError
+from kvdoctor._exceptions import InputError
 from kvdoctor.state.faults import FAULTS
 from tests.state.helpers import roundtrip, row
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from kvdoctor._exceptions import InputError
 from kvdoctor.core.policy import backup_carries
-from kvdoctor.errors import InputError
 from kvdoctor.state.diff import PADDING, RESIDENT, capture_padding
 from kvdoctor.state.fill import fill_background, fill_requests
 from kvdoctor.state.host_copy import CopyLedger, Mover

@@ -6,13 +6,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from kvdoctor._exceptions import GroupingRefused
 from kvdoctor.core import hazards as registry
 from kvdoctor.core.config import ModelConfig, load_config
 from kvdoctor.core.hazards import Hazard
 from kvdoctor.core.vllm import rules
 from kvdoctor.core.vllm.connectors import ConnectorVerdict, HybridManager, hybrid_manager, verdict
 from kvdoctor.core.vllm.flags import VllmFlags, parse_vllm_flags
-from kvdoctor.core.vllm.grouping import Group, GroupingRefused, kv_cache_groups
+from kvdoctor.core.vllm.grouping import Group, kv_cache_groups
 from kvdoctor.core.vllm.hazards import VllmContext
 from kvdoctor.core.vllm.specs import ModelSpecs, SpecKind, build_specs
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import PurePath
 from typing import Any
 
+from kvdoctor._exceptions import FlagError
 from kvdoctor.core.vllm import rules
 from kvdoctor.core.vllm.server_flags import (
     VLLM_MULTI_VALUE,
@@ -28,7 +29,6 @@ from kvdoctor.core.vllm.server_flags import (
     VLLM_SWITCHES,
     VLLM_VERSION,
 )
-from kvdoctor.errors import FlagError
 from kvdoctor.text import shown
 
 _NUMBER = re.compile(r"-\.?[0-9]")

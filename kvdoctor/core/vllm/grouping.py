@@ -17,16 +17,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from kvdoctor._exceptions import GroupingRefused
 from kvdoctor.core.vllm import rules
 from kvdoctor.core.vllm.specs import LayerSpec, SpecKind
-
-
-class GroupingRefused(Exception):
-    """vLLM raises while planning the KV cache: the server would not start."""
-
-    def __init__(self, message: str, where: rules.Cite) -> None:
-        super().__init__(message)
-        self.where = where
 
 
 @dataclass(frozen=True)

@@ -13,11 +13,11 @@ import math
 from dataclasses import dataclass, replace
 from enum import Enum
 
+from kvdoctor._exceptions import ConfigError, FlagError, UnknownModelError
 from kvdoctor.core.config import ModelConfig
 from kvdoctor.core.vllm import rules
 from kvdoctor.core.vllm.architectures import VLLM_ARCHITECTURES
 from kvdoctor.core.vllm.flags import VllmFlags
-from kvdoctor.errors import ConfigError, FlagError, UnknownModelError
 
 Shape = tuple[int, ...]
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "uint8": 1, "float8_e4m3fn": 1, "float8_e5m2": 1}

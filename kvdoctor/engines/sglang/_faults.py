@@ -15,9 +15,9 @@ from typing import Any
 
 import torch
 
+from kvdoctor._exceptions import InputError
 from kvdoctor.engines.sglang._instruments import Patches
 from kvdoctor.engines.sglang._pools import EnginePools
-from kvdoctor.errors import InputError
 from kvdoctor.state.faults import FAULTS
 
 

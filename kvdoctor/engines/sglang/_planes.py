@@ -17,8 +17,8 @@ from dataclasses import dataclass
 
 import torch
 
+from kvdoctor._exceptions import EngineRefuses
 from kvdoctor.engines.sglang._pools import EnginePools
-from kvdoctor.errors import EngineRefuses
 
 MXFP8_BLOCK = 32
 Reader = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]  # (layer buffer, slots) -> (n, bytes) uint8

@@ -35,10 +35,10 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from kvdoctor._exceptions import EngineRefuses, EngineUnavailable
 from kvdoctor.core import rules
 from kvdoctor.core.config import resolve_config_path
 from kvdoctor.engines import EngineInfo, GpuArch
-from kvdoctor.errors import EngineRefuses, EngineUnavailable
 
 INSTALL_HINT = "make sglang-env (then run .venv-sglang/bin/kvdoctor)"
 RULES_SGLANG_VERSION = "0.5.23"

@@ -13,12 +13,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from kvdoctor._exceptions import InputError
 from kvdoctor.core.analysis import analyze
 from kvdoctor.core.config import bundled_fixtures
 from kvdoctor.engines import EngineInfo, GpuArch
 from kvdoctor.engines.sglang import _runtime
 from kvdoctor.engines.sglang.inspect import Beside, _asked, beside
-from kvdoctor.errors import InputError
 
 SIZED = ("--max-total-tokens", "65536")  # a pool size both sides can use for the hicache ratio
 DECODE = ("--disaggregation-mode", "decode")

@@ -23,11 +23,11 @@ import types
 from dataclasses import dataclass, field
 from typing import Any
 
+from kvdoctor._exceptions import EngineRefuses, InputError
 from kvdoctor.core.analysis import Analysis, analyze
 from kvdoctor.engines import EngineInfo, GpuArch
 from kvdoctor.engines.sglang import _pools, _runtime
 from kvdoctor.engines.sglang._planes import planes_of
-from kvdoctor.errors import EngineRefuses, InputError
 
 DRIFT_CODE = "KVD015-RULES-DRIFT"
 TINY = _pools.PoolPlan(rows=2, pages=4, page_size=1)

@@ -26,12 +26,12 @@ from typing import Any
 import pandas as pd
 import torch
 
+from kvdoctor._exceptions import EngineFinding, InputError, NotRunnableHere
 from kvdoctor.engines import GpuArch
 from kvdoctor.engines.sglang import _pools, _runtime
 from kvdoctor.engines.sglang._faults import EngineFault, FaultState, get_engine_fault
 from kvdoctor.engines.sglang._instruments import Instruments, Patches
 from kvdoctor.engines.sglang._planes import StatePlane, components, planes_of
-from kvdoctor.errors import EngineFinding, InputError, NotRunnableHere
 from kvdoctor.state import diff as diff_mod
 from kvdoctor.state.run import RoundtripOptions, RoundtripResult, resolve_device
 

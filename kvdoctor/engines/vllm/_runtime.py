@@ -16,9 +16,9 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from kvdoctor._exceptions import EngineUnavailable
 from kvdoctor.core.vllm import rules
 from kvdoctor.engines import EngineInfo
-from kvdoctor.errors import EngineUnavailable
 
 INSTALL_HINT = "make vllm-env (then run .venv-vllm/bin/kvdoctor)"
 RULES_VLLM_VERSION = "0.33.0"

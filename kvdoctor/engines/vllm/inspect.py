@@ -18,13 +18,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from kvdoctor._exceptions import EngineUnavailable
 from kvdoctor.core.hazards import ERROR
 from kvdoctor.core.vllm.analysis import VllmAnalysis
 from kvdoctor.core.vllm.connectors import Status
 from kvdoctor.core.vllm.specs import LayerSpec, SpecKind
 from kvdoctor.engines import EngineInfo
 from kvdoctor.engines.vllm import _runtime as rt
-from kvdoctor.errors import EngineUnavailable
 
 OFFLOADING_CONFIG = "vllm.distributed.kv_transfer.kv_connector.v1.offloading.config"
 

@@ -1,13 +1,23 @@
-"""One exception hierarchy, so the CLI can map every failure to one line and one exit code.
+"""The whole error tree in one module, so the CLI can map every failure to one line and one exit code.
 
-Modelled on httpx: callers catch the broad class they care about (``KvdoctorError``) or one precise
-subclass, and each class carries the exit code its family of failures owes a CI system:
-0 green · 1 a gate failed · 2 bad input · 3 a deployment failed · 4 kvdoctor itself failed.
+Modelled on httpx's ``_exceptions.py``: callers catch the broad class they care about
+(``KvdoctorError``) or one precise subclass, and each class carries the exit code its family of
+failures owes a CI system: 0 green · 1 a gate failed · 2 bad input · 3 a deployment failed ·
+4 kvdoctor itself failed. Public names are re-exported from ``kvdoctor`` (its ``__all__``).
+Two classes here are not ``KvdoctorError``: ``Interrupted`` (a signal, unwinding like
+``KeyboardInterrupt``) and the internal signals ``MalformedReply`` and ``GroupingRefused``, which
+their callers turn into a verdict or an ``InputError`` and which never reach the CLI.
 """
 
 from __future__ import annotations
 
+import signal
+from typing import TYPE_CHECKING
+
 from kvdoctor.text import printable, shown
+
+if TYPE_CHECKING:
+    from kvdoctor.core.vllm.rules import Cite as VllmCite
 
 MAX_LINE = 2000  # characters of one error line; an echoed 1 MB value must not flood a CI log
 
@@ -80,6 +90,69 @@ class NotRunnableHere(InputError):
 
 class EngineFinding(GateFailure):
     """The server's own code raised during a round trip: a finding about the server, exit 1."""
+
+
+# --- input (exit 2) ---
+
+
+class DownloadError(InputError):
+    """The official copy could not be fetched (network), as opposed to fetched and wrong."""
+
+
+# --- deployment (exit 3): pd-eval's servers, router and client ---
+
+
+class ServerExited(DeploymentError):
+    """A process the run started exited on its own."""
+
+    reason = "server_exited"
+
+
+class ServerUnhealthy(DeploymentError):
+    """A server never answered its health check in time."""
+
+    reason = "server_unhealthy"
+
+
+class ForeignServer(ServerUnhealthy):
+    """Something answered the health check, but not a process this run started."""
+
+    reason = "foreign_server"
+
+
+class RequestFailed(DeploymentError):
+    """A request kept failing at the transport or 5xx level."""
+
+    reason = "request_failed"
+
+
+class EvalTimeout(DeploymentError):
+    """The run's --timeout expired while the eval was running."""
+
+    reason = "timeout"
+
+
+# --- not KvdoctorError: a signal, and internal signals caught before the CLI ---
+
+
+class Interrupted(BaseException):
+    """SIGTERM or Ctrl-C: unwinds like KeyboardInterrupt so every ``with`` block tears down."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+class MalformedReply(ValueError):
+    """A 200 reply that is not the JSON shape SGLang answers with."""
+
+
+class GroupingRefused(Exception):
+    """vLLM raises while planning the KV cache: the server would not start."""
+
+    def __init__(self, message: str, where: VllmCite) -> None:
+        super().__init__(message)
+        self.where = where
 
 
 def one_line(exc: KvdoctorError) -> str:
