@@ -21,6 +21,7 @@ with startup_guard():  # Ctrl-C while typer and the commands import: one line, e
         inspect_cmd,
         pd_eval,
         roundtrip,
+        schema_cmd,
     )
 
 # Commands that take SGLang server flags accept options kvdoctor itself does not define; each checks
@@ -66,6 +67,7 @@ app.command("inspect", context_settings=PASSTHROUGH)(inspect_cmd.inspect)
 app.command("roundtrip", context_settings=PASSTHROUGH)(roundtrip.roundtrip)
 app.command("pd-eval", context_settings=PASSTHROUGH)(pd_eval.pd_eval)
 app.command("drift")(drift.drift)
+app.command("schema")(schema_cmd.schema)
 app.add_typer(bench, name="bench")
 bench.command("mxfp8")(bench_mxfp8.bench_mxfp8)
 bench.command("roundtrip", context_settings=PASSTHROUGH)(bench_roundtrip.bench_roundtrip)
@@ -86,9 +88,11 @@ def main() -> None:
     from typer._click.exceptions import NoArgsIsHelpError
 
     from kvdoctor._exceptions import InternalError, one_line
+    from kvdoctor.report.envelope import record_argv
 
+    record_argv(sys.argv[1:])  # the exact command line every --json report carries
     try:
-        code = app(standalone_mode=False)
+        code = app(args=sys.argv[1:], standalone_mode=False)
     except NoArgsIsHelpError as exc:  # `kvdoctor` alone: typer's own help screen, as standalone shows it
         from typer import rich_utils
 

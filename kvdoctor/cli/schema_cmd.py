@@ -1,0 +1,24 @@
+"""``kvdoctor schema``: print the published JSON Schema of a command's ``--json`` report."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated
+
+import typer
+
+from kvdoctor.schemas import ReportKind
+
+
+def schema(
+    kind: Annotated[ReportKind, typer.Argument(help="The command whose --json report the schema describes.")],
+) -> None:
+    """Print the JSON Schema (draft 2020-12) that COMMAND's --json output validates against.
+
+    The header keys (schema_version, kvdoctor_version, rules_revision, engine, timestamp,
+    command_line, verdict, exit_code, warnings) are the same in every command; see the README's
+    "JSON contract" for what may change between versions.
+    """
+    from kvdoctor.schemas import schema as load
+
+    typer.echo(json.dumps(load(kind), indent=2))

@@ -1,0 +1,144 @@
+"""The head of every ``--json`` report: which kvdoctor, which rules, which engine, when, how, and the verdict.
+
+Every command's JSON object opens with the same keys (a :class:`RunHeader`), then carries its own
+result's keys. The header keys mean the same thing in every command; the published JSON Schemas
+(``kvdoctor schema inspect|roundtrip|pd-eval|drift``, files in ``kvdoctor/schemas/``) hold them
+to it, and ``SCHEMA_VERSION`` names the contract:
+
+- the major number changes only when a key is removed or changes meaning (never so far);
+- the minor number changes when keys are added. Readers should ignore keys they do not know.
+
+``verdict`` and ``exit_code`` always agree (:meth:`Verdict.of`): ``pass`` and ``warn`` exit 0,
+``fail`` exits 1 (a check ran to the end and is red), ``error`` exits 2, 3 or 4 (no verdict could
+be reached: bad input, a deployment that failed, or a kvdoctor bug).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from enum import Enum
+from typing import Any
+
+from kvdoctor.report.serialize import jsonable
+
+SCHEMA_VERSION = "1.0"
+
+__all__ = ["SCHEMA_VERSION", "EngineRef", "RunHeader", "Verdict", "document", "header", "record_argv"]
+
+
+class Verdict(str, Enum):
+    """One word for the outcome, the same in every command, always agreeing with ``exit_code``."""
+
+    PASS = "pass"  # exit 0: checked, nothing found
+    WARN = "warn"  # exit 0: checked, findings reported but not gated (e.g. inspect without --strict)
+    FAIL = "fail"  # exit 1: a check ran to the end and is red
+    ERROR = "error"  # exit 2, 3 or 4: no verdict (bad input, deployment failed, kvdoctor bug)
+
+    @classmethod
+    def of(cls, exit_code: int, *, warnings: int = 0) -> Verdict:
+        """The verdict an exit code (and a count of ungated findings, for exit 0) stands for."""
+        if exit_code == 0:
+            return cls.WARN if warnings else cls.PASS
+        return cls.FAIL if exit_code == 1 else cls.ERROR
+
+    @property
+    def word(self) -> str:
+        """How the one verdict line at the end of a command's output says it."""
+        return {"pass": "passed", "warn": "passed with warnings", "fail": "FAILED", "error": "ERROR"}[self.value]
+
+
+@dataclass(frozen=True)
+class EngineRef:
+    """Who answered: ``kvdoctor`` (its own rule model and pools), ``sglang`` or ``vllm`` (their own code)."""
+
+    name: str
+    version: str | None
+    path: str | None = None
+
+
+_ARGV: list[str] | None = None
+
+
+def record_argv(argv: Sequence[str]) -> None:
+    """Remember the arguments the console entry point received (``kvdoctor.cli.app.main``)."""
+    global _ARGV
+    _ARGV = [str(a) for a in argv]
+
+
+def command_line(fallback: Sequence[str] = ()) -> list[str]:
+    """The exact command line: ``kvdoctor`` and the arguments the entry point received.
+
+    In-process callers that bypass the entry point (tests driving the Typer app) get FALLBACK, the
+    command path click knows, so the key is never a guess dressed as the truth.
+    """
+    args = _ARGV if _ARGV is not None else list(fallback)
+    return ["kvdoctor", *args]
+
+
+def _kvdoctor_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    from kvdoctor import __version__
+
+    try:
+        return version("kvdoctor")
+    except PackageNotFoundError:
+        return __version__
+
+
+@dataclass(frozen=True)
+class RunHeader:
+    """The keys every ``--json`` report opens with (see the module docstring for their contract)."""
+
+    schema_version: str
+    command: str
+    kvdoctor_version: str
+    rules_revision: str | None
+    engine: EngineRef
+    timestamp: str
+    command_line: list[str]
+    verdict: Verdict
+    exit_code: int
+    warnings: list[str] = field(default_factory=list)
+
+
+def header(
+    command: str,
+    *,
+    exit_code: int,
+    warnings: Sequence[str] = (),
+    engine: EngineRef | None = None,
+    rules_revision: str | None = None,
+    argv_fallback: Sequence[str] = (),
+    now: datetime | None = None,
+) -> RunHeader:
+    """The header for COMMAND's report. ENGINE defaults to kvdoctor's own model at this version."""
+    version = _kvdoctor_version()
+    when = (now or datetime.now(timezone.utc)).astimezone(timezone.utc)
+    return RunHeader(
+        schema_version=SCHEMA_VERSION,
+        command=command,
+        kvdoctor_version=version,
+        rules_revision=rules_revision,
+        engine=engine or EngineRef("kvdoctor", version),
+        timestamp=when.isoformat(timespec="seconds").replace("+00:00", "Z"),
+        command_line=command_line(argv_fallback),
+        verdict=Verdict.of(exit_code, warnings=len(warnings)),
+        exit_code=exit_code,
+        warnings=list(warnings),
+    )
+
+
+def document(head: RunHeader, body: Any) -> dict[str, Any]:
+    """One JSON-ready object: the header's keys first, then BODY's (a dataclass or a mapping).
+
+    A body key the header also defines (``engine``, ``exit_code``, ``rules_revision``) takes the
+    header's value: the header is the one place those facts are decided.
+    """
+    top = jsonable(head)
+    rest = jsonable(body)
+    if not isinstance(rest, Mapping):
+        raise TypeError(f"a report body must serialize to an object, not {type(rest).__name__}")
+    return {**top, **{k: v for k, v in rest.items() if k not in top}}

@@ -1,0 +1,54 @@
+"""The published JSON Schemas of kvdoctor's ``--json`` reports, one per command.
+
+Each command's schema ships as ``<command>.json`` beside ``header.json`` (the keys every report
+opens with, see ``kvdoctor.report.envelope``); :func:`schema` composes the two into one
+self-contained JSON Schema (draft 2020-12), which is what ``kvdoctor schema <command>`` prints and
+what the tests validate every command's real output against. Reading them needs only the stdlib.
+"""
+
+from __future__ import annotations
+
+import json
+from enum import Enum
+from importlib import resources
+from typing import Any
+
+from kvdoctor.report.envelope import SCHEMA_VERSION
+
+DIALECT = "https://json-schema.org/draft/2020-12/schema"
+
+__all__ = ["DIALECT", "ReportKind", "schema"]
+
+
+class ReportKind(str, Enum):
+    """The commands whose ``--json`` report has a published schema."""
+
+    INSPECT = "inspect"
+    ROUNDTRIP = "roundtrip"
+    PD_EVAL = "pd-eval"
+    DRIFT = "drift"
+
+
+def _load(name: str) -> dict[str, Any]:
+    return json.loads(resources.files(__package__).joinpath(name).read_text(encoding="utf-8"))
+
+
+def schema(kind: ReportKind) -> dict[str, Any]:
+    """KIND's full schema: its own keys (``<kind>.json``) and the shared header, as one document."""
+    body = _load(f"{kind.value}.json")
+    head = _load("header.json")
+    head.pop("$comment", None)
+    defs = {**body.pop("$defs", {}), "header": head}
+    rest = {k: v for k, v in body.items() if k not in ("$schema", "$id", "title", "allOf")}
+    return {
+        "$schema": DIALECT,
+        "$id": f"urn:kvdoctor:schema:{kind.value}:{SCHEMA_VERSION}",
+        "title": body.get("title", f"kvdoctor {kind.value} --json"),
+        **rest,
+        "allOf": [
+            {"$ref": "#/$defs/header"},
+            {"properties": {"command": {"const": kind.value}}},
+            *body.get("allOf", []),
+        ],
+        "$defs": defs,
+    }
