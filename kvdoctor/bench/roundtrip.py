@@ -34,7 +34,7 @@ from kvdoctor.state.pools import (
     token_slots,
 )
 from kvdoctor.state.retraction import RetractionBackup, Session, default_protocol
-from kvdoctor.state.run import resolve_device
+from kvdoctor.state.run import Progress, resolve_device
 
 FILL_BLOCK = 16 << 20
 PINNED_PROBE_BYTES = 1 << 30
@@ -211,9 +211,12 @@ class _Path:
             self.samples[1].append(end - mid)
 
 
-def _interleaved(paths: list[_Path], opts: BenchOptions) -> None:
+def _interleaved(paths: list[_Path], opts: BenchOptions, report: Progress) -> None:
     """Alternate the paths round by round, so a burst of load on a shared machine hits both."""
-    for i in range(opts.warmup + opts.repeats):
+    rounds = opts.warmup + opts.repeats
+    for i in range(rounds):
+        what = "warm-up round" if i < opts.warmup else f"timed round {i - opts.warmup + 1} of {opts.repeats}"
+        report(what, 1 + i, 1 + rounds)
         for path in paths:
             path.round(keep=i >= opts.warmup)
 
@@ -274,8 +277,15 @@ def _pinned_rows(device: torch.device, nbytes: int, opts: BenchOptions) -> list[
     ]
 
 
-def bench_roundtrip(analysis: Analysis, opts: BenchOptions, extra: Sequence[ExtraPath] = ()) -> BenchResult:
-    """Offload and restore every request, every path, in one run; report bandwidths and ratios."""
+def bench_roundtrip(
+    analysis: Analysis, opts: BenchOptions, extra: Sequence[ExtraPath] = (), progress: Progress | None = None
+) -> BenchResult:
+    """Offload and restore every request, every path, in one run; report bandwidths and ratios.
+
+    PROGRESS, when given, is told each stage as it starts: building the pools, then every round.
+    """
+    report = progress or (lambda what, done, total: None)
+    report("allocate and fill the pools", 0, 1 + opts.warmup + opts.repeats)
     device = resolve_device(opts.device)
     geo = reduced_geometry(analysis, opts.reductions)
     sizing = plan_sizes(opts.requests, 0, opts.tokens, analysis.flags.page_size, geo.window)
@@ -302,7 +312,7 @@ def bench_roundtrip(analysis: Analysis, opts: BenchOptions, extra: Sequence[Extr
         lambda saved: [naive_restore(pools, r, s) for r, s in zip(reqs, saved, strict=True)],  # type: ignore[call-overload]
     )
     others = [(x, _Path(x.offload, x.restore)) for x in extra]
-    _interleaved([ours, naive, *(p for _, p in others)], opts)
+    _interleaved([ours, naive, *(p for _, p in others)], opts, report)
     rows = []
     versus: dict[str, dict[str, float]] = {x.name: {} for x in extra}
     for i, direction in enumerate(("offload", "restore")):

@@ -29,11 +29,12 @@ with startup_guard():  # Ctrl-C while typer and the commands import: one line, e
 PASSTHROUGH = {"allow_extra_args": True, "ignore_unknown_options": True}
 HELP_OPTIONS = ["-h", "--help"]
 
+# Completion is Typer's: --install-completion / --show-completion, driven by _KVDOCTOR_COMPLETE
+# (tests/cli/test_completion.py runs it through the console script).
 app = typer.Typer(
     name="kvdoctor",
     help="Diagnose and regression-test how an inference server keeps KV-cache state alive.",
     no_args_is_help=True,
-    add_completion=False,
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": HELP_OPTIONS},
 )
@@ -92,24 +93,29 @@ def main() -> None:
 
     record_argv(sys.argv[1:])  # the exact command line every --json report carries
     try:
-        code = app(args=sys.argv[1:], standalone_mode=False)
-    except NoArgsIsHelpError as exc:  # `kvdoctor` alone: typer's own help screen, as standalone shows it
-        from typer import rich_utils
+        try:
+            # prog_name fixed: `python -m kvdoctor` and the console script read the same completion variable
+            # (_KVDOCTOR_COMPLETE, which the script --install-completion writes sets) and show one usage line.
+            code = app(args=sys.argv[1:], prog_name="kvdoctor", standalone_mode=False)
+        except NoArgsIsHelpError as exc:  # `kvdoctor` alone: typer's own help screen, as standalone shows it
+            from typer import rich_utils
 
-        rich_utils.rich_format_error(exc)
-        code = exc.exit_code
-    except typer.Abort:
-        print("kvdoctor: aborted", file=sys.stderr)
-        code = 1
-    except Exception as exc:
-        from typer.exceptions import TyperException
+            rich_utils.rich_format_error(exc)
+            code = exc.exit_code
+        except typer.Abort:
+            print("kvdoctor: aborted", file=sys.stderr)
+            code = 1
+        except Exception as exc:
+            from typer.exceptions import TyperException
 
-        if isinstance(exc, TyperException) and hasattr(exc, "format_message"):  # a click usage error
-            print(_usage_line(exc), file=sys.stderr)
-            code = getattr(exc, "exit_code", 2)
-        elif debug_enabled():
-            raise
-        else:  # escaped every command's exit_on_error: still a kvdoctor bug, still one line
-            print(one_line(InternalError.wrap(exc)), file=sys.stderr)
-            code = InternalError.exit_code
+            if isinstance(exc, TyperException) and hasattr(exc, "format_message"):  # a click usage error
+                print(_usage_line(exc), file=sys.stderr)
+                code = getattr(exc, "exit_code", 2)
+            elif debug_enabled():
+                raise
+            else:  # escaped every command's exit_on_error: still a kvdoctor bug, still one line
+                print(one_line(InternalError.wrap(exc)), file=sys.stderr)
+                code = InternalError.exit_code
+    finally:
+        record_argv(None)
     sys.exit(code if isinstance(code, int) else 0)

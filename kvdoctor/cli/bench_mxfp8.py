@@ -4,62 +4,67 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from kvdoctor._exceptions import InputError
 from kvdoctor.cli.errors import exit_on_error
+from kvdoctor.cli.options import DeviceOption
+from kvdoctor.cli.text import safe
+from kvdoctor.cli.verdict import print_verdict
+from kvdoctor.report.envelope import Verdict
+from kvdoctor.report.units import NONE, format_bytes
+from kvdoctor.state.choices import Device, MxfpBackend, ScaleMode, TorchDtype
 
 if TYPE_CHECKING:
     from kvdoctor.bench.mxfp8 import BenchResult
 
-DTYPES = ("bfloat16", "float16", "float32")
-
 
 def bench_mxfp8(
     size: Annotated[str, typer.Option(help="Input size, e.g. 64MiB, 1GiB (default: 1GiB on CUDA, 64MiB on CPU).")] = "",
-    backend: Annotated[str, typer.Option(help="all | torch | triton")] = "all",
-    scale_mode: Annotated[str, typer.Option(help="sglang | rceil | floor")] = "sglang",
-    device: Annotated[str, typer.Option(help="auto | cpu | cuda")] = "auto",
-    dtype: Annotated[str, typer.Option(help="bfloat16 | float16 | float32")] = "bfloat16",
+    backend: Annotated[MxfpBackend, typer.Option(help="Which codec implementations to time (all: both).")] = (
+        MxfpBackend.ALL
+    ),
+    scale_mode: Annotated[ScaleMode, typer.Option(help="How each block's E8M0 scale is rounded.")] = ScaleMode.SGLANG,
+    device: DeviceOption = Device.AUTO,
+    dtype: Annotated[TorchDtype, typer.Option(help="The input tensor's dtype.")] = TorchDtype.BFLOAT16,
     repeats: Annotated[int, typer.Option(min=1, help="Timed calls per row (median).")] = 10,
     peak_gbps: Annotated[
-        float, typer.Option(help="Peak bandwidth for the floor (GB/s); default: spec table, else measured copy.")
-    ] = 0,
+        float | None,
+        typer.Option(
+            help="Peak memory bandwidth for the traffic floor (GB/s); 0 or less: as if not given.",
+            show_default="the GPU's spec-table figure, else a measured device copy",
+        ),
+    ] = None,
     sweep: Annotated[bool, typer.Option(help="CUDA: also time the quantize kernel at several tile shapes.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
 ) -> None:
-    """Quantize / dequantize throughput per backend as GB/s and fraction of the traffic floor."""
+    """Quantize / dequantize throughput per backend as GB/s and fraction of the traffic floor.
+
+    Every choice is an enum Typer checks before torch is imported, so a typo costs nothing.
+    """
     with exit_on_error():
         import torch
 
-        if device == "auto":
-            device = "cuda" if torch.cuda.is_available() else "cpu"
-        if device not in ("cpu", "cuda"):
-            raise InputError(f"--device must be auto, cpu or cuda, not {device!r}")
-        if dtype not in DTYPES:
-            raise InputError(f"--dtype must be one of {', '.join(DTYPES)}, not {dtype!r}")
-        backends = {"all": ("torch", "triton"), "torch": ("torch",), "triton": ("triton",)}
-        if backend not in backends:
-            raise InputError(f"--backend must be all, torch or triton, not {backend!r}")
-        if device == "cpu" and "triton" in backends[backend]:
+        where = device.value
+        if device is Device.AUTO:
+            where = "cuda" if torch.cuda.is_available() else "cpu"
+        elif device is Device.CUDA and not torch.cuda.is_available():
+            raise InputError("--device cuda: no CUDA device is available (torch.cuda.is_available() is False)")
+        if where == "cpu" and "triton" in backend.names():
             os.environ.setdefault("TRITON_INTERPRET", "1")  # before any kernel module is imported
         from kvdoctor.bench.mxfp8 import parse_size, run_mxfp8_bench
-        from kvdoctor.mxfp8 import SCALE_MODES
 
-        if scale_mode not in SCALE_MODES:
-            raise InputError(f"--scale-mode must be one of {', '.join(SCALE_MODES)}")
-        size_bytes = parse_size(size or ("1GiB" if device == "cuda" else "64MiB"))
+        size_bytes = parse_size(size or ("1GiB" if where == "cuda" else "64MiB"))
         result = run_mxfp8_bench(
             size_bytes=size_bytes,
-            device=device,
-            dtype=getattr(torch, dtype),
-            scale_mode=scale_mode,
-            backends=backends[backend],
+            device=where,
+            dtype=getattr(torch, dtype.value),
+            scale_mode=scale_mode.value,
+            backends=backend.names(),
             repeats=repeats,
-            peak_gbps=peak_gbps or None,
+            peak_gbps=peak_gbps if peak_gbps and peak_gbps > 0 else None,
             sweep=sweep,
         )
         if as_json:
@@ -70,39 +75,40 @@ def bench_mxfp8(
 
 def render(result: BenchResult) -> None:
     """A rich table: one row per (op, backend)."""
+    from rich import box
     from rich.console import Console
     from rich.table import Table
 
     title = (
-        f"MXFP8 codec on {result.device}: {result.input_bytes / 2**20:.0f} MiB "
+        f"MXFP8 codec on {safe(result.device)}: {format_bytes(result.input_bytes)} "
         f"{result.dtype}, scale mode {result.scale_mode}"
     )
-    table = Table(title=title)
-    for name, justify in [
-        ("op", "left"),
-        ("backend", "left"),
-        ("elems", "right"),
-        ("time", "right"),
-        ("GB/s", "right"),
-        ("of floor", "right"),
-        ("x cast", "right"),
-        ("bytes = ref", "center"),
-        ("note", "left"),
+    table = Table(title=title, box=box.SIMPLE_HEAD, pad_edge=False)  # light borders: more room at 80 columns
+    # Numbers never break; the backend cell carries the row's note and wraps at its spaces when narrow.
+    for name, justify, whole in [
+        ("op", "left", True),
+        ("backend (note)", "left", False),
+        ("elems", "right", True),
+        ("time", "right", True),
+        ("GB/s", "right", True),
+        ("of floor", "right", False),
+        ("x cast", "right", True),
+        ("= ref", "center", True),
     ]:
-        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+        width = 10 if name.startswith("backend") else None
+        table.add_column(name, justify=justify, no_wrap=whole, overflow="fold", min_width=width)  # type: ignore[arg-type]
     for r in result.rows:
         table.add_row(
             r.op,
-            r.backend,
+            safe(f"{r.backend} ({r.note})" if r.note else r.backend),
             _count(r.elements),
             _duration(r.median_s),
             f"{r.gbps:,.1f}",
-            "" if r.floor_fraction is None else f"{r.floor_fraction:.0%}",
-            "" if r.vs_cast is None else f"{r.vs_cast:.2f}",
-            {None: "", True: "yes", False: "[red]NO[/red]"}[r.bytes_match],
-            r.note,
+            NONE if r.floor_fraction is None else f"{r.floor_fraction:.0%}",
+            NONE if r.vs_cast is None else (f"{r.vs_cast:,.0f}" if r.vs_cast >= 100 else f"{r.vs_cast:.2f}"),
+            {None: NONE, True: "yes", False: "[red]NO[/red]"}[r.bytes_match],
         )
-    console = Console(width=None if sys.stdout.isatty() else 132)
+    console = Console(highlight=False)  # COLUMNS when piped; cells fold rather than being cut
     console.print(table)
     peak = "unknown" if result.peak_gbps is None else f"{result.peak_gbps:,.0f} GB/s"
     console.print(
@@ -110,7 +116,12 @@ def render(result: BenchResult) -> None:
         "quantize moves in+1+1/32 B/elem, dequantize 1+1/32+out B/elem"
     )
     for note in result.notes:
-        console.print(f"note: {note}")
+        console.print(f"note: {safe(note)}")
+    wrong = [f"{r.op} {r.backend}" for r in result.rows if r.bytes_match is False]
+    detail = (
+        f"bytes differ from the reference: {', '.join(wrong)}" if wrong else "every codec's bytes equal the reference"
+    )
+    print_verdict(console, Verdict.of(0, warnings=len(wrong)), detail)  # timings are reported, never gated
 
 
 def _duration(seconds: float) -> str:

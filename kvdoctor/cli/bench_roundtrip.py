@@ -9,9 +9,14 @@ import typer
 
 from kvdoctor.cli.errors import exit_on_error
 from kvdoctor.cli.launch import launch_line
-from kvdoctor.cli.options import GpuArchOption
+from kvdoctor.cli.options import DeviceOption, GpuArchOption
+from kvdoctor.cli.progress import Update, with_progress
 from kvdoctor.cli.text import safe
+from kvdoctor.cli.verdict import print_verdict
 from kvdoctor.engines import Engine, GpuArch
+from kvdoctor.report.envelope import Verdict
+from kvdoctor.report.units import NONE
+from kvdoctor.state.choices import Device
 
 
 def render(report: dict[str, Any]) -> None:
@@ -27,7 +32,7 @@ def render(report: dict[str, Any]) -> None:
     console.print(title, highlight=False)
     table = Table(title_justify="left")
     for col in ("path", "direction", "GB/s (median)", "GB/s (best)", "median", "vs naive (best)", "vs pinned"):
-        table.add_column(col, no_wrap=True)
+        table.add_column(col, overflow="fold")
     for r in report["rows"]:
         table.add_row(
             r["path"],
@@ -35,8 +40,8 @@ def render(report: dict[str, Any]) -> None:
             f"{r['gbps']:,.2f}",
             f"{r['best_gbps']:,.2f}",
             f"{r['median_s'] * 1e3:,.1f} ms",
-            "" if r["vs_naive"] is None else f"{r['vs_naive']:.2f}x",
-            "" if r["vs_pinned"] is None else f"{r['vs_pinned']:.0%}",
+            NONE if r["vs_naive"] is None else f"{r['vs_naive']:.2f}x",
+            NONE if r["vs_pinned"] is None else f"{r['vs_pinned']:.0%}",
         )
     console.print(table)
     match = "[green]identical[/]" if report["bytes_match"] else "[bold red]DIFFER[/]"
@@ -52,12 +57,15 @@ def render(report: dict[str, Any]) -> None:
         )
     for note in report["used"].get("sglang_notes", []):
         console.print(f"note: {safe(note)} (SGLang's MXFP8 scale stores are Triton kernels)", highlight=False)
+    verdict = Verdict.of(0 if report["bytes_match"] else 1)
+    detail = "both paths back up identical bytes" if report["bytes_match"] else "the backups' bytes differ"
+    print_verdict(console, verdict, detail)
 
 
 def bench_roundtrip(
     ctx: typer.Context,
     model: str = typer.Argument("inkling-small", help="config.json path, model directory, fixture or Hub id."),
-    device: str = typer.Option("auto", "--device", help="auto (CUDA when available), cpu or cuda."),
+    device: DeviceOption = Device.AUTO,
     requests: int = typer.Option(64, "--requests", min=1, help="Requests offloaded and restored per round."),
     tokens: int = typer.Option(2048, "--tokens", min=2, help="Tokens per request."),
     repeats: int = typer.Option(5, "--repeats", min=1, help="Timed rounds per path (after one warm-up)."),
@@ -78,29 +86,38 @@ def bench_roundtrip(
     SGLang server flags may follow MODEL; with none, the Inkling MXFP8 decode setup is used.
     """
     with exit_on_error():
-        from kvdoctor.bench.roundtrip import BenchOptions
-        from kvdoctor.bench.roundtrip import bench_roundtrip as run
         from kvdoctor.core.analysis import analyze
-        from kvdoctor.state.pools import Reductions
 
         line = launch_line(ctx, model, default_model="inkling-small")
         flags = list(line.server_argv) or ["--kv-cache-dtype", "mxfp8", "--disaggregation-mode", "decode"]
-        analysis = analyze(line.model, flags, platform=gpu_arch.platform())
-        options = BenchOptions(
-            device=device,
-            requests=requests,
-            tokens=tokens,
-            repeats=repeats,
-            reductions=Reductions(layers=layers, heads=heads),
-        )
-        extra, used = [], {}
-        if engine is Engine.SGLANG:
-            from kvdoctor.engines.sglang.bench import sglang_path
+        analysis = analyze(line.model, flags, platform=gpu_arch.platform())  # pure: refused before torch loads
 
-            path, used = sglang_path(line.model, flags, options, gpu_arch)
-            extra = [path]
-        result = run(analysis, options, extra)
-        result.used.update(used)
+        def work(update: Update | None) -> Any:
+            from kvdoctor.bench.roundtrip import BenchOptions
+            from kvdoctor.bench.roundtrip import bench_roundtrip as run
+            from kvdoctor.state.pools import Reductions
+
+            options = BenchOptions(
+                device=device.value,
+                requests=requests,
+                tokens=tokens,
+                repeats=repeats,
+                reductions=Reductions(layers=layers, heads=heads),
+            )
+            extra, used = [], {}
+            if engine is Engine.SGLANG:
+                from kvdoctor.engines.sglang.bench import sglang_path
+
+                if update:
+                    update("import SGLang and build its pools", 0, 0)
+                path, used = sglang_path(line.model, flags, options, gpu_arch)
+                extra = [path]
+            result = run(analysis, options, extra, update)
+            result.used.update(used)
+            return result
+
+        first = "import torch and SGLang" if engine is Engine.SGLANG else "import torch"
+        result = work(None) if json_output else with_progress(work, first)
     report = result.to_json()
     if json_output:
         typer.echo(json.dumps(report, indent=2, default=str))

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -12,6 +14,7 @@ from kvdoctor.cli.errors import exit_on_error
 from kvdoctor.cli.launch import launch_line
 from kvdoctor.cli.options import GpuArchOption
 from kvdoctor.engines import Engine, GpuArch, Server
+from kvdoctor.report.envelope import EngineRef
 
 
 def inspect(
@@ -51,7 +54,7 @@ def inspect(
             ctx, model, server=server, engine=engine, json_output=json_output, strict=strict, junit_path=junit_path
         )
     from kvdoctor.core.analysis import analyze
-    from kvdoctor.core.report import inspect_report
+    from kvdoctor.core.inspect_result import inspect_report
 
     with exit_on_error():
         from kvdoctor.report.preflight import check_outputs
@@ -60,56 +63,135 @@ def inspect(
         line = launch_line(ctx, model)
         model = line.model
         if engine is Engine.SGLANG:
-            report, failed = _with_sglang(model, list(line.server_argv), gpu_arch, request_tokens, concurrent)
+            run = _with_sglang(model, list(line.server_argv), gpu_arch, request_tokens, concurrent)
         else:
             analysis = analyze(model, line.server_argv, platform=gpu_arch.platform())
-            report = inspect_report(analysis, request_tokens, concurrent)
-            failed = analysis.worst_severity == "error"
-    if json_output:
-        typer.echo(json.dumps(report, indent=2, default=str))
-    else:
-        from kvdoctor.cli.render_inspect import render
+            run = Run(inspect_report(analysis, request_tokens, concurrent), None, 0)
+    publish_inspect(
+        ctx,
+        run.report,
+        strict=strict,
+        json_output=json_output,
+        junit_path=junit_path,
+        title=f"kvdoctor inspect {model}",
+        engine=run.engine,
+        drifts=run.drifts,
+    )
 
-        if "components" in report:
-            render(report)
-        if "sglang" in report:
-            from kvdoctor.cli.render_engine import render_beside
 
-            render_beside(report)
+@dataclass(frozen=True)
+class Run:
+    """One inspect run's typed result, the engine that answered beside kvdoctor (if any), its drifts."""
+
+    report: Any  # InspectReport | InspectBesideReport | RefusedInspectReport | VllmReport | VllmBesideReport
+    engine: EngineRef | None
+    drifts: int
+
+
+def publish_inspect(
+    ctx: typer.Context,
+    report: Any,
+    *,
+    strict: bool,
+    json_output: bool,
+    junit_path: Path | None,
+    title: str,
+    engine: EngineRef | None,
+    drifts: int,
+) -> None:
+    """Print REPORT (``--json`` document or tables and one verdict line), write JUnit and the step
+    summary from the same object, and exit as the verdict says: every mode of ``inspect`` ends here.
+
+    Exit 1 only under ``--strict`` with an error hazard (engine drift is one); otherwise ungated
+    hazards are the run's ``warnings`` and the verdict is ``warn``. JUnit and the summary fail exactly
+    when the exit code does.
+    """
+    from kvdoctor.core.inspect_result import ungated
     from kvdoctor.report import verdicts
+    from kvdoctor.report.envelope import Verdict, document, header
 
+    failed = strict and any(h.severity == "error" for h in report.hazards)
+    exit_code = 1 if failed else 0
+    warnings = ungated(report.hazards, strict=strict)
+    if json_output:
+        head = header(
+            "inspect",
+            exit_code=exit_code,
+            warnings=warnings,
+            engine=engine,
+            rules_revision=report.rules_revision,
+            argv_fallback=ctx.command_path.split()[1:],
+        )
+        typer.echo(json.dumps(document(head, report), indent=2))
+    else:
+        from rich.console import Console
+
+        from kvdoctor.cli.render_inspect import verdict_detail
+        from kvdoctor.cli.verdict import print_verdict
+
+        console = Console(emoji=False)
+        _render(report, console)
+        engine_name = "" if engine is None or engine.name == "kvdoctor" else f"{engine.name} {engine.version}"
+        detail = verdict_detail(report.hazards, strict=strict, drifts=drifts, engine=engine_name)
+        print_verdict(console, Verdict.of(exit_code, warnings=len(warnings)), detail)
     with exit_on_error():  # a failure in JUnit and the summary exactly when the exit code says so
         rows = verdicts.inspect_rows(report, gated=strict)
-        summary = verdicts.summary(f"kvdoctor inspect {model}", not (strict and failed), rows)
+        summary = verdicts.summary(title, not failed, rows)
         verdicts.publish(
             "kvdoctor.inspect", verdicts.inspect_cases(report, gated=strict), summary, junit_path=junit_path
         )
-    if strict and failed:
+    if failed:
         raise typer.Exit(1)
 
 
-def _with_sglang(model: str, argv: list[str], arch: GpuArch, request_tokens: int, concurrent: int):
-    """kvdoctor's report, SGLang's live answers beside it, and a KVD015 hazard per disagreement."""
+def _render(report: Any, console: Any) -> None:
+    from kvdoctor.cli import render_inspect
+    from kvdoctor.core.inspect_result import InspectReport
+    from kvdoctor.core.vllm.analysis import VllmReport
+
+    if isinstance(report, VllmReport):  # --server vllm: its own tables (kvdoctor/cli/inspect_vllm.py)
+        from kvdoctor.cli.inspect_vllm import render
+
+        render(report, console)
+        return
+    if isinstance(report, InspectReport):
+        render_inspect.render(report, console)
+    sglang = getattr(report, "sglang", None)
+    if sglang is not None:
+        from kvdoctor.cli.render_engine import render_beside
+
+        render_beside(sglang, console)
+        if not isinstance(report, InspectReport):  # kvdoctor refused: the hazards are SGLang's drift alone
+            console.print(render_inspect.hazards_block(report.hazards, console.width))
+
+
+def _with_sglang(model: str, argv: list[str], arch: GpuArch, request_tokens: int, concurrent: int) -> Run:
+    """kvdoctor's result, SGLang's live answers beside it, and a KVD015 hazard per disagreement."""
     from kvdoctor._exceptions import InputError
     from kvdoctor.core.analysis import analyze
-    from kvdoctor.core.report import inspect_report
+    from kvdoctor.core.inspect_result import (
+        InspectBesideReport,
+        ModelSource,
+        RefusedInspectReport,
+        inspect_report,
+    )
     from kvdoctor.engines.sglang.inspect import beside
 
     try:
         analysis = analyze(model, argv, platform=arch.platform())
     except InputError as exc:  # kvdoctor refuses; SGLang may still answer, and the refusal is drift
         answers = beside(None, model, argv, arch, kvdoctor_refusal=str(exc))
-        report = {
-            "model": {"source": model},
-            "hazards": answers.hazards(),
-            "engine": answers.live.info.to_json(),
-            "sglang": answers.to_json(),
-            "rules_revision": None,
-        }
-        return report, bool(answers.drifts)
+        refused = RefusedInspectReport(
+            model=ModelSource(model), hazards=tuple(answers.hazards()), sglang=answers.answers()
+        )
+        return Run(refused, _engine_ref(answers), len(answers.drifts))
     answers = beside(analysis, model, argv, arch)
-    report = inspect_report(analysis, request_tokens, concurrent)
-    report["hazards"] = [*report["hazards"], *answers.hazards()]
-    report["engine"] = answers.live.info.to_json()
-    report["sglang"] = answers.to_json()
-    return report, analysis.worst_severity == "error" or bool(answers.drifts)
+    base = inspect_report(analysis, request_tokens, concurrent)
+    fields = {f.name: getattr(base, f.name) for f in dataclasses.fields(base)}
+    fields["hazards"] = (*base.hazards, *answers.hazards())
+    return Run(InspectBesideReport(**fields, sglang=answers.answers()), _engine_ref(answers), len(answers.drifts))
+
+
+def _engine_ref(answers: Any) -> EngineRef:
+    info = answers.live.info
+    return EngineRef(info.name, info.version, info.path)

@@ -8,7 +8,7 @@ imported the rule model still answers and the report says why vLLM did not.
 
 from __future__ import annotations
 
-import json
+import dataclasses
 import sys
 from pathlib import Path
 from typing import Any
@@ -18,7 +18,16 @@ import typer
 from kvdoctor._exceptions import EngineUnavailable, InputError
 from kvdoctor.cli.errors import exit_on_error
 from kvdoctor.cli.launch import own_options
+from kvdoctor.core.vllm.analysis import (
+    GroupRow,
+    VllmAnalysis,
+    VllmAnswersFacts,
+    VllmBesideReport,
+    VllmReport,
+    VllmUnavailable,
+)
 from kvdoctor.engines import Engine, Server
+from kvdoctor.report.envelope import EngineRef
 
 
 def inspect_vllm(
@@ -31,7 +40,7 @@ def inspect_vllm(
     strict: bool,
     junit_path: Path | None,
 ) -> None:
-    """Parse the vLLM line, analyse, (ask vLLM), render, publish verdicts, exit code."""
+    """Parse the vLLM line, analyse, (ask vLLM); then ``publish_inspect`` prints, publishes and exits."""
     from kvdoctor.core.vllm.analysis import analyze_vllm_config
     from kvdoctor.core.vllm.flags import parse_vllm_flags, parse_vllm_launch_line
 
@@ -48,137 +57,151 @@ def inspect_vllm(
         from kvdoctor.core.config import load_config
 
         analysis = analyze_vllm_config(load_config(line.model), parse_vllm_flags(line.server_argv))
-        report = analysis.to_json()
-        failed = analysis.worst_severity == "error"
+        report: VllmReport = analysis.report()
+        engine_ref, drifts = None, 0
         if engine is Engine.VLLM:
-            failed = _beside_vllm(analysis, report) or failed
-    if json_output:
-        typer.echo(json.dumps(report, indent=2, default=str))
-    else:
-        render(report)
-    from kvdoctor.report import github, junit, verdicts
+            report, engine_ref, drifts = _beside_vllm(analysis, report)
+    from kvdoctor.cli.inspect_cmd import publish_inspect
 
-    with exit_on_error():
-        rows = [
-            github.Row(
-                h["code"], h["severity"], h["message"], junit.FAILED if h["severity"] == "error" else junit.PASSED
-            )
-            for h in report["hazards"]
-        ]
-        summary = verdicts.summary(f"kvdoctor inspect --server vllm {line.model}", not failed, rows)
-        verdicts.publish("kvdoctor.inspect", verdicts.inspect_cases(report), summary, junit_path=junit_path)
-    if strict and failed:
-        raise typer.Exit(1)
+    publish_inspect(
+        ctx,
+        report,
+        strict=strict,
+        json_output=json_output,
+        junit_path=junit_path,
+        title=f"kvdoctor inspect --server vllm {line.model}",
+        engine=engine_ref,
+        drifts=drifts,
+    )
 
 
-def _beside_vllm(analysis: Any, report: dict[str, Any]) -> bool:
-    """vLLM's own answers into REPORT["vllm"]; drift hazards appended. True when they disagree."""
+def _beside_vllm(analysis: VllmAnalysis, report: VllmReport) -> tuple[VllmBesideReport, EngineRef | None, int]:
+    """vLLM's own answers beside REPORT, drift hazards appended; when vLLM cannot be imported, the
+    rule model's report says why (and the engine that answered stays kvdoctor)."""
+    base = {f.name: getattr(report, f.name) for f in dataclasses.fields(report)}
     try:
         from kvdoctor.engines.vllm.inspect import beside
 
         answers = beside(analysis)
     except EngineUnavailable as exc:  # the rule model answered; say why vLLM did not
-        report["vllm"] = {"available": False, "reason": str(exc)}
         print(f"kvdoctor: note: {exc}; kvdoctor's rule model answered alone", file=sys.stderr)
-        return False
-    report["vllm"] = answers.to_json()
-    report["hazards"] = [*report["hazards"], *answers.hazards()]
-    return bool(answers.drifts)
+        return VllmBesideReport(**base, vllm=VllmUnavailable(available=False, reason=str(exc))), None, 0
+    base["hazards"] = (*report.hazards, *answers.hazards())
+    info = answers.info
+    return (
+        VllmBesideReport(**base, vllm=answers.facts()),
+        EngineRef(info.name, info.version, info.path),
+        len(answers.drifts),
+    )
 
 
-# --- rendering (reads only the report dict, so JSON and tables agree) ---
+# --- rendering (reads only the typed result, so JSON and tables agree) ---
 
 
-def _fmt(n: int | None) -> str:
-    from kvdoctor.cli.units import format_bytes
-
-    return "-" if n is None else format_bytes(n)
-
-
-def render(r: dict[str, Any], console: Any = None) -> None:
+def render(r: VllmReport, console: Any = None) -> None:
+    """The vLLM rule model's tables (and vLLM's own answers beside them); every column folds."""
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
-    from kvdoctor.cli.render_inspect import SEVERITY_STYLE
+    from kvdoctor.cli.render_inspect import WIDE, hazards_block
     from kvdoctor.cli.text import safe
+    from kvdoctor.report.units import NONE, human, yes_no
 
     console = console or Console(emoji=False)
-    m, b = r["model"], r["block_size"]
+    m, b = r.model, r.block_size
     t = Table(title="Model (vLLM)", show_header=False, title_justify="left")
-    hma = r["hybrid_kv_cache_manager"]
+    for _ in range(2):
+        t.add_column(overflow="fold")
+    hma = r.hybrid_kv_cache_manager
     for key, value in (
-        ("architecture", f"{m['architecture']} ({m['model_type']})"),
-        ("family", m["family"]),
-        ("layers with state", str(m["layers"])),
-        ("block size", f"{b['tokens']} tokens: {b['reason']}"),
-        ("hybrid KV cache manager", f"{'on' if hma['enabled'] else 'off'}: {hma['reason']}"),
-        ("preemption", f"{r['preemption']['mode']}, no backup ({r['preemption']['where']})"),
-        ("rules", r["rules_revision"]),
+        ("architecture", f"{m.architecture} ({m.model_type})"),
+        ("family", m.family),
+        ("layers with state", human(m.layers)),
+        ("block size", f"{b.tokens} tokens: {b.reason}"),
+        ("hybrid KV cache manager", f"{'on' if hma.enabled else 'off'}: {hma.reason}"),
+        ("preemption", f"{r.preemption.mode}, no backup ({r.preemption.where})"),
+        ("rules", r.rules_revision),
     ):
         t.add_row(key, safe(value))
     console.print(t)
-    if r["groups"] is None:
-        console.print(safe(f"KV cache groups: vLLM refuses: {r['refusal']['message']} ({r['refusal']['where']})"))
+    if r.groups is None:
+        refusal = r.refusal
+        text = f"vLLM refuses: {refusal.message} ({refusal.where})" if refusal else "vLLM refuses to group the layers"
+        console.print(Text(f"KV cache groups: {text}", overflow="fold"))
+    elif console.width < WIDE:  # one row per group, its facts wrapped at words: no spec name broken
+        g = Table(title="KV cache groups (per TP rank)", show_header=False, title_justify="left")
+        g.add_column(overflow="fold")
+        g.add_column(overflow="fold")
+        for row in r.groups:
+            g.add_row(f"group {row.group}", safe("; ".join(_group_facts(row))))
+        console.print(g)
     else:
         g = Table(title="KV cache groups (per TP rank)", title_justify="left")
         for col in ("group", "spec", "layers", "block", "page", "per block", "per token"):
-            g.add_column(col)
-        for row in r["groups"]:
-            layers = f"{len(row['layers'])}" + (f" (+{row['padding_layers']} padding)" if row["padding_layers"] else "")
-            per_token = "per request" if row["per_request"] else _fmt(row["bytes_per_token"])
-            g.add_row(
-                str(row["group"]),
-                safe(row["spec"]),
-                layers,
-                str(row["block_size"]),
-                _fmt(row["page_size_bytes"]),
-                _fmt(row["bytes_per_block"]),
-                per_token,
-            )
+            g.add_column(col, overflow="fold", min_width=_longest(r.groups, "spec") if col == "spec" else None)
+        for row in r.groups:
+            g.add_row(str(row.group), safe(row.spec), *_group_facts(row)[1:])
         console.print(g)
-    c = r["connector"]
+    c = r.connector
     if c is None:
         console.print("Connector: none (preempted requests come back through the prefix cache or recompute)")
     else:
-        ct = Table(
-            title=safe(f"Connector {c['name']} ({c['source']}; SupportsHMA: {c['supports_hma']})"), title_justify="left"
-        )
-        for col in ("group", "spec", "layers", "status", "reason", "vLLM source"):
-            ct.add_column(col)
-        for row in c["groups"]:
-            style = "green" if row["status"].startswith("carried") else "bold red"
-            ct.add_row(
-                "all" if row["group"] < 0 else str(row["group"]),
-                safe(row["spec"]),
-                str(row["layers"]),
-                f"[{style}]{safe(row['status'])}[/]",
-                safe(row["reason"]),
-                safe(row["where"]),
-            )
+        title = f"Connector {c.name} ({c.source}; supports HMA: {yes_no(c.supports_hma)})"
+        if console.width < WIDE:
+            ct = Table(title=safe(title), show_header=False, title_justify="left")
+            ct.add_column(overflow="fold")
+            ct.add_column(overflow="fold")
+        else:
+            ct = Table(title=safe(title), title_justify="left")
+            for col in ("group", "spec", "layers", "status", "reason", "vLLM source"):
+                ct.add_column(col, overflow="fold")
+        for row in c.groups:
+            style = "green" if row.status.startswith("carried") else "bold red"
+            group = "all" if row.group < 0 else str(row.group)
+            status = f"[{style}]{safe(row.status)}[/]"
+            if console.width < WIDE:
+                facts = f"{safe(row.spec)}, {row.layers} layers: {status}: {safe(row.reason)} ({safe(row.where)})"
+                ct.add_row(f"group {group}", facts)
+            else:
+                ct.add_row(group, safe(row.spec), str(row.layers), status, safe(row.reason), safe(row.where))
         console.print(ct)
-    if "vllm" in r:
-        _render_vllm(r["vllm"], console)
-    h = Table(title="Hazards", title_justify="left")
-    for col in ("severity", "code", "what to do"):
-        h.add_column(col)
-    for hz in r["hazards"]:
-        style = SEVERITY_STYLE.get(hz["severity"], "")
-        h.add_row(f"[{style}]{safe(hz['severity'])}[/]", safe(hz["code"]), safe(hz["message"]))
-    console.print(h)
+    if isinstance(r, VllmBesideReport):
+        _render_vllm(r.vllm, console, safe, NONE)
+    console.print(hazards_block(r.hazards, console.width))
 
 
-def _render_vllm(v: dict[str, Any], console: Any) -> None:
+def _group_facts(row: GroupRow) -> list[str]:
+    """A group's spec, layers, block, page, per block and per token, as a person reads them."""
+    from kvdoctor.report.units import format_bytes
+
+    layers = f"{len(row.layers)} layers" + (f" (+{row.padding_layers} padding)" if row.padding_layers else "")
+    per_token = "per request" if row.per_request else f"{format_bytes(row.bytes_per_token)}/token"
+    return [
+        row.spec,
+        layers,
+        f"block {row.block_size} tokens",
+        f"page {format_bytes(row.page_size_bytes)}",
+        f"{format_bytes(row.bytes_per_block)}/block",
+        per_token,
+    ]
+
+
+def _longest(rows: Any, attr: str) -> int | None:
+    return max((len(str(getattr(row, attr))) for row in rows), default=0) or None
+
+
+def _render_vllm(v: VllmAnswersFacts | VllmUnavailable, console: Any, safe: Any, none: str) -> None:
     from rich.table import Table
+    from rich.text import Text
 
-    from kvdoctor.cli.text import safe
-
-    if not v.get("available", True):
-        console.print(safe(f"vLLM's own answer: unavailable ({v['reason']})"))
+    if isinstance(v, VllmUnavailable):
+        console.print(Text(f"vLLM's own answer: unavailable ({v.reason})", overflow="fold"))
         return
-    t = Table(title=safe(f"Beside it: vLLM {v['version']} ({v['path']})"), title_justify="left")
+    t = Table(title=safe(f"Beside it: vLLM {v.version or none} ({v.path or none})"), title_justify="left")
     for col in ("question", "kvdoctor", "vLLM", "agree"):
-        t.add_column(col)
-    for row in v["checks"]:
-        mark = "[green]yes[/]" if row["agree"] else "[bold red]NO[/]"
-        t.add_row(safe(row["question"]), safe(row["kvdoctor"]), safe(row["vllm"]), mark)
+        t.add_column(col, overflow="fold")
+    for row in v.checks:
+        mark = "[green]yes[/]" if row.agree else "[bold red]NO[/]"
+        t.add_row(safe(row.question), safe(row.kvdoctor), safe(row.vllm), mark)
     console.print(t)

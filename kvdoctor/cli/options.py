@@ -7,6 +7,7 @@ from typing import Annotated
 import typer
 
 from kvdoctor.engines import GpuArch
+from kvdoctor.state.choices import Device
 
 GpuArchOption = Annotated[
     GpuArch,
@@ -15,4 +16,10 @@ GpuArchOption = Annotated[
         help="The GPU the server runs on: SGLang's defaults (attention backend, page size, MXFP8) depend on it; "
         "with --engine sglang, the platform SGLang is told (a stub).",
     ),
+]
+
+# An enum, so Typer lists the choices in --help and refuses a typo before the command imports torch.
+DeviceOption = Annotated[
+    Device,
+    typer.Option("--device", help="Where the work runs: auto (CUDA when torch sees one, else the CPU), cpu or cuda."),
 ]

@@ -14,26 +14,55 @@ from typing import Annotated
 import typer
 
 from kvdoctor.cli.errors import exit_on_error
-from kvdoctor.pd.plan import DEFAULT_LAUNCHER, DEFAULT_ROUTER_LAUNCHER  # pure data, no heavy import
+from kvdoctor.pd.plan import DEFAULT_LAUNCHER, DEFAULT_ROUTER_LAUNCHER
+from kvdoctor.pd.presets import Api, EvalDefaults, PresetName  # pure data, no heavy import
 
 DEFAULT_OUTPUT_DIR = Path("kvdoctor-out/pd-eval")
+_EVAL = EvalDefaults()  # the generic defaults; a --preset brings its own, which is what "or the preset's" means
+
+
+_FREE = "a free port"
+
+
+def _or_preset(value: object) -> str:
+    return f"{value}, or the preset's"
 
 
 def pd_eval(
     ctx: typer.Context,
     model: str = typer.Argument(..., help="Model path or HF id, passed as --model-path."),
-    preset: str | None = typer.Option(None, "--preset", help="Reproduce a reference test exactly (inkling-mxfp8)."),
-    tp: int | None = typer.Option(None, "--tp", help="TP size per role (default 1, or preset)."),
+    preset: Annotated[
+        PresetName | None,
+        typer.Option("--preset", help="Reproduce a reference test exactly: its flags and its eval defaults."),
+    ] = None,
+    tp: int | None = typer.Option(None, "--tp", help="TP size per role.", show_default=_or_preset(1)),
     transfer_backend: str = typer.Option(
         "mooncake", "--transfer-backend", help="--disaggregation-transfer-backend for both roles."
     ),
     ib_device: str | None = typer.Option(None, "--ib-device", help="--disaggregation-ib-device for both roles."),
-    num_shots: int | None = typer.Option(None, "--num-shots", help="Few-shot examples (5)."),
-    num_questions: int | None = typer.Option(None, "--num-questions", help="Scored questions after the shots (200)."),
-    threshold: float | None = typer.Option(None, "--threshold", help="Accuracy floor (0.80)."),
-    max_new_tokens: int | None = typer.Option(None, "--max-new-tokens", help="Per answer (512)."),
-    parallel: int | None = typer.Option(None, "--parallel", help="Requests in flight (128)."),
-    api: str | None = typer.Option(None, "--api", help="completions (/v1/completions, as SGLang's gate) or generate."),
+    num_shots: int | None = typer.Option(
+        None, "--num-shots", help="Few-shot examples.", show_default=_or_preset(_EVAL.num_shots)
+    ),
+    num_questions: int | None = typer.Option(
+        None, "--num-questions", help="Scored questions after the shots.", show_default=_or_preset(_EVAL.num_questions)
+    ),
+    threshold: float | None = typer.Option(
+        None, "--threshold", help="Accuracy floor.", show_default=_or_preset(f"{_EVAL.threshold:.2f}")
+    ),
+    max_new_tokens: int | None = typer.Option(
+        None, "--max-new-tokens", help="Per answer.", show_default=_or_preset(_EVAL.max_new_tokens)
+    ),
+    parallel: int | None = typer.Option(
+        None, "--parallel", help="Requests in flight.", show_default=_or_preset(_EVAL.parallel)
+    ),
+    api: Annotated[
+        Api | None,
+        typer.Option(
+            "--api",
+            help="completions: /v1/completions, as SGLang's gate; generate: /generate.",
+            show_default=_or_preset(_EVAL.api),
+        ),
+    ] = None,
     data_path: Annotated[
         Path | None,
         typer.Option("--data-path", help="GSM8K test.jsonl (default: sha256-checked cache, bundled copy, download)."),
@@ -41,17 +70,20 @@ def pd_eval(
     launcher: str = typer.Option(DEFAULT_LAUNCHER, "--launcher", help="Server command."),
     router_launcher: str = typer.Option(DEFAULT_ROUTER_LAUNCHER, "--router-launcher", help="Router command."),
     mini_lb: bool | None = typer.Option(
-        None, "--mini-lb/--no-mini-lb", help="Python mini load balancer instead of the Rust one."
+        None,
+        "--mini-lb/--no-mini-lb",
+        help="Python mini load balancer instead of the Rust one.",
+        show_default="the Rust router, or the preset's",
     ),
     prefill_url: str | None = typer.Option(None, "--prefill-url", help="Use a running prefill."),
     decode_url: str | None = typer.Option(None, "--decode-url", help="Use a running decode."),
     router_url: str | None = typer.Option(None, "--router-url", help="Use a running router."),
     host: str = typer.Option("127.0.0.1", "--host", help="Host the servers bind to."),
-    prefill_port: int | None = typer.Option(None, "--prefill-port", help="Default: a free port."),
-    decode_port: int | None = typer.Option(None, "--decode-port", help="Default: a free port."),
-    router_port: int | None = typer.Option(None, "--router-port", help="Default: a free port."),
+    prefill_port: int | None = typer.Option(None, "--prefill-port", help="Prefill's port.", show_default=_FREE),
+    decode_port: int | None = typer.Option(None, "--decode-port", help="Decode's port.", show_default=_FREE),
+    router_port: int | None = typer.Option(None, "--router-port", help="The router's port.", show_default=_FREE),
     bootstrap_port: int | None = typer.Option(
-        None, "--bootstrap-port", help="Shared by prefill and decode. Default: a free port."
+        None, "--bootstrap-port", help="Shared by prefill and decode.", show_default=_FREE
     ),
     output_dir: Annotated[
         Path,
@@ -67,7 +99,9 @@ def pd_eval(
         False, "--allow-no-retraction", help="Do not fail when decode never retracted."
     ),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the launch plan and stop."),
-    json_out: bool = typer.Option(False, "--json", help="Print the result as JSON on stdout."),
+    json_out: bool = typer.Option(
+        False, "--json", help="Print the result as JSON on stdout (schema: kvdoctor schema pd-eval)."
+    ),
     junit_path: Annotated[Path | None, typer.Option("--junit", help="Write JUnit XML, one test case per gate.")] = None,
 ) -> None:
     """Launch SGLang prefill + decode + router, run GSM8K few-shot, and gate on accuracy *and* on
@@ -75,7 +109,8 @@ def pd_eval(
     with exit_on_error():
         from rich.console import Console
 
-        from kvdoctor.pd import render, reporting
+        from kvdoctor.cli.verdict import print_verdict
+        from kvdoctor.pd import publish, render, reporting
         from kvdoctor.pd.run import PdEvalOptions, prepare, run
         from kvdoctor.report import serialize
 
@@ -113,18 +148,19 @@ def pd_eval(
         console = Console(stderr=json_out)
         prepared = prepare(options, download=not dry_run, dry_run=dry_run)
         if dry_run:
+            # A plan, not a verdict: the human form stays shell-ready lines (no verdict line to paste).
             if json_out:
                 forecast = prepared.prediction.to_dict() if prepared.prediction else None
-                print(
-                    serialize.dumps({"dry_run": True, "launch_plan": prepared.plan.to_dict(), "prediction": forecast}),
-                    end="",
-                )
+                print(serialize.dumps(reporting.dry_run_document(prepared.plan.to_dict(), forecast)), end="")
             else:
                 render.print_plan(console, prepared)
             return
         render.print_plan(console, prepared)
         with render.progress(console) as hook:
             result = run(prepared, progress=hook, notify=lambda m: render.event(console, m))
-        code = reporting.finish(result, Path(result.run_dir), junit_path=junit_path, json_out=json_out, console=console)
-        if code:
-            raise typer.Exit(code)
+        finished = publish.finish(
+            result, Path(result.run_dir), junit_path=junit_path, json_out=json_out, console=console
+        )
+        print_verdict(console, finished.verdict, finished.detail)
+        if finished.exit_code:
+            raise typer.Exit(finished.exit_code)

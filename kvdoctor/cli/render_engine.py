@@ -1,61 +1,69 @@
-"""The installed server's answers beside kvdoctor's (``inspect --engine sglang``), as a table."""
+"""The installed server's answers beside kvdoctor's (``inspect --engine sglang``), as a table.
+
+Reads the typed :class:`~kvdoctor.core.inspect_result.SglangAnswers`; every value is printed as a
+person writes it (``–``, yes/no, shapes as ``4x128``) and through ``safe`` (SGLang's messages, paths
+and class names are outside text). Every column folds: nothing is cut with "…" at 80 columns.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
 from kvdoctor.cli.text import safe
+from kvdoctor.core.inspect_result import SglangAnswers
+from kvdoctor.report.units import human
 
 
 def _value(value: Any) -> str:
-    if value is None:
-        return "–"
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    if isinstance(value, list):
-        return (
-            ", ".join(_value(v) for v in value)
-            if not any(isinstance(v, list) for v in value)
-            else " + ".join("x".join(str(d) for d in v) for v in value)
-        )
-    return str(value)
+    """A field's value: shapes as ``4x128 + 4x128``, lists joined, ``–``/yes/no for the rest."""
+    if isinstance(value, (list, tuple)) and any(isinstance(v, (list, tuple)) for v in value):
+        return " + ".join("x".join(str(d) for d in v) for v in value)
+    return human(value)
 
 
-def render_beside(report: dict[str, Any]) -> None:
-    from rich.console import Console
-    from rich.table import Table
+def _shown(name: str, value: Any) -> Any:
+    """A live pool by its own class, not its whole MRO."""
+    if isinstance(value, list) and value and all(isinstance(c, str) for c in value) and name.endswith("pool"):
+        return value[0]
+    return value
 
-    console = Console(emoji=False)
-    answers, engine = report["sglang"], report["engine"]
-    title = f"kvdoctor beside SGLang {engine['version']} (live, {engine['path']})"
+
+def render_beside(answers: SglangAnswers, console: Console | None = None) -> None:
+    console = console or Console(emoji=False)
+    engine = answers.engine
+    title = f"kvdoctor beside SGLang {human(engine.version)} (live, {human(engine.path)})"
     table = Table(title=safe(title), title_justify="left")
-    table.add_column("field", no_wrap=True)
+    names = sorted(set(answers.kvdoctor) | set(answers.fields))
+    table.add_column("field", overflow="fold", min_width=min(32, max((len(n) for n in names), default=5)))
     for col in ("kvdoctor", "SGLang", "agree"):
         table.add_column(col, overflow="fold")
-    drifted = {d["field"] for d in answers["drift"]}
-    names = sorted(set(answers["kvdoctor"]) | set(answers["fields"]))
+    drifted = {d.field for d in answers.drift}
+    skipped = answers.skipped
     for name in names:
-        live = answers["fields"].get(name)
-        if isinstance(live, list) and live and all(isinstance(c, str) for c in live) and name.endswith("pool"):
-            live = live[0]
-        skipped = answers["skipped"]
-        if name in skipped or ("." in name and "components" in skipped):
-            agree = f"not asked: {skipped.get(name) or skipped['components']}"
+        live = _shown(name, answers.fields.get(name))
+        component = name.split(".")[0] if "." in name else None
+        if name in skipped or (component and (component in skipped or "components" in skipped)):
+            why = skipped.get(name) or skipped.get(component or "") or skipped.get("components", "")
+            agree = f"not asked: {safe(why)}"
         else:
             agree = "[bold red]DRIFT[/]" if name in drifted else "[green]yes[/]"
-        table.add_row(safe(name), safe(_value(answers["kvdoctor"].get(name))), safe(_value(live)), agree)
+        table.add_row(safe(name), safe(_value(answers.kvdoctor.get(name))), safe(_value(live)), agree)
     console.print(table)
-    if answers.get("kvdoctor_refusal"):
-        console.print(f"kvdoctor refuses: {safe(answers['kvdoctor_refusal'])}", highlight=False)
-    if answers.get("refusal"):
-        refusal = answers["refusal"]
-        console.print(f"SGLang refuses ({safe(refusal['stage'])}): {safe(refusal['message'])}", highlight=False)
-    for stub in answers["stubs"]:
-        console.print(f"stub: {safe(stub)}", highlight=False)
-    for drift in answers["drift"]:
-        ours, theirs = safe(_value(drift["kvdoctor"])), safe(_value(drift["sglang"]))
-        console.print(
-            f"[bold red]KVD015-RULES-DRIFT[/] {safe(drift['field'])}: kvdoctor {ours}, SGLang {theirs}", highlight=False
-        )
-    verdict = "[bold red]drift[/]" if answers["drift"] else "[green]no drift[/]"
-    console.print(f"verdict: {verdict} over {len(names)} fields", highlight=False)
+    lines = []
+    if answers.kvdoctor_refusal:
+        lines.append(f"kvdoctor refuses: {answers.kvdoctor_refusal}")
+    if answers.refusal:
+        lines.append(f"SGLang refuses ({answers.refusal.stage}): {answers.refusal.message}")
+    lines += [f"stub: {stub}" for stub in answers.stubs]
+    for line in lines:  # outside text: printed as Text, never parsed as markup
+        console.print(Text(line, overflow="fold"))
+    for drift in answers.drift:
+        text = Text("KVD015-RULES-DRIFT", style="bold red")
+        text.append(f" {drift.field}: kvdoctor {_value(drift.kvdoctor)}, SGLang {_value(drift.sglang)}")
+        console.print(text, overflow="fold")
+    state = f"{len(answers.drift)} drifting" if answers.drift else "no drift"
+    console.print(Text(f"SGLang beside kvdoctor: {state} over {len(names)} fields"))

@@ -1,147 +1,212 @@
-"""``kvdoctor roundtrip``: run SGLang's retraction protocol on real pools and diff every byte."""
+"""``kvdoctor roundtrip``: run SGLang's retraction protocol on real pools and diff every byte.
+
+One typed result (:class:`kvdoctor.state.run.RoundtripResult`) is rendered four ways: the tables
+and key/value blocks below, ``--json`` (the report header, then the result's own keys), the JUnit
+file and the GitHub step summary (``kvdoctor.report.verdicts``). Every outside string (a model
+path, a pool class, an SGLang note) is printed as literal text, never parsed as rich markup, and
+nothing is cut with an ellipsis: at 80 columns cells fold, and the run's facts are a key/value
+block, not one long line. The output ends with the one verdict line every command ends with.
+"""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from kvdoctor.cli.errors import exit_on_error
 from kvdoctor.cli.launch import launch_line
-from kvdoctor.cli.options import GpuArchOption
-from kvdoctor.cli.progress import with_progress
-from kvdoctor.cli.text import safe
-from kvdoctor.cli.units import format_bytes
+from kvdoctor.cli.options import DeviceOption, GpuArchOption
+from kvdoctor.cli.progress import Update, with_progress
 from kvdoctor.engines import Engine, GpuArch
+from kvdoctor.report.units import NONE, format_bytes, human, yes_no
+from kvdoctor.state.choices import Device, FaultName
 
-
-def _where(row: dict[str, Any]) -> str:
-    if row.get("first_plane") is None:
-        return ""
-    rid = row.get("first_request")
-    who = "padding" if rid is None else f"req {rid}"
-    return (
-        f"{who}, {row['first_plane']}, layer {row['first_layer']}, "
-        f"pos {row['first_position']}, slot {row['first_slot']}"
-    )
-
-
-def render(report: dict[str, Any]) -> None:
+if TYPE_CHECKING:
     from rich.console import Console
-    from rich.table import Table
 
-    console = Console(emoji=False)
-    used = report["used"]
-    engine = report.get("engine") or {}
-    who = f"engine {engine['name']} {engine['version']}" if engine.get("version") else "engine kvdoctor"
-    console.print(
-        "[bold]kvdoctor roundtrip[/] "
-        + safe(
-            f"{used['model']} | {who} | kv {report['kv_cache_dtype']} | backend "
-            f"{report['backend']} | {report['device']} | injected: "
-            f"{report['injected'] or 'none'}"
-        ),
-        highlight=False,
+    from kvdoctor.core.flags import LaunchLine
+    from kvdoctor.report.envelope import EngineRef, RunHeader
+    from kvdoctor.state.run import ComponentRow, EngineUsed, ModelUsed, RoundtripOptions, RoundtripResult
+
+COMMAND = "roundtrip"
+
+
+# ---- the report ------------------------------------------------------------------------------
+
+
+def warnings(result: RoundtripResult) -> list[str]:
+    """Findings reported but not gated: launch-line errors SGLang would refuse (the copy still ran)."""
+    return [f"{h.code}: {h.message}" for h in result.hazards]
+
+
+def run_header(result: RoundtripResult) -> RunHeader:
+    """The report header: one verdict, decided here, for the JSON, the verdict line and the exit code."""
+    from kvdoctor.report.envelope import header
+
+    return header(
+        COMMAND,
+        exit_code=result.exit_code,
+        warnings=warnings(result),
+        engine=result.engine,
+        rules_revision=result.rules_revision,
+        argv_fallback=(COMMAND,),
     )
-    verdict = "[bold green]OK[/]" if report["ok"] else "[bold red]DIFFERS[/]"
-    table = Table(title=f"Round trip {verdict}", title_justify="left")
-    for col in ("component", "bytes", "differ", "out/in", "ledger", "verdict"):
-        table.add_column(col, no_wrap=True)
-    for row in report["components"]:
-        mark = "[green]equal[/]" if row["ok"] else "[bold red]RED[/]"
-        ledger = "ok" if row["ledger_ok"] else "[red]BAD[/]"
+
+
+def report(result: RoundtripResult, head: RunHeader | None = None) -> dict[str, Any]:
+    """What ``--json`` prints: the report header (verdict next to exit_code), then the result's keys."""
+    from kvdoctor.report.envelope import document
+
+    return document(head or run_header(result), result)
+
+
+# ---- the human output ------------------------------------------------------------------------
+
+
+def _kv_block(console: Console, title: str, pairs: Sequence[tuple[str, object]]) -> None:
+    """TITLE, then one ``key  value`` line per pair; long values fold onto the next lines, never cut."""
+    from rich.padding import Padding
+    from rich.table import Table
+    from rich.text import Text
+
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(no_wrap=True, style="bold")
+    grid.add_column(overflow="fold")
+    for key, value in pairs:
+        grid.add_row(Text(key), Text(_plain(value)))
+    console.print(Text(title, style="bold"))
+    console.print(Padding(grid, (0, 0, 0, 2)))
+
+
+def _plain(value: object) -> str:
+    from kvdoctor.report.terminal import plain
+
+    return plain(human(value))
+
+
+def _engine_name(engine: EngineRef) -> str:
+    if engine.name == "kvdoctor":
+        return f"kvdoctor {engine.version or NONE} (its own model of SGLang's pools)"
+    where = f" from {engine.path}" if engine.path else ""
+    return f"{engine.name} {engine.version or NONE}{where}"
+
+
+def _head(console: Console, result: RoundtripResult, head: RunHeader) -> None:
+    pairs: list[tuple[str, object]] = [
+        ("model", result.used.model),
+        ("engine", _engine_name(head.engine)),
+        ("kv cache", result.kv_cache_dtype),
+        ("backup", result.backend),
+        ("device", result.device),
+        ("injected", result.injected),
+    ]
+    if result.rules_revision:
+        pairs.insert(2, ("rules", result.rules_revision))
+    _kv_block(console, "kvdoctor roundtrip", pairs)
+
+
+def _table(console: Console, result: RoundtripResult) -> None:
+    from rich.table import Table
+    from rich.text import Text
+
+    title = Text("Round trip ")
+    title.append("OK" if result.ok else "DIFFERS", style="bold green" if result.ok else "bold red")
+    table = Table(title=title, title_justify="left")
+    table.add_column("component", no_wrap=True)  # never folded: a name is read (and grepped) whole
+    for col in ("bytes", "differ", "out/in", "ledger", "verdict"):
+        table.add_column(col, overflow="fold", justify="right" if col in ("bytes", "differ") else "left")
+    for row in result.components:
         table.add_row(
-            safe(row["name"]),
-            format_bytes(row["bytes"]),
-            f"{row['mismatched_bytes']:,}",
-            f"{row['copies_out']}/{row['copies_in']}",
-            ledger,
-            mark,
+            Text(row.name),
+            format_bytes(row.bytes),
+            human(row.mismatched_bytes),
+            f"{row.copies_out}/{row.copies_in}",
+            Text("ok") if row.ledger_ok else Text("BAD", style="red"),
+            Text("equal", style="green") if row.ok else Text("RED", style="bold red"),
         )
     console.print(table)
-    if (report.get("engine") or {}).get("name") == "sglang":
-        _render_engine_used(console, report)
-    else:
-        _render_model_used(console, report)
-    for row in report["components"]:
-        if not row["ok"]:
-            console.print(f"[red]{safe(row['name'])}[/]: {safe(_why(row))}", highlight=False)
-    for hazard in report.get("hazards", []):
-        console.print(
-            f"[bold red]{safe(hazard['code'])}[/] ({safe(hazard['severity'])}): {safe(hazard['message'])} "
-            "SGLang would refuse this launch line; the round trip above tests the pool's copy path only.",
-            highlight=False,
-        )
-    mismatch = inject_mismatch(report)
-    if mismatch:
-        console.print(f"[bold yellow]injected fault mismatch:[/] {safe(mismatch)}", highlight=False)
-    if not report["ok"]:
-        console.print(f"[bold red]verdict: red[/] — differs: {safe(', '.join(report['failing']))}")
 
 
-def _render_model_used(console: Any, report: dict[str, Any]) -> None:
-    used = report["used"]
-    console.print(
-        safe(
-            f"used: {used['requests']} requests ({used['retracted']} retracted) up to {used['max_tokens']} tokens, "
-            f"page {used['page_size']}, seed {used['seed']}; layers full/swa/recurrent "
-            f"{used['full_layers']}/{used['swa_layers']}/{used['recurrent_layers']}, KV heads {used['kv_heads']}, "
-            f"window {used['sliding_window']}; reductions: {used['reductions']}; pool {used['kv_pool']} "
-            f"(cpu_copy_carries_mamba={used['cpu_copy_carries_mamba']}); scales: {used['scale_layout'] or '-'}; "
-            f"{format_bytes(used['pool_bytes'])} of pools; {report['elapsed_s']} s"
-        ),
-        highlight=False,
-    )
-
-
-def _render_engine_used(console: Any, report: dict[str, Any]) -> None:
-    """What SGLang built and ran, what kvdoctor supplied, and every stub, one fact per line."""
-    used, engine = report["used"], report["engine"]
-    classes = ", ".join(f"{k} {v}" for k, v in used["pool_classes"].items())
-    lines = [
-        f"SGLang {engine['version']} from {engine['path']}",
-        f"pools (built by SGLang's KVCacheConfigurator): {classes}",
-        f"cpu_copy_carries_mamba: {'yes' if used['cpu_copy_carries_mamba'] else 'no'}; backup "
-        f"{report['backend']} ({used['backend_source']})",
-        f"run: {used['requests']} requests ({used['retracted']} retracted) up to {used['max_tokens']} tokens, "
-        f"page {used['page_size']}, seed {used['seed']}, {used['pool_tokens']} pool tokens, "
-        f"{report['elapsed_s']} s",
-        f"data: {used['data']}",
-        f"admission: {used['admission']}",
-        *(f"stub: {stub}" for stub in used["stubs"]),
-        *(f"note: {note}" for note in used["notes"]),
+def _model_used(used: ModelUsed, elapsed_s: float) -> list[tuple[str, object]]:
+    layers = f"full {used.full_layers}, swa {used.swa_layers}, recurrent {used.recurrent_layers}"
+    return [
+        ("run", f"{used.requests} requests ({used.retracted} retracted) up to {used.max_tokens} tokens"),
+        ("page size", used.page_size),
+        ("seed", used.seed),
+        ("layers", layers),
+        ("KV heads", used.kv_heads),
+        ("window", used.sliding_window),
+        ("reductions", used.reductions),
+        ("pool", used.kv_pool),
+        ("token index", used.token_index_space),
+        ("CPU copy carries mamba", yes_no(used.cpu_copy_carries_mamba)),
+        ("caller backs up mamba", yes_no(used.caller_backs_up_mamba)),
+        ("scales", used.scale_layout),
+        ("pool memory", format_bytes(used.pool_bytes)),
+        ("host copy chunk", f"{used.chunk:,} slots"),
+        ("restored into new slots", yes_no(used.restored_into_new_slots)),
+        ("most slot runs", used.max_slot_runs),
+        ("elapsed", f"{elapsed_s:.2f} s"),
     ]
-    for line in lines:
-        console.print(safe(line), highlight=False)
 
 
-def _why(row: dict[str, Any]) -> str:
-    if row["name"] == "backup_aliasing":
+def _engine_used(used: EngineUsed, result: RoundtripResult) -> list[tuple[str, object]]:
+    """What SGLang built and ran, what kvdoctor supplied, and every stub: one fact per line."""
+    classes = ", ".join(f"{k} {v}" for k, v in used.pool_classes.items())
+    return [
+        ("pools", f"{classes} (built by SGLang's KVCacheConfigurator)"),
+        ("CPU copy carries mamba", yes_no(used.cpu_copy_carries_mamba)),
+        ("backup", f"{result.backend} ({used.backend_source})"),
+        ("run", f"{used.requests} requests ({used.retracted} retracted) up to {used.max_tokens} tokens"),
+        ("page size", used.page_size),
+        ("seed", used.seed),
+        ("pool tokens", used.pool_tokens),
+        ("data", used.data),
+        ("admission", used.admission),
+        *(("stub", stub) for stub in used.stubs),
+        *(("note", note) for note in used.notes),
+        ("elapsed", f"{result.elapsed_s:.2f} s"),
+    ]
+
+
+def _where(row: ComponentRow) -> str:
+    if row.first_plane is None:
+        return ""
+    who = "padding" if row.first_request is None else f"req {row.first_request}"
+    at = f"layer {human(row.first_layer)}, pos {human(row.first_position)}, slot {human(row.first_slot)}"
+    return f"{who}, {row.first_plane}, {at}"
+
+
+def why(row: ComponentRow) -> str:
+    """One sentence on why ROW is red."""
+    if row.name == "backup_aliasing":
         return (
-            f"the backup of {row['first_plane']} for req {row['first_request']} is a view of the live pool, "
+            f"the backup of {row.first_plane} for req {row.first_request} is a view of the live pool, "
             "not a copy: its bytes are lost as soon as another request reuses the slot"
         )
-    if row["name"] == "slot_reuse" and row.get("first_request") is None:
+    if row.name == "slot_reuse" and row.first_request is None:
         return "no restored slot was captured: nothing shows the restore landed in fresh slots"
-    if row["name"] == "slot_reuse":
+    if row.name == "slot_reuse":
         return (
-            f"req {row['first_request']} was restored into slot {row['first_slot']} of {row['first_plane']}, "
+            f"req {row.first_request} was restored into slot {row.first_slot} of {row.first_plane}, "
             "a slot it held before retraction: the round trip proves nothing about reuse"
         )
-    why = "first mismatch " + (_where(row) or "bytes agree")
-    if not row["ledger_ok"]:
-        why += f"; ledger: copied out {row['copies_out']}x, in {row['copies_in']}x per request"
-    return why
+    text = "first mismatch " + (_where(row) or "bytes agree")
+    if not row.ledger_ok:
+        text += f"; ledger: copied out {row.copies_out}x, in {row.copies_in}x per request"
+    return text
 
 
-def inject_mismatch(report: dict[str, Any]) -> str | None:
+def inject_mismatch(result: RoundtripResult) -> str | None:
     """A sentence when --inject broke something other than (or more than) what the fault targets."""
-    if report.get("inject_matched") is not False:
+    if result.inject_matched is not False:
         return None
-    expected, failing = set(report["expected_red"]), set(report["failing"])
-    parts = [f"--inject {report['injected']} should turn red exactly {', '.join(sorted(expected)) or 'nothing'}"]
+    expected, failing = set(result.expected_red), set(result.failing)
+    parts = [f"--inject {result.injected} should turn red exactly {', '.join(sorted(expected)) or 'nothing'}"]
     if failing - expected:
         parts.append(f"but also broke {', '.join(sorted(failing - expected))}")
     if expected - failing:
@@ -149,19 +214,73 @@ def inject_mismatch(report: dict[str, Any]) -> str | None:
     return "; ".join(parts)
 
 
+def verdict_detail(result: RoundtripResult) -> str:
+    """What the verdict line says after its word."""
+    if result.ok:
+        detail = f"{len(result.components)} components equal"
+        if result.hazards:
+            detail += f"; {len(result.hazards)} launch-line error(s) SGLang would refuse (see above)"
+        return f"{detail} ({result.elapsed_s:.2f} s)"
+    detail = f"differs: {', '.join(result.failing)}"
+    if result.inject_matched is True:
+        detail += f" (--inject {result.injected} caught where expected)"
+    elif result.inject_matched is False:
+        detail += f" (--inject {result.injected} did not break exactly its targets, see above)"
+    return detail
+
+
+def render(result: RoundtripResult, head: RunHeader, console: Console | None = None) -> None:
+    """The tables, the run's facts, every red row's reason, and the verdict line (HEAD's) last."""
+    from rich.console import Console
+    from rich.text import Text
+
+    from kvdoctor.cli.verdict import print_verdict
+    from kvdoctor.state.run import EngineUsed
+
+    console = console or Console(emoji=False, highlight=False)
+    _head(console, result, head)
+    _table(console, result)
+    if isinstance(result.used, EngineUsed):
+        _kv_block(console, "used", _engine_used(result.used, result))
+    else:
+        _kv_block(console, "used", _model_used(result.used, result.elapsed_s))
+    for row in result.components:
+        if not row.ok:
+            line = Text(row.name, style="red")
+            line.append(f": {_plain(why(row))}")
+            console.print(line, overflow="fold")
+    for hazard in result.hazards:
+        line = Text(hazard.code, style="bold red")
+        line.append(
+            f" ({_plain(hazard.severity)}): {_plain(hazard.message)} SGLang would refuse this launch line; "
+            "the round trip above tests the pool's copy path only."
+        )
+        console.print(line, overflow="fold")
+    mismatch = inject_mismatch(result)
+    if mismatch:
+        line = Text("injected fault mismatch: ", style="bold yellow")
+        line.append(_plain(mismatch))
+        console.print(line, overflow="fold")
+    print_verdict(console, head.verdict, verdict_detail(result))
+
+
+# ---- the command -----------------------------------------------------------------------------
+
+
 def roundtrip(
     ctx: typer.Context,
     model: str = typer.Argument(..., help="config.json path, model directory, bundled fixture or cached Hub id."),
-    device: str = typer.Option("auto", "--device", help="auto (CUDA when available), cpu or cuda."),
+    device: DeviceOption = Device.AUTO,
     requests: int = typer.Option(8, "--requests", min=2, help="Requests admitted; half are retracted."),
     tokens: int = typer.Option(256, "--tokens", min=2, help="Longest request (seqlen); lengths vary down to half."),
     seed: int = typer.Option(0, "--seed", help="Seed for lengths, retracted set and data."),
-    inject: str | None = typer.Option(
-        None,
-        "--inject",
-        help="Reproduce a known failure: missing-mamba, double-mamba, drop-block-scale, drop-swa, "
-        "host-pool-on-ssm, restore-order, clobber-padding.",
-    ),
+    inject: Annotated[
+        FaultName | None,
+        typer.Option(
+            "--inject",
+            help="Reproduce a known failure; the components it must turn red are checked (inject_matched).",
+        ),
+    ] = None,
     layers: int | None = typer.Option(None, "--layers", min=1, help="Reduce: at most N layers per sub-pool."),
     heads: int | None = typer.Option(None, "--heads", min=1, help="Reduce: at most N KV / recurrent heads."),
     json_output: bool = typer.Option(False, "--json", help="Print one JSON object instead of tables."),
@@ -191,48 +310,62 @@ def roundtrip(
         from kvdoctor.report.preflight import check_outputs
 
         check_outputs(junit_path=junit_path)  # before any work: a red verdict must not end as exit 2
-        from kvdoctor.core.analysis import analyze
-        from kvdoctor.state.pools import Reductions
-        from kvdoctor.state.run import RoundtripOptions, check_run, run_roundtrip
-
         line = launch_line(ctx, model)
-        model = line.model
-        options = RoundtripOptions(
-            device=device,
+        reductions = {"layers": layers, "heads": heads}
+        args = dict(
+            device=device.value,
             requests=requests,
             tokens=tokens,
             seed=seed,
-            inject=inject,
-            reductions=Reductions(layers=layers, heads=heads),
+            inject=inject.value if inject else None,
         )
         if engine is Engine.SGLANG:
-            result = _run_engine(model, list(line.server_argv), options, gpu_arch, emulate_d2h, json_output)
+
+            def work(update: Update | None) -> RoundtripResult:
+                return _run_engine(line, _options(args, reductions), gpu_arch, emulate_d2h, update)
+
+            first = "import torch and SGLang"
         else:
-            analysis = analyze(model, line.server_argv, platform=gpu_arch.platform())
-            check_run(analysis, options)  # bad input (memory budget included) refused before any output
-            if json_output:
-                result = run_roundtrip(analysis, options)
-            else:
-                result = with_progress(lambda update: run_roundtrip(analysis, options, update), "round trip")
-    report = result.to_json()
+            from kvdoctor.core.analysis import analyze
+
+            analysis = analyze(line.model, line.server_argv, platform=gpu_arch.platform())  # pure: no torch
+
+            def work(update: Update | None) -> RoundtripResult:
+                from kvdoctor.state.run import check_run, run_roundtrip
+
+                options = _options(args, reductions)
+                check_run(analysis, options)  # bad input (memory budget included) refused before any work
+                return run_roundtrip(analysis, options, update)
+
+            first = "import torch"
+        result = work(None) if json_output else with_progress(work, first)
+    head = run_header(result)
     if json_output:
-        typer.echo(json.dumps(report, indent=2, default=str))
+        typer.echo(json.dumps(report(result, head), indent=2, default=str))
     else:
-        render(report)
+        render(result, head)
     from kvdoctor.report import verdicts
 
     with exit_on_error():
-        summary = verdicts.summary(f"kvdoctor roundtrip {model}", result.ok, verdicts.roundtrip_rows(report))
-        verdicts.publish("kvdoctor.roundtrip", verdicts.roundtrip_cases(report), summary, junit_path=junit_path)
-    if not result.ok:
-        raise typer.Exit(1)
+        summary = verdicts.summary(f"kvdoctor roundtrip {line.model}", result.ok, verdicts.roundtrip_rows(result))
+        verdicts.publish("kvdoctor.roundtrip", verdicts.roundtrip_cases(result), summary, junit_path=junit_path)
+    if head.exit_code:
+        raise typer.Exit(head.exit_code)
 
 
-def _run_engine(model: str, argv: list[str], options: Any, arch: GpuArch, emulate_d2h: bool, quiet: bool) -> Any:
+def _options(args: dict[str, Any], reductions: dict[str, int | None]) -> RoundtripOptions:
+    """The run's options (imports torch: called under the progress spinner)."""
+    from kvdoctor.state.pools import Reductions
+    from kvdoctor.state.run import RoundtripOptions
+
+    return RoundtripOptions(**args, reductions=Reductions(**reductions))
+
+
+def _run_engine(
+    line: LaunchLine, options: RoundtripOptions, arch: GpuArch, emulate_d2h: bool, update: Update | None
+) -> RoundtripResult:
     """The round trip on the installed SGLang (imported here, never at CLI start-up)."""
     from kvdoctor.engines.sglang.roundtrip import EngineOptions, run_roundtrip
 
     engine = EngineOptions(arch=arch, emulate_d2h=emulate_d2h)
-    if quiet:
-        return run_roundtrip(model, argv, options, engine)
-    return with_progress(lambda update: run_roundtrip(model, argv, options, engine, update), "import SGLang")
+    return run_roundtrip(line.model, list(line.server_argv), options, engine, update)

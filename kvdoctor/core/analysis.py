@@ -140,9 +140,9 @@ def resolve_flags(
     for backend, sizes in rules.MLA_PAGE_SIZES.items():  # rules.MLA_PAGE_SOURCE
         if flags.uses_backend(backend) and page not in sizes:
             page = rules.MLA_PAGE_SIZE
-    if flags.uses_backend("trtllm_mha") and page not in rules.TRTLLM_MHA_PAGE_SIZES:
+    if flags.uses_backend("trtllm_mha") and page not in rules.TRTLLM_MHA_PAGE_SIZES:  # rules.TRTLLM_MHA_PAGE_SOURCE
         page = rules.TRTLLM_MHA_PAGE_SIZE
-    if (
+    if (  # rules.FA4_PAGE_SOURCE
         flags.uses_fa4
         and platform.is_sm100
         and not cls.is_mla

@@ -16,11 +16,12 @@ import argparse
 import difflib
 import math
 import re
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, fields
 from pathlib import PurePath
 
 from kvdoctor._exceptions import FlagError
+from kvdoctor.core import rules
 from kvdoctor.core.sglang_server_flags import (
     SGLANG_MULTI_VALUE,
     SGLANG_OPTIONAL_VALUE,
@@ -130,7 +131,7 @@ class ServerFlags:
         a host-receive threshold below 1 (which wins over an explicit none; ``rules.HOST_RECEIVE_SOURCE``)."""
         explicit = self.disaggregation_decode_retraction_backup
         if self.disaggregation_decode_host_receive_threshold < 1 and explicit != "cpu_tensor":
-            return "host_pool"  # rules.HOST_RECEIVE_BACKEND (an explicit cpu_tensor is refused instead)
+            return rules.HOST_RECEIVE_BACKEND  # an explicit cpu_tensor is refused instead
         return explicit
 
     @property
@@ -263,9 +264,9 @@ _NUMBER = re.compile(r"-\.?[0-9]")  # "-1", "-0.5": a value, as argparse reads i
 
 @dataclass(frozen=True)
 class Option:
-    """One option of a command line: the SGLang flag it means, and the values it took."""
+    """One option of a command line: the server flag it means, and the values it took."""
 
-    name: str  # SGLang's full spelling (a unique prefix expanded)
+    name: str  # the server's full spelling (SGLang: a unique prefix expanded; vLLM: underscores as dashes)
     values: tuple[str, ...]
 
     @property
@@ -320,8 +321,31 @@ def resolve_option(word: str, own_options: Collection[str] = ()) -> str:
     )
 
 
-def scan(tokens: Sequence[str], own_options: Collection[str] = ()) -> Scan:
-    """Split TOKENS into options (with the values SGLang's parser would give them) and positionals."""
+@dataclass(frozen=True)
+class FlagVocabulary:
+    """One server's flag grammar, as its argparse reads it: how a word resolves to a flag, and how many
+    values each flag takes. SGLang's and vLLM's parsers share the reading rules (``--flag=value``, a
+    switch takes no value, a multi-value flag takes every word up to the next option); only the
+    vocabulary differs, so one :func:`scan` serves both (vLLM's is in ``core/vllm/flags.py``)."""
+
+    label: str  # how errors name the flags: "server flags", "vLLM flags"
+    resolve: Callable[[str, Collection[str]], str]  # (word, kvdoctor's own options) -> the flag, or FlagError
+    switches: frozenset[str]  # take no value
+    multi_value: frozenset[str]  # take every value up to the next option
+    optional_value: frozenset[str]  # may take none
+
+
+SGLANG = FlagVocabulary(
+    "server flags",
+    resolve_option,
+    frozenset(SGLANG_SWITCHES),
+    frozenset(SGLANG_MULTI_VALUE),
+    frozenset(SGLANG_OPTIONAL_VALUE),
+)
+
+
+def scan(tokens: Sequence[str], own_options: Collection[str] = (), vocabulary: FlagVocabulary = SGLANG) -> Scan:
+    """Split TOKENS into options (with the values the server's parser would give them) and positionals."""
     options: list[Option] = []
     positionals: list[str] = []
     i = 0
@@ -332,20 +356,20 @@ def scan(tokens: Sequence[str], own_options: Collection[str] = ()) -> Scan:
             positionals.append(token)
             continue
         word, eq, inline = token.partition("=")
-        name = resolve_option(word, own_options)
-        if eq and name in SGLANG_SWITCHES:
-            raise FlagError(f"server flags: argument {name}: ignored explicit argument {shown(inline)!r}")
+        name = vocabulary.resolve(word, own_options)
+        if eq and name in vocabulary.switches:
+            raise FlagError(f"{vocabulary.label}: argument {name}: ignored explicit argument {shown(inline)!r}")
         if eq:
             options.append(Option(name, (inline,)))
             continue
         values: list[str] = []
-        if name not in SGLANG_SWITCHES:
-            limit = len(tokens) if name in SGLANG_MULTI_VALUE else min(len(tokens), i + 1)
+        if name not in vocabulary.switches:
+            limit = len(tokens) if name in vocabulary.multi_value else min(len(tokens), i + 1)
             while i < limit and not is_option(tokens[i]):
                 values.append(tokens[i])
                 i += 1
-            if not values and name not in SGLANG_MULTI_VALUE | SGLANG_OPTIONAL_VALUE:
-                raise FlagError(f"server flags: argument {name}: expected one argument")
+            if not values and name not in vocabulary.multi_value | vocabulary.optional_value:
+                raise FlagError(f"{vocabulary.label}: argument {name}: expected one argument")
         options.append(Option(name, tuple(values)))
     return Scan(tuple(options), tuple(positionals))
 

@@ -82,7 +82,8 @@ def _per_rank(count: int, tp: int, what: str, source: str) -> int:
 
 
 def total_kv_heads(cfg: ModelConfig) -> int:
-    """get_total_num_kv_heads: the first KV-head field the text config sets, else the attention heads."""
+    """get_total_num_kv_heads (``rules.KV_HEAD_KEYS_SOURCE``): the first KV-head field the text config
+    sets, else the attention heads."""
     for key in rules.KV_HEAD_KEYS:
         value = cfg.get(key)
         if value is not None:

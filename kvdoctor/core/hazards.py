@@ -24,7 +24,7 @@ class Hazard:
     severity: str
     code: str
     message: str
-    where: str | None = None  # the SGLang file:lines a refusal (KVD014) comes from
+    where: str | None = None  # the SGLang file:lines the rule restates (KVD014: where SGLang refuses)
 
 
 @dataclass(frozen=True)
@@ -63,6 +63,7 @@ def ssm_on_host_pool(ctx: Context) -> Iterator[Hazard]:
             "build or fork whose tree cache does not refuse Mamba models) starts, and since the host "
             "pool has no recurrent-state sidecar, every retracted request then silently resumes on "
             f"another request's state. {fix}",
+            refused.where,
         )
 
 
@@ -86,6 +87,9 @@ def block_scales_dropped(ctx: Context) -> Iterator[Hazard]:
             f"{ctx.backup.backend} retraction path does not copy: restored KV decodes with stale scales. "
             "Use a path that carries them (mxfp8 at --page-size 128, cpu_tensor for mxfp8) or an "
             "unscaled KV dtype (fp8_e4m3, bf16).",
+            rules.located(
+                rules.HOST_POOL_SCALES_SOURCE if ctx.backup.backend == "host_pool" else rules.CPU_COPY_SCALES_SOURCE
+            ),
         )
 
 
@@ -99,6 +103,7 @@ def other_state_lost(ctx: Context) -> Iterator[Hazard]:
             "KVD003-NO-RETRACTION-BACKUP",
             "--disaggregation-decode-retraction-backup none keeps no backup: every retracted request is "
             "aborted with HTTP 503 instead of resumed.",
+            rules.located(rules.RETRACTION_BACKUPS_SOURCE),
         )
     elif lost:
         yield Hazard(
@@ -106,6 +111,7 @@ def other_state_lost(ctx: Context) -> Iterator[Hazard]:
             "KVD004-STATE-NOT-BACKED-UP",
             f"the {ctx.backup.backend} retraction backup leaves {', '.join(lost)} behind on a slot "
             "that another request will reuse.",
+            rules.located((rules.CARRIES_MAMBA_SOURCE, rules.MAMBA_BACKUP_SOURCE)),
         )
 
 
@@ -121,6 +127,7 @@ def mxfp8_alignment(ctx: Context) -> Iterator[Hazard]:
             "KVD005-MXFP8-HEAD-DIM",
             f"MXFP8 scales cover 32 elements of head_dim, but head_dim {bad} is not a multiple of 32: "
             "SGLang refuses to build the pool.",
+            rules.located(rules.MXFP8_POOL_SOURCE),
         )
     interleaved = ctx.flags.page_size == rules.MXFP8_INTERLEAVED_PAGE
     if not interleaved:
@@ -129,6 +136,7 @@ def mxfp8_alignment(ctx: Context) -> Iterator[Hazard]:
             "KVD006-MXFP8-PAGE-SIZE",
             "SGLang's MXFP8 KV writes assert the page-interleaved scale layout, which exists only at "
             f"--page-size 128 (got {ctx.flags.page_size}; --attention-backend fa4 forces 128).",
+            rules.located(rules.MXFP8_INTERLEAVED_SOURCE),
         )
     if interleaved and dims - {rules.MXFP8_INTERLEAVED_HEAD_DIM}:
         yield Hazard(
@@ -137,9 +145,15 @@ def mxfp8_alignment(ctx: Context) -> Iterator[Hazard]:
             "at --page-size 128 SGLang stores MXFP8 scales page-interleaved, which packs exactly four "
             f"scales (head_dim 128) per slot and head; head_dim {sorted(dims)} fails its store "
             "assert.",
+            rules.located(rules.MXFP8_INTERLEAVED_SOURCE),
         )
     if ctx.spec.full is not None and ctx.spec.full.mla:
-        yield Hazard(ERROR, "KVD007-MXFP8-ON-MLA", "SGLang has no MXFP8 pool for MLA latent KV; use fp8_e4m3 or bf16.")
+        yield Hazard(
+            ERROR,
+            "KVD007-MXFP8-ON-MLA",
+            "SGLang has no MXFP8 pool for MLA latent KV; use fp8_e4m3 or bf16.",
+            rules.located(rules.MXFP8_POOL_SOURCE),
+        )
 
 
 def mxfp8_hardware(ctx: Context) -> Iterator[Hazard]:
@@ -149,8 +163,9 @@ def mxfp8_hardware(ctx: Context) -> Iterator[Hazard]:
         yield Hazard(
             WARNING,
             "KVD008-MXFP8-NEEDS-SM100",
-            "SGLang's MXFP8 KV path needs SM100+ (Blackwell) with --attention-backend fa4; on H100/H200 "
-            "the server refuses it (kvdoctor's own kernels still run there).",
+            f"SGLang's MXFP8 KV path needs SM{rules.MXFP8_MIN_SM}+ (Blackwell) with --attention-backend fa4; "
+            "on H100/H200 the server refuses it (kvdoctor's own kernels still run there).",
+            rules.located(rules.MXFP8_SM100_SOURCE),
         )
 
 
@@ -163,6 +178,7 @@ def pd_scales_not_transferred(ctx: Context) -> Iterator[Hazard]:
             f"a PD transfer from a {ctx.layout.kv_pool} registers no BLOCK_SCALE state: decode would "
             f"read {', '.join(scales)} that prefill never sent. Use a KV dtype without block scales "
             "here.",
+            rules.located(rules.PD_BLOCK_SCALE_SOURCE),
         )
 
 
@@ -175,6 +191,7 @@ def swa_pool_too_small(ctx: Context) -> Iterator[Hazard]:
             f"the SWA pool ({swa_tokens} tokens) cannot hold even one request's window ({window}) plus a "
             f"page ({ctx.flags.page_size}): SGLang refuses to start. Raise --max-total-tokens or "
             "--swa-full-tokens-ratio.",
+            rules.located((*rules.SIZING_SOURCE, rules.RATIO_FALLBACK_SOURCE, *rules.RATIO_OVERRIDES_SOURCE)),
         )
 
 
@@ -185,6 +202,7 @@ def all_swa_paged(ctx: Context) -> Iterator[Hazard]:
             "KVD013-ALL-SWA-PAGED",
             "a model whose every attention layer is sliding-window runs on SGLang's pure-SWA allocator, "
             f"which only supports --page-size 1 (got {ctx.flags.page_size}).",
+            rules.located(rules.ALL_SWA_PAGE_SOURCE),
         )
 
 

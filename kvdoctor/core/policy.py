@@ -137,11 +137,12 @@ def _condition_values(
         "no_priority_preemption": (not preemption, f"priority preemption {'on' if preemption else 'off'}"),
         "no_recurrent_state": (
             not cls.uses_ssm_state,
-            f"uses_ssm_state={cls.uses_ssm_state} ({cls.predicate or 'no SSM predicate'})",
+            f"SSM state {'yes' if cls.uses_ssm_state else 'no'} ({cls.predicate or 'no SSM predicate'})",
         ),
         "no_unified_hybrid_swa": (
             not (flags.enable_unified_memory and cls.is_hybrid_swa),
-            f"unified memory {'on' if flags.enable_unified_memory else 'off'}, hybrid SWA {cls.is_hybrid_swa}",
+            f"unified memory {'on' if flags.enable_unified_memory else 'off'}, "
+            f"hybrid SWA {'yes' if cls.is_hybrid_swa else 'no'}",
         ),
         "unified_draft_ok": (draft_ok, f"MTP draft pools {'yes' if platform.mtp_draft_pools else 'no'}"),
         "host_pool_kv_layout": (layout_ok, f"KV pool {layout.kv_pool}"),
@@ -251,7 +252,7 @@ def backup_carries(backend: str, spec: StateSpec, layout: PoolLayout, page_size:
         if spec.kv_dtype.flag == "mxfp8" and page_size == rules.MXFP8_INTERLEAVED_PAGE:
             carried |= scales & set(spec.names)
         return frozenset(carried)
-    carried = set(spec.names)
+    carried = set(spec.names)  # a DSA pool's copy carries its index keys too (rules.DSA_CPU_COPY_SOURCE)
     if spec.kv_dtype.flag not in rules.CPU_COPY_CARRIES_SCALES:
         carried -= scales
     if spec.recurrent is not None and not (layout.cpu_copy_carries_mamba or layout.caller_backs_up_mamba):

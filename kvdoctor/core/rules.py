@@ -62,6 +62,11 @@ def shown(source: Source) -> str:
     return "; ".join(str(c) for c in (source if isinstance(source, tuple) else (source,)))
 
 
+def located(source: Source) -> str:
+    """One or more citations as the files and lines a person opens (``Cite.where``), joined by "; "."""
+    return "; ".join(c.where for c in (source if isinstance(source, tuple) else (source,)))
+
+
 # --- Recurrent-state predicates: srt/configs/hybrid_arch.py and kv_cache_builder.uses_ssm_state ---
 
 HYBRID_GDN = cite("srt/configs/hybrid_arch.py", "hybrid_gdn_config", 55, 67)
@@ -71,6 +76,79 @@ LIGHTNING_CONFIG = cite("srt/configs/hybrid_arch.py", "hybrid_lightning_config",
 USES_SSM_STATE = cite("srt/mem_cache/kv_cache_builder.py", "uses_ssm_state", 173, 183)
 
 
+# --- Config normalisations SGLang's config classes apply before any rule reads them ---
+# Transformers >= 5.15 spellings of GraniteMoeHybrid layer kinds, and its default pattern.
+GRANITE_ALIASES_SOURCE = cite("srt/configs/granitemoehybrid.py", "aliases", 29, 32)
+GRANITE_LAYER_ALIASES = {"linear_attention": "mamba", "full_attention": "attention"}
+GRANITE_DEFAULT_SOURCE = cite("srt/configs/granitemoehybrid.py", "layer_types", 185, 193)
+GRANITE_DEFAULT_ATTENTION_EVERY = 6
+MINICPM_ALIASES_SOURCE = cite("srt/configs/minicpm.py", "_MIXER_TYPE_ALIASES", 6, 15)
+MINICPM_MIXER_ALIASES = {
+    "minicpm4": "minicpm4",
+    "minicpm": "minicpm4",
+    "standard": "minicpm4",
+    "attention": "minicpm4",
+    "attn": "minicpm4",
+    "lightning": "lightning-attn",
+    "lightning_attn": "lightning-attn",
+    "lightning-attn": "lightning-attn",
+}
+MINICPM_TILE_SOURCE = cite("srt/configs/minicpm.py", "mixer_types", 93, 104)
+LIGHTNING_MIXER = "lightning-attn"
+# The per-layer kinds each reader counts; SGLang silently drops a layer of any other name, so kvdoctor
+# refuses it (layer_types.py). Each reader is cited on its family's FAMILY_RULES row; the hybrid-SWA
+# kinds are read by get_hybrid_layer_ids (SWA_LAYER_RULES_SOURCE).
+GRANITE_LAYER_KINDS_SOURCE = cite("srt/configs/granitemoehybrid.py", "layer_types", 197, 209)
+LFM2_LAYER_KINDS_SOURCE = cite("srt/configs/lfm2.py", "short_conv", 42, 51)
+JET_LAYER_KINDS_SOURCE = cite("srt/configs/jet_nemotron.py", "jet", 42, 56)
+GRANITE_LAYER_KINDS = frozenset({"attention", "mamba"})
+LFM2_LAYER_KINDS = frozenset({"full_attention", "conv", "short_conv"})
+JET_LAYER_KINDS = frozenset({"attn", "swa", "jet"})
+SWA_LAYER_KINDS = frozenset({"full_attention", "sliding_attention"})
+# Step 3.5/3.7 list their MTP layers past num_hidden_layers and read only i < num_hidden_layers.
+STEP_LAYER_TYPES_SOURCE = cite("srt/configs/model_config.py", "Step3p5ForCausalLM", 2735, 2749)
+LAYER_TYPES_LIST_MTP_ARCHS = frozenset({"Step3p5ForCausalLM", "Step3p7ForConditionalGeneration"})
+# Gemma 4: transformers forces the last layer to full attention (SGLang relies on it).
+GEMMA4_LAST_LAYER_FULL = cite("srt/utils/hf_transformers/config.py", "forced to full attention", 125, 126)
+GEMMA4_TEXT_MODEL_TYPES = frozenset({"gemma4", "gemma4_text"})
+# InklingStateDType is fixed: no env or flag changes it.
+INKLING_DTYPE_SOURCE = cite("srt/configs/inkling.py", "InklingStateDType", 253)
+INKLING_STATE_DTYPE = "bfloat16"
+# Kimi-Linear numbers kda_layers from 1; GLM-5-Next from 0.
+KIMI_KDA_NUMBERING_SOURCE = cite("srt/configs/kimi_linear.py", "kda_layers", 158, 162)
+GLM5_KDA_NUMBERING_SOURCE = cite("srt/configs/glm5_next.py", "kda_layers", 243, 247)
+KDA_ONE_BASED_MODEL_TYPES = frozenset({"kimi_linear", "kimi_k3"})
+# Mamba2StateShape.create pads n_groups so every TP shard holds whole groups.
+MAMBA2_SHAPE_SOURCE = cite("srt/configs/mamba_utils.py", "extra_groups_for_head_shards", 215, 230)
+
+
+# --- Which layers hold what: GDN (Qwen3-Next and its descendants), GigaChat-3.5, Nemotron-H, LongCat ---
+
+# Qwen3NextConfig.layers_block_type: layer l is full attention iff (l+1) % full_attention_interval
+# == 0. The field has no default there: a config without it cannot build pools.
+GDN_INTERVAL_SOURCE = cite("srt/configs/qwen3_next.py", "full_attention_interval", 260, 269)
+GDN_INTERVAL_FIELD = "full_attention_interval"
+# Qwen4ExpTextConfig reads layer_types when given; these kinds are attention, linear_attention is GDN.
+QWEN4_LAYER_TYPES_SOURCE = cite("srt/configs/qwen4_exp.py", "layers_block_type", 83, 94)
+QWEN4_ATTENTION_KINDS = frozenset({"full_attention", "qwen_sparse_attention", "indexed_attention"})
+GDN_LINEAR_KIND = "linear_attention"
+QWEN4_MODEL_TYPES = frozenset({"qwen4_exp", "qwen4_exp_text"})
+# GigaChat35Config._resolve_layer_types: layer_types, else full_attention_layers, else all linear.
+GIGACHAT_LAYERS_SOURCE = cite("srt/configs/gigachat35.py", "_resolve_layer_types", 157, 190)
+GIGACHAT_ATTENTION_KINDS = frozenset({"attention", "full_attention"})
+# Nemotron-H's layer list is canonical; its length is the layer count (num_hidden_layers deprecated).
+NEMOTRON_H_BLOCKS_SOURCE = cite("srt/configs/nemotron_h.py", "layers_block_type", 195, 209)
+NEMOTRON_H_COUNT_SOURCE = cite("srt/configs/nemotron_h.py", "num_hidden_layers", 441, 447)
+NEMOTRON_H_KINDS = {"mamba": "M", "attention": "*", "mlp": "-", "moe": "E"}
+NEMOTRON_H_MODEL_TYPES = frozenset({"nemotron_h", "nemotron_h_puzzle"})
+# LongcatFlashConfig takes its layer count from num_layers when num_hidden_layers is absent, and
+# SGLang's ModelConfig gives every LongCat layer two attention blocks (two KV-pool layers).
+LONGCAT_LAYERS_SOURCE = cite("srt/configs/longcat_flash.py", "num_layers", 81, 83)
+LONGCAT_ATTENTION_LAYERS_SOURCE = cite("srt/configs/model_config.py", "num_attention_layers", 1583, 1584)
+LONGCAT_ARCHS = frozenset({"LongcatFlashForCausalLM"})
+LONGCAT_MODEL_TYPES = frozenset({"longcat_flash"})
+
+
 @dataclass(frozen=True)
 class FamilyRule:
     """One row of the model_type → family table.
@@ -78,6 +156,8 @@ class FamilyRule:
     ``predicate`` is the SGLang helper that recognises the config class registered for these
     model types; ``condition`` names an extra field test the helper applies (see ``CONDITIONS``
     in ``families.py``); ``on_text_config`` says whether SGLang checks the unwrapped text config.
+    ``source`` cites the predicate and, where the family has its own, how SGLang's config class reads
+    its layers (kinds, aliases, defaults, numbering): ``inspect`` shows it as the model's rule source.
     """
 
     family: str
@@ -111,12 +191,18 @@ FAMILY_RULES: tuple[FamilyRule, ...] = (
         (HYBRID_GDN, cite("srt/configs/interns2_mobius.py", "InternS2MobiusTextConfig", 17)),
         on_text_config=True,
     ),
-    FamilyRule("jet_gdn", ("jet_nemotron", "jet_vlm"), "hybrid_gdn_config", HYBRID_GDN, on_text_config=True),
+    FamilyRule(
+        "jet_gdn",
+        ("jet_nemotron", "jet_vlm"),
+        "hybrid_gdn_config",
+        (HYBRID_GDN, JET_LAYER_KINDS_SOURCE),
+        on_text_config=True,
+    ),
     FamilyRule(
         "inkling",
         ("inkling_mm_model", "inkling_model"),
         "mamba2_config",
-        cite("srt/configs/hybrid_arch.py", "mamba2_cache_params", 91, 95),
+        (cite("srt/configs/hybrid_arch.py", "mamba2_cache_params", 91, 95), INKLING_DTYPE_SOURCE),
     ),
     FamilyRule(
         "nemotron_h",
@@ -128,22 +214,28 @@ FAMILY_RULES: tuple[FamilyRule, ...] = (
             "nemotron_h_omni",
         ),
         "mamba2_config",
-        MAMBA2_CONFIG,
+        (MAMBA2_CONFIG, MAMBA2_SHAPE_SOURCE, NEMOTRON_H_BLOCKS_SOURCE),
         condition="draft_pattern_has_mamba",
     ),
-    FamilyRule("falcon_h1", ("falcon_h1",), "mamba2_config", MAMBA2_CONFIG),
-    FamilyRule("lfm2", ("lfm2", "lfm2_moe", "lfm2_vl"), "mamba2_config", MAMBA2_CONFIG),
+    FamilyRule("falcon_h1", ("falcon_h1",), "mamba2_config", (MAMBA2_CONFIG, MAMBA2_SHAPE_SOURCE)),
+    FamilyRule("lfm2", ("lfm2", "lfm2_moe", "lfm2_vl"), "mamba2_config", (MAMBA2_CONFIG, LFM2_LAYER_KINDS_SOURCE)),
     FamilyRule(
         "granite_hybrid",
         ("granitemoehybrid",),
         "mamba2_config",
-        cite("srt/configs/hybrid_arch.py", "GraniteMoeHybridConfig", 99, 106),
+        (
+            cite("srt/configs/hybrid_arch.py", "GraniteMoeHybridConfig", 99, 106),
+            MAMBA2_SHAPE_SOURCE,
+            GRANITE_LAYER_KINDS_SOURCE,
+            GRANITE_ALIASES_SOURCE,
+            GRANITE_DEFAULT_SOURCE,
+        ),
         condition="any_layer_is_mamba",
     ),
-    FamilyRule("zaya", ("zaya",), "mamba2_config", MAMBA2_CONFIG),
-    FamilyRule("mamba2", ("mamba2",), "mamba2_config", MAMBA2_CONFIG),
+    FamilyRule("zaya", ("zaya",), "mamba2_config", (MAMBA2_CONFIG, MAMBA2_SHAPE_SOURCE)),
+    FamilyRule("mamba2", ("mamba2",), "mamba2_config", (MAMBA2_CONFIG, MAMBA2_SHAPE_SOURCE)),
     FamilyRule("mamba1", ("mamba", "falcon_mamba"), "mamba2_config", MAMBA2_CONFIG),
-    FamilyRule("kda", ("kimi_linear",), "kimi_linear_config", KIMI_LINEAR_CONFIG),
+    FamilyRule("kda", ("kimi_linear",), "kimi_linear_config", (KIMI_LINEAR_CONFIG, KIMI_KDA_NUMBERING_SOURCE)),
     FamilyRule(
         "kda",
         ("kimi_k3",),
@@ -151,6 +243,7 @@ FAMILY_RULES: tuple[FamilyRule, ...] = (
         (
             cite("srt/configs/hybrid_arch.py", "KimiLinearConfig", 120, 122),
             cite("srt/configs/kimi_k3.py", "KimiLinearConfig", 80, 95),
+            KIMI_KDA_NUMBERING_SOURCE,
         ),
     ),
     FamilyRule("kda", ("bailing_hybrid",), "kimi_linear_config", KIMI_LINEAR_CONFIG, condition="bailing_uses_kda"),
@@ -170,19 +263,23 @@ FAMILY_RULES: tuple[FamilyRule, ...] = (
         "lightning", ("bailing_hybrid",), "hybrid_lightning_config", LIGHTNING_CONFIG, condition="bailing_not_kda"
     ),
     FamilyRule(
-        "lightning", ("minicpm_sala",), "hybrid_lightning_config", LIGHTNING_CONFIG, condition="has_lightning_layers"
+        "lightning",
+        ("minicpm_sala",),
+        "hybrid_lightning_config",
+        (LIGHTNING_CONFIG, MINICPM_ALIASES_SOURCE, MINICPM_TILE_SOURCE),
+        condition="has_lightning_layers",
     ),
     FamilyRule(
         "glm5_next",
         ("glm5_next",),
         "glm5_next_config",
-        cite("srt/configs/hybrid_arch.py", "glm5_next_config", 126, 133),
+        (cite("srt/configs/hybrid_arch.py", "glm5_next_config", 126, 133), GLM5_KDA_NUMBERING_SOURCE),
     ),
     FamilyRule(
         "gdn",
         ("gigachat3_5",),
         "linear_attn_model_spec",
-        cite("srt/configs/gigachat35.py", "uses_mamba_radix_cache", 241, 252),
+        (cite("srt/configs/gigachat35.py", "uses_mamba_radix_cache", 241, 252), GIGACHAT_LAYERS_SOURCE),
     ),
 )
 
@@ -230,83 +327,6 @@ ATTENTION_ONLY_SOURCE = cite("srt/utils/hf_transformers/common.py", "_CONFIG_REG
 # An architecture SGLang does not register runs on its Transformers backend (appended as the fallback),
 # when transformers has a causal-LM class for the model type (data in transformers_causal_lm.py).
 TRANSFORMERS_FALLBACK = cite("srt/models/registry.py", "TransformersForCausalLM", 74, 91)
-
-
-# --- Config normalisations SGLang's config classes apply before any rule reads them ---
-# Transformers >= 5.15 spellings of GraniteMoeHybrid layer kinds, and its default pattern.
-GRANITE_ALIASES_SOURCE = cite("srt/configs/granitemoehybrid.py", "aliases", 29, 32)
-GRANITE_LAYER_ALIASES = {"linear_attention": "mamba", "full_attention": "attention"}
-GRANITE_DEFAULT_SOURCE = cite("srt/configs/granitemoehybrid.py", "layer_types", 185, 193)
-GRANITE_DEFAULT_ATTENTION_EVERY = 6
-MINICPM_ALIASES_SOURCE = cite("srt/configs/minicpm.py", "_MIXER_TYPE_ALIASES", 6, 15)
-MINICPM_MIXER_ALIASES = {
-    "minicpm4": "minicpm4",
-    "minicpm": "minicpm4",
-    "standard": "minicpm4",
-    "attention": "minicpm4",
-    "attn": "minicpm4",
-    "lightning": "lightning-attn",
-    "lightning_attn": "lightning-attn",
-    "lightning-attn": "lightning-attn",
-}
-MINICPM_TILE_SOURCE = cite("srt/configs/minicpm.py", "mixer_types", 93, 104)
-LIGHTNING_MIXER = "lightning-attn"
-# The per-layer kinds each reader counts; SGLang silently drops a layer of any other name, so kvdoctor
-# refuses it (layer_types.py).
-LAYER_KINDS_SOURCE = (
-    cite("srt/configs/granitemoehybrid.py", "layer_types", 197, 209),
-    cite("srt/configs/lfm2.py", "short_conv", 42, 51),
-    cite("srt/configs/jet_nemotron.py", "jet", 42, 56),
-    cite("srt/configs/model_config.py", "get_hybrid_layer_ids", 2700, 2770),
-)
-GRANITE_LAYER_KINDS = frozenset({"attention", "mamba"})
-LFM2_LAYER_KINDS = frozenset({"full_attention", "conv", "short_conv"})
-JET_LAYER_KINDS = frozenset({"attn", "swa", "jet"})
-SWA_LAYER_KINDS = frozenset({"full_attention", "sliding_attention"})
-# Step 3.5/3.7 list their MTP layers past num_hidden_layers and read only i < num_hidden_layers.
-STEP_LAYER_TYPES_SOURCE = cite("srt/configs/model_config.py", "Step3p5ForCausalLM", 2735, 2749)
-LAYER_TYPES_LIST_MTP_ARCHS = frozenset({"Step3p5ForCausalLM", "Step3p7ForConditionalGeneration"})
-# Gemma 4: transformers forces the last layer to full attention (SGLang relies on it).
-GEMMA4_LAST_LAYER_FULL = cite("srt/utils/hf_transformers/config.py", "forced to full attention", 125, 126)
-GEMMA4_TEXT_MODEL_TYPES = frozenset({"gemma4", "gemma4_text"})
-# InklingStateDType is fixed: no env or flag changes it.
-INKLING_DTYPE_SOURCE = cite("srt/configs/inkling.py", "InklingStateDType", 253)
-INKLING_STATE_DTYPE = "bfloat16"
-# Kimi-Linear numbers kda_layers from 1; GLM-5-Next from 0.
-KDA_NUMBERING_SOURCE = (
-    cite("srt/configs/kimi_linear.py", "kda_layers", 158, 162),
-    cite("srt/configs/glm5_next.py", "kda_layers", 243, 247),
-)
-KDA_ONE_BASED_MODEL_TYPES = frozenset({"kimi_linear", "kimi_k3"})
-# Mamba2StateShape.create pads n_groups so every TP shard holds whole groups.
-MAMBA2_SHAPE_SOURCE = cite("srt/configs/mamba_utils.py", "extra_groups_for_head_shards", 215, 230)
-
-
-# --- Which layers hold what: GDN (Qwen3-Next and its descendants), GigaChat-3.5, Nemotron-H, LongCat ---
-
-# Qwen3NextConfig.layers_block_type: layer l is full attention iff (l+1) % full_attention_interval
-# == 0. The field has no default there: a config without it cannot build pools.
-GDN_INTERVAL_SOURCE = cite("srt/configs/qwen3_next.py", "full_attention_interval", 260, 269)
-GDN_INTERVAL_FIELD = "full_attention_interval"
-# Qwen4ExpTextConfig reads layer_types when given; these kinds are attention, linear_attention is GDN.
-QWEN4_LAYER_TYPES_SOURCE = cite("srt/configs/qwen4_exp.py", "layers_block_type", 83, 94)
-QWEN4_ATTENTION_KINDS = frozenset({"full_attention", "qwen_sparse_attention", "indexed_attention"})
-GDN_LINEAR_KIND = "linear_attention"
-QWEN4_MODEL_TYPES = frozenset({"qwen4_exp", "qwen4_exp_text"})
-# GigaChat35Config._resolve_layer_types: layer_types, else full_attention_layers, else all linear.
-GIGACHAT_LAYERS_SOURCE = cite("srt/configs/gigachat35.py", "_resolve_layer_types", 157, 190)
-GIGACHAT_ATTENTION_KINDS = frozenset({"attention", "full_attention"})
-# Nemotron-H's layer list is canonical; its length is the layer count (num_hidden_layers deprecated).
-NEMOTRON_H_BLOCKS_SOURCE = cite("srt/configs/nemotron_h.py", "layers_block_type", 195, 209)
-NEMOTRON_H_COUNT_SOURCE = cite("srt/configs/nemotron_h.py", "num_hidden_layers", 441, 447)
-NEMOTRON_H_KINDS = {"mamba": "M", "attention": "*", "mlp": "-", "moe": "E"}
-NEMOTRON_H_MODEL_TYPES = frozenset({"nemotron_h", "nemotron_h_puzzle"})
-# LongcatFlashConfig takes its layer count from num_layers when num_hidden_layers is absent, and
-# SGLang's ModelConfig gives every LongCat layer two attention blocks (two KV-pool layers).
-LONGCAT_LAYERS_SOURCE = cite("srt/configs/longcat_flash.py", "num_layers", 81, 83)
-LONGCAT_ATTENTION_LAYERS_SOURCE = cite("srt/configs/model_config.py", "num_attention_layers", 1583, 1584)
-LONGCAT_ARCHS = frozenset({"LongcatFlashForCausalLM"})
-LONGCAT_MODEL_TYPES = frozenset({"longcat_flash"})
 
 
 # --- Configs SGLang cannot build pools for: exit 2, naming the missing field ---
@@ -374,11 +394,6 @@ HYBRID_SWA_ARCHS: frozenset[str] = frozenset(
         "UnlimitedOCRForCausalLM",
     }
 )
-HYBRID_SWA_SOURCE = (
-    cite("srt/configs/model_config.py", "is_hybrid_swa_model", 2651, 2696),
-    cite("srt/configs/model_config.py", "SWA_SINK_ARCHS", 88, 96),
-    cite("srt/configs/model_config.py", "_derive_hybrid_model", 1213, 1218),
-)
 
 # Hybrid-SWA models whose sliding layers compress their KV (is_hybrid_swa_compress, by architectures[0]).
 SWA_COMPRESS_ARCHS = frozenset(
@@ -412,6 +427,16 @@ SWA_LAYER_RULES: dict[str, str] = {
 # Step 3.5, …; entries past num_hidden_layers ignored), unless it opts in with a
 # hybrid_layer_pattern (1 = SWA, 0 = full), the generic fallback.
 SWA_LAYER_DEFAULT_RULE = "layer_types"
+# A hybrid-SWA classification's rule source: the predicate, then how its sliding layers are found
+# and whether they compress.
+HYBRID_SWA_SOURCE = (
+    cite("srt/configs/model_config.py", "is_hybrid_swa_model", 2651, 2696),
+    cite("srt/configs/model_config.py", "SWA_SINK_ARCHS", 88, 96),
+    cite("srt/configs/model_config.py", "_derive_hybrid_model", 1213, 1218),
+    SWA_LAYER_RULES_SOURCE,
+    STEP_LAYER_TYPES_SOURCE,
+    SWA_COMPRESS_SOURCE,
+)
 
 # attention_arch = MLA by architecture name.
 MLA_ARCHS: frozenset[str] = frozenset(
@@ -514,52 +539,6 @@ DSV4_PD_SOURCE = cite("srt/disaggregation/utils.py", "DSV4_REQUEST_STATE", 1547,
 # --- KV cache dtypes: srt/mem_cache/kv_cache_dtype.py, memory_pool.py ---
 
 
-@dataclass(frozen=True)
-class KVDtypeRule:
-    """How one ``--kv-cache-dtype`` is stored: payload bits per element, and its block scales."""
-
-    payload_bits: int
-    storage: str  # what the pool buffer holds, for people
-    store_dtype: str  # the torch dtype of the pool buffer (SGLang stores plain fp8 as uint8)
-    scale_block: int | None = None  # elements per scale byte, None when not block-scaled
-    mha_pool: str = "MHATokenToKVPool"
-
-
-KV_DTYPES: dict[str, KVDtypeRule] = {
-    "bf16": KVDtypeRule(16, "bfloat16", "bfloat16"),
-    "bfloat16": KVDtypeRule(16, "bfloat16", "bfloat16"),
-    "fp8_e4m3": KVDtypeRule(8, "float8_e4m3fn as uint8", "uint8"),
-    "fp8_e5m2": KVDtypeRule(8, "float8_e5m2 as uint8", "uint8"),
-    # The MXFP8 pool stores its payload as e4m3fn, scales in k_scale_buffer / v_scale_buffer.
-    "mxfp8": KVDtypeRule(8, "float8_e4m3fn", "float8_e4m3fn", 32, "MHATokenToKVPoolMXFP8"),
-    # FP4 runs on the plain MHA pool with an FP4 quant method.
-    "nvfp4": KVDtypeRule(4, "packed fp4 as uint8", "uint8", 16),
-    "fp4_mx_block16": KVDtypeRule(4, "packed fp4 as uint8", "uint8", 16),
-}
-KV_DTYPES_SOURCE = (
-    cite("srt/mem_cache/memory_pool.py", "float8_e4m3fn", 3900),
-    cite("srt/mem_cache/kv_cache_configurator.py", "quant_method", 1905, 1919),
-)
-# Spellings SGLang's _STR_DTYPE_TO_TORCH_DTYPE accepts for the model dtype.
-DTYPE_ALIASES = {"half": "float16", "float": "float32", "bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
-# _get_and_verify_dtype reads the *text* config's dtype (transformers hands a sub-config its parent's
-# dtype when it states none); float32 or none is served as float16, except Gemma (bfloat16).
-MODEL_DTYPE_SOURCE = (
-    cite("srt/configs/model_config.py", "_get_and_verify_dtype", 881),
-    cite("srt/configs/model_config.py", "_get_and_verify_dtype", 2284, 2330),
-)
-# Config classes that default the dtype themselves when the file states none.
-CLASS_DEFAULT_DTYPES: dict[str, str] = {
-    "interns2_mobius": "bfloat16",
-    "interns2_mobius_text": "bfloat16",
-    "gigachat3_5": "bfloat16",
-    "longcat_flash": "bfloat16",
-}
-CLASS_DEFAULT_DTYPES_SOURCE = (
-    cite("srt/configs/interns2_mobius.py", "bfloat16", 22, 23),
-    cite("srt/configs/gigachat35.py", "torch_dtype", 151, 155),
-    cite("srt/configs/longcat_flash.py", "torch_dtype", 46),
-)
 MXFP8_POOL = "MHATokenToKVPoolMXFP8"  # the only MXFP8 pool class: MHA rows, no MLA variant
 MXFP8_ALIGNMENT = 32  # head_dim multiple (memory_pool.py MHATokenToKVPoolMXFP8)
 MXFP8_POOL_SOURCE = cite("srt/mem_cache/memory_pool.py", "MHATokenToKVPoolMXFP8", 3847)
@@ -568,6 +547,62 @@ MXFP8_POOL_SOURCE = cite("srt/mem_cache/memory_pool.py", "MHATokenToKVPoolMXFP8"
 SCALE_DTYPES: dict[str, str] = {"mxfp8": "float8_e8m0fnu"}
 SCALE_DTYPE_FALLBACK = "uint8 (e8m0)"
 SCALE_DTYPES_SOURCE = cite("srt/mem_cache/memory_pool.py", "float8_e8m0fnu", 3941, 3949)
+
+
+@dataclass(frozen=True)
+class KVDtypeRule:
+    """How one ``--kv-cache-dtype`` is stored: payload bits per element, and its block scales.
+
+    ``source`` cites the pool code a block-scaled dtype restates (its payload and scale buffers);
+    None for the plain dtypes, which the MHA/MLA pools store as given (fp8 as uint8)."""
+
+    payload_bits: int
+    storage: str  # what the pool buffer holds, for people
+    store_dtype: str  # the torch dtype of the pool buffer (SGLang stores plain fp8 as uint8)
+    scale_block: int | None = None  # elements per scale byte, None when not block-scaled
+    mha_pool: str = "MHATokenToKVPool"
+    source: Source | None = None
+
+
+# FP4 runs on the plain MHA pool with an FP4 quant method.
+FP4_QUANT_SOURCE = cite("srt/mem_cache/kv_cache_configurator.py", "quant_method", 1905, 1919)
+
+
+KV_DTYPES: dict[str, KVDtypeRule] = {
+    "bf16": KVDtypeRule(16, "bfloat16", "bfloat16"),
+    "bfloat16": KVDtypeRule(16, "bfloat16", "bfloat16"),
+    "fp8_e4m3": KVDtypeRule(8, "float8_e4m3fn as uint8", "uint8"),
+    "fp8_e5m2": KVDtypeRule(8, "float8_e5m2 as uint8", "uint8"),
+    # The MXFP8 pool stores its payload as e4m3fn, scales in k_scale_buffer / v_scale_buffer.
+    "mxfp8": KVDtypeRule(
+        8,
+        "float8_e4m3fn",
+        "float8_e4m3fn",
+        32,
+        MXFP8_POOL,
+        (MXFP8_POOL_SOURCE, cite("srt/mem_cache/memory_pool.py", "float8_e4m3fn", 3900), SCALE_DTYPES_SOURCE),
+    ),
+    "nvfp4": KVDtypeRule(4, "packed fp4 as uint8", "uint8", 16, source=FP4_QUANT_SOURCE),
+    "fp4_mx_block16": KVDtypeRule(4, "packed fp4 as uint8", "uint8", 16, source=FP4_QUANT_SOURCE),
+}
+# Spellings SGLang's _STR_DTYPE_TO_TORCH_DTYPE accepts for the model dtype.
+DTYPE_ALIASES = {"half": "float16", "float": "float32", "bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
+# _get_and_verify_dtype reads the *text* config's dtype (transformers hands a sub-config its parent's
+# dtype when it states none); float32 or none is served as float16, except Gemma (bfloat16).
+# Config classes that default the dtype themselves when the file states none (cited last below).
+MODEL_DTYPE_SOURCE = (
+    cite("srt/configs/model_config.py", "_get_and_verify_dtype", 881),
+    cite("srt/configs/model_config.py", "_get_and_verify_dtype", 2284, 2330),
+    cite("srt/configs/interns2_mobius.py", "bfloat16", 22, 23),
+    cite("srt/configs/gigachat35.py", "torch_dtype", 151, 155),
+    cite("srt/configs/longcat_flash.py", "torch_dtype", 46),
+)
+CLASS_DEFAULT_DTYPES: dict[str, str] = {
+    "interns2_mobius": "bfloat16",
+    "interns2_mobius_text": "bfloat16",
+    "gigachat3_5": "bfloat16",
+    "longcat_flash": "bfloat16",
+}
 # FA4 on SM100 forces page size 128 for non-MLA models, except DiffusionGemma (page 1).
 FA4_PAGE_SOURCE = cite("srt/arg_groups/overrides.py", "_fa4_page_constraint", 1274, 1297)
 FA4_PAGE_SIZE = 128
@@ -706,12 +741,12 @@ DSA_CPU_COPY_SOURCE = cite("srt/mem_cache/memory_pool.py", "index_k", 5622, 5633
 # --- Retraction backup backend: srt/mem_cache/kv_cache_builder.py ---
 # "none" keeps no backup: the retracted request is aborted (503).
 RETRACTION_BACKUPS_SOURCE = cite("srt/arg_groups/fields/disagg.py", "disaggregation_decode_retraction_backup", 95, 108)
-RESOLVE_BACKUP = cite("srt/mem_cache/kv_cache_builder.py", "resolve_decode_retraction_backup", 186, 242)
 
 
 @dataclass(frozen=True)
 class BackupCondition:
-    """One conjunct of ``host_pool`` selection; every one must hold for host_pool."""
+    """One conjunct of ``host_pool`` selection (resolve_decode_retraction_backup, kv_cache_builder.py
+    lines 186-242); every one must hold for host_pool. Each cites its own lines of that function."""
 
     name: str
     meaning: str
@@ -771,13 +806,14 @@ BACKUP_CONDITIONS: tuple[BackupCondition, ...] = (
 HOST_POOL_LAYOUTS = ("MHATokenToKVPool", "MHATokenToKVPoolMXFP8", "MHATokenToKVPoolFP4")
 BACKUP_ONLY_HICACHE_RATIO = 0.2
 DEFAULT_HICACHE_RATIO = 2.0
+# A request-to-token row holds the context plus 4 tokens (plus speculative draft tokens, which
+# kvdoctor does not model), so decode_retraction_max_tokens' max_context_len - 1 is context + 3: the
+# backup-only ratio's floor is sized from it (cited last).
 HICACHE_RATIO_SOURCE = (
     cite("srt/mem_cache/kv_cache_builder.py", "BACKUP_ONLY_HICACHE_RATIO", 162, 170),
     cite("srt/mem_cache/kv_cache_builder.py", "hicache_ratio", 244, 260),
+    cite("srt/mem_cache/allocation_sizing.py", "get_req_to_token_extra_context_len", 96, 105),
 )
-# A request-to-token row holds the context plus 4 tokens (plus speculative draft tokens, which
-# kvdoctor does not model), so decode_retraction_max_tokens' max_context_len - 1 is context + 3.
-REQ_TO_TOKEN_EXTRA_SOURCE = cite("srt/mem_cache/allocation_sizing.py", "get_req_to_token_extra_context_len", 96, 105)
 REQ_TO_TOKEN_EXTRA = 4
 # A server that is not a decode server resolves an unset ratio at start-up: 2.0, or 1.2 when HiCache
 # host memory is a buffer only.
@@ -973,9 +1009,12 @@ MAMBA_CACHE_PER_SHARD_SOURCE = cite("srt/mem_cache/kv_cache_configurator.py", "p
 ATTN_DP_SOURCE = cite("srt/arg_groups/parallel_hook.py", "attn_dp_size", 50, 57)
 # Mamba slots per running request: 1 with the radix cache off (a PD decode server without its radix
 # opt-in); otherwise 3, plus the tracking slots of the extra buffer (2 with the overlap schedule, 1 when lazy).
+# The strategy's resolution (MAMBA_EXTRA_BUFFER_ARCHS, FORCED_MAMBA_STRATEGY below) is cited here too.
 MAMBA_SLOTS_SOURCE = (
     cite("srt/mem_cache/kv_cache_configurator.py", "_calculate_mamba_ratio", 3062, 3088),
     cite("srt/mem_cache/allocation_sizing.py", "get_mamba_tracking_slots", 11, 19),
+    cite("srt/arg_groups/overrides.py", "_MAMBA_EXTRA_BUFFER_ARCHS", 401, 486),
+    cite("srt/arg_groups/model_overrides/inkling.py", "extra_buffer", 50, 56),
 )
 MAMBA_SLOTS_RADIX_OFF = 1
 MAMBA_SLOTS_RADIX_BASE = 3
@@ -986,7 +1025,6 @@ RADIX_OFF_FAMILIES_SOURCE = cite("srt/arg_groups/model_overrides/minicpm.py", "d
 RADIX_OFF_MODEL_TYPES = frozenset({"minicpm_sala"})
 # --mamba-radix-cache-strategy auto resolves to extra_buffer for these architectures when the overlap
 # schedule is on or pages are larger than 1, else no_buffer.
-MAMBA_EXTRA_BUFFER_SOURCE = cite("srt/arg_groups/overrides.py", "_MAMBA_EXTRA_BUFFER_ARCHS", 401, 486)
 MAMBA_EXTRA_BUFFER_ARCHS = frozenset(
     {
         "KimiLinearForCausalLM",
@@ -1014,7 +1052,6 @@ MAMBA_EXTRA_BUFFER_ARCHS = frozenset(
     }
 )
 # Inkling pins extra_buffer whatever the page size or overlap schedule (unless a strategy is given).
-FORCED_MAMBA_STRATEGY_SOURCE = cite("srt/arg_groups/model_overrides/inkling.py", "extra_buffer", 50, 56)
 FORCED_MAMBA_STRATEGY = {
     "InklingForConditionalGeneration": "extra_buffer",
     "InklingForConditionalGenerationMTP": "extra_buffer",

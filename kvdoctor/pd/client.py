@@ -18,8 +18,9 @@ import httpx
 
 from kvdoctor._exceptions import EvalTimeout, MalformedReply, RequestFailed
 from kvdoctor.pd.http import verify_for
+from kvdoctor.pd.presets import Api
 
-APIS = ("completions", "generate")
+APIS = tuple(a.value for a in Api)
 RETRIES = 2
 RETRY_BACKOFF_S = 0.25
 SHARD = 8  # connections per pooled client (see complete_all)

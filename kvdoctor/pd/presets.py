@@ -8,8 +8,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from enum import Enum
 
 from kvdoctor._exceptions import InputError
+
+
+class Api(str, Enum):
+    """The SGLang endpoint the eval talks to (``--api``): ``/v1/completions`` as SGLang's gate, or ``/generate``."""
+
+    COMPLETIONS = "completions"
+    GENERATE = "generate"
 
 
 @dataclass(frozen=True)
@@ -86,6 +94,16 @@ INKLING_MXFP8 = Preset(
 PRESETS: dict[str, Preset] = {INKLING_MXFP8.name: INKLING_MXFP8}
 
 
+class PresetName(str, Enum):
+    """The ``--preset`` choices, so ``--help`` lists them and typer refuses a typo before anything runs.
+
+    Spelled out (not built from :data:`PRESETS`) so type checkers see the members; a test keeps the
+    two equal.
+    """
+
+    INKLING_MXFP8 = "inkling-mxfp8"
+
+
 def generic(tp: int) -> Preset:
     """Any model: TP per role, decode on the GPUs after prefill's, HiCache on prefill, metrics on
     decode (the retraction guard reads them)."""
@@ -99,7 +117,8 @@ def generic(tp: int) -> Preset:
     )
 
 
-def get(name: str) -> Preset:
+def get(name: str | PresetName) -> Preset:
+    name = name.value if isinstance(name, PresetName) else name
     try:
         return PRESETS[name]
     except KeyError:

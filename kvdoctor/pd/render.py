@@ -3,6 +3,10 @@
 Everything shown here may carry text from outside (model names, paths, launcher strings, a
 server's log tail inside a failure message): it goes through ``kvdoctor.report.terminal`` so no
 control character or ANSI sequence reaches the terminal and no ``[...]`` is read as rich markup.
+
+Readable anywhere: at 80 columns, piped, under NO_COLOR, a cell folds onto a second line rather than
+being cut with "…", and command lines and paths are printed whole (``soft_wrap``) so they stay
+copy-pasteable. The rows are ``kvdoctor.pd.reporting.summary_rows``, the same the step summary shows.
 """
 
 from __future__ import annotations
@@ -17,8 +21,8 @@ from rich.table import Table
 
 from kvdoctor.pd import plan as plan_mod
 from kvdoctor.pd.client import Completion
-from kvdoctor.pd.reporting import status_line, summary_rows
-from kvdoctor.pd.result import PdEvalResult
+from kvdoctor.pd.reporting import summary_rows
+from kvdoctor.pd.result import EXIT_GATE, EXIT_PASS, PdEvalResult
 from kvdoctor.pd.run import Prepared
 from kvdoctor.report.terminal import markup, plain
 
@@ -32,7 +36,7 @@ def plan_text(prepared: Prepared) -> str:
         f"# eval: GSM8K {s.num_shots}-shot, {s.num_questions or 'all'} questions, "
         f"threshold {s.threshold:.2f}, max {s.max_new_tokens} new tokens, "
         f"{s.parallel} in flight, /{'generate' if s.api == 'generate' else 'v1/completions'}",
-        f"# data: {data.path} (sha256 {data.sha256[:12]}…, {data.source}, "
+        f"# data: {data.path} (sha256 {data.sha256}, {data.source}, "
         f"{'the official test split' if data.official else 'NOT the official test split'})"
         if data
         else "# data: not available offline; it will be downloaded and sha256-checked",
@@ -49,36 +53,49 @@ def print_plan(console: Console, prepared: Prepared) -> None:
 
 def event(console: Console, message: str) -> None:
     """One launch event line (``decode: healthy at …``), printed as plain text."""
-    console.print(plain(message), markup=False, highlight=False)
+    console.print(plain(message), markup=False, highlight=False, soft_wrap=True)
+
+
+EVAL_STEP = "GSM8K eval through the router"
 
 
 @contextlib.contextmanager
 def progress(console: Console) -> Iterator[Callable[[int], Callable[[int, Completion], None]]]:
+    """The bar of the eval: it names the step running (the GSM8K questions), M of N answered, time."""
     bar = Progress(
-        TextColumn("GSM8K"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console, transient=False
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=False,
     )
 
     def start(total: int) -> Callable[[int, Completion], None]:
-        task = bar.add_task("eval", total=total)
+        task = bar.add_task(EVAL_STEP, total=total)
         return lambda _index, _done: bar.advance(task)
 
     with bar:
         yield start
 
 
+STATUS_STYLE = {"passed": "green", "failed": "bold red", "skipped": "yellow", "error": "bold red"}
+
+
 def summary(console: Console, result: PdEvalResult, written: Mapping[str, Path]) -> None:
-    table = Table(title="kvdoctor pd-eval", show_lines=False)
+    """The result table, then where each report went (paths whole, never folded or cut)."""
+    table = Table(title=markup(f"kvdoctor pd-eval: {result.model} ({result.preset})"), show_lines=False)
     for column in ("check", "value", "threshold", "result"):
-        table.add_column(column)
-    style = {"passed": "green", "failed": "bold red", "skipped": "yellow", "error": "bold red"}
+        table.add_column(column, overflow="fold")
     for row in summary_rows(result):
         table.add_row(
             markup(row.check),
             markup(row.value),
             markup(row.threshold),
-            f"[{style.get(row.status, '')}]{markup(row.status)}[/]",
+            f"[{STATUS_STYLE.get(row.status, '')}]{markup(row.status)}[/]",
         )
     console.print(table)
-    console.print(plain(status_line(result).replace("**", "")), markup=False, highlight=False)
+    if result.exit_code not in (EXIT_PASS, EXIT_GATE) and result.message:
+        console.print(plain(f"failure: {result.message}"), markup=False, highlight=False)
     for name, path in written.items():
-        console.print(plain(f"  {name}: {path}"), markup=False, highlight=False)
+        console.print(plain(f"  {name}: {path}"), markup=False, highlight=False, soft_wrap=True)

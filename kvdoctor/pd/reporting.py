@@ -1,34 +1,88 @@
-"""One ``PdEvalResult`` fed to every serializer: JSON, JUnit, step summary, per-question tables."""
+"""One ``PdEvalResult`` fed to every serializer: JSON, JUnit, step summary, per-question tables.
+
+Pure functions of the result (no terminal, no rich): ``kvdoctor.pd.render`` draws the same rows on a
+terminal and ``kvdoctor.pd.publish`` writes and prints them, so this module imports neither and the
+pd modules form no import cycle (``tests/pd/test_import_graph_contract.py``).
+
+Every output agrees with the exit code: JUnit holds a failure or an error exactly when the command
+exits non-zero, the step summary's headline says FAILED exactly then, and the JSON's ``verdict`` is
+``Verdict.of(exit_code)``.
+"""
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any
 
-from kvdoctor._exceptions import InputError, one_line
-from kvdoctor.pd.gate import FAILED
-from kvdoctor.pd.result import EXIT_DEPLOYMENT, EXIT_INPUT, PdEvalResult
-from kvdoctor.report import github, junit, records, serialize, verdicts
-from kvdoctor.report.terminal import plain
+from kvdoctor._exceptions import InputError
+from kvdoctor.core.rules import RULES_REVISION
+from kvdoctor.pd.gate import FAILED, PASSED, SKIPPED
+from kvdoctor.pd.result import EXIT_DEPLOYMENT, EXIT_GATE, EXIT_PASS, DryRunReport, PdEvalResult
+from kvdoctor.report import envelope, github, junit, records, serialize, verdicts
+from kvdoctor.report.units import NONE, human
 
-if TYPE_CHECKING:
-    from rich.console import Console
-
+COMMAND = "pd-eval"
 SUITE = "kvdoctor pd-eval"
 RESULT_FILE = "result.json"
 TABLE_FILES = ("questions.csv", "questions.parquet")
 OUTPUT_FILES = (RESULT_FILE, *TABLE_FILES)  # what a run writes into its run directory (beside logs)
 
 
-def _fmt(value: float | None, spec: str = ".3f") -> str:
-    return "—" if value is None else format(value, spec)
+def _fmt(value: float | None, spec: str = ".3f", unit: str = "") -> str:
+    if value is None:
+        return NONE
+    return format(value, spec) + (f" {unit}" if unit else "")
+
+
+def engine_ref(result: PdEvalResult) -> envelope.EngineRef:
+    """The engine that answered: the SGLang servers the run deployed (or attached to), at the version
+    they report; null when none answered (a deployment that never came up)."""
+    return envelope.EngineRef("sglang", result.engine_version, None)
+
+
+def document(result: PdEvalResult, *, exit_code: int | None = None) -> dict[str, Any]:
+    """The JSON of ``--json`` and ``result.json``: the shared header, then :class:`PdEvalReport`'s keys.
+
+    EXIT_CODE overrides the run's own when the command ends differently (a report that could not be
+    written exits 2), so ``verdict`` and ``exit_code`` say what the process really returned.
+    """
+    code = result.exit_code if exit_code is None else exit_code
+    head = envelope.header(
+        COMMAND,
+        exit_code=code,
+        warnings=result.warnings if code == EXIT_PASS else (),
+        engine=engine_ref(result),
+        rules_revision=RULES_REVISION,
+        argv_fallback=(COMMAND,),
+    )
+    return envelope.document(head, result.report())
+
+
+def dry_run_document(launch_plan: dict[str, Any], prediction: dict[str, Any] | None) -> dict[str, Any]:
+    """``--dry-run --json``: the header (exit 0: the plan was built, nothing started) and the plan."""
+    head = envelope.header(
+        COMMAND,
+        exit_code=EXIT_PASS,
+        engine=envelope.EngineRef("sglang", None, None),
+        rules_revision=RULES_REVISION,
+        argv_fallback=(COMMAND,),
+    )
+    return envelope.document(head, DryRunReport(dry_run=True, launch_plan=launch_plan, prediction=prediction))
+
+
+def _deployed(result: PdEvalResult) -> bool:
+    """The deployment held for the whole run: gates ran and the exit code is theirs (0 or 1).
+
+    A run whose gates passed but whose processes survived teardown exits 3: its deployment case is an
+    error, or JUnit would show green beside a red exit code.
+    """
+    return result.score is not None and result.exit_code in (EXIT_PASS, EXIT_GATE)
 
 
 def junit_cases(result: PdEvalResult) -> list[junit.Case]:
     """deployment, accuracy, retraction: a gate that never ran is an error, not a pass."""
-    deployed = result.score is not None
+    deployed = _deployed(result)
     cases = [
         junit.Case(
             "deployment",
@@ -38,7 +92,7 @@ def junit_cases(result: PdEvalResult) -> list[junit.Case]:
             time_s=result.wall_s,
         )
     ]
-    if not deployed:
+    if result.score is None:
         not_run = f"not run ({result.exit_reason})"
         cases += [junit.Case(name, junit.ERROR, not_run) for name in ("accuracy", "retraction")]
         return cases
@@ -50,34 +104,60 @@ def junit_cases(result: PdEvalResult) -> list[junit.Case]:
 
 
 def summary_rows(result: PdEvalResult) -> list[github.Row]:
+    """The table a person reads (terminal and step summary): values with units, ``–`` for none."""
     gates = {g.name: g.status for g in result.gates}
     s = result.score
     na = "error" if s is None else "passed"
+    deployed = _deployed(result)
     return [
         github.Row(
-            "accuracy", _fmt(s.accuracy if s else None), f">= {result.threshold:.3f}", gates.get("accuracy", "error")
+            "deployment",
+            "ok" if deployed else result.exit_reason,
+            "",
+            PASSED if deployed else "error",
+        ),
+        github.Row(
+            "accuracy", _fmt(s.accuracy if s else None), f"≥ {result.threshold:.3f}", gates.get("accuracy", "error")
         ),
         github.Row(
             "retractions on decode",
-            "—" if result.retractions is None else f"{result.retractions} ({result.retraction_source})",
+            NONE if result.retractions is None else f"{human(result.retractions)} ({result.retraction_source})",
             "> 0",
             gates.get("retraction", "error"),
         ),
         github.Row("invalid rate", _fmt(s.invalid_rate if s else None), "", na),
-        github.Row("questions / shots", f"{result.num_questions} / {result.num_shots}", "", na),
-        github.Row("latency", _fmt(s.latency_s if s else None, ".1f") + " s", "", na),
-        github.Row("output throughput", _fmt(s.output_throughput if s else None, ".1f") + " token/s", "", na),
+        github.Row("questions / shots", f"{human(result.num_questions)} / {human(result.num_shots)}", "", na),
+        github.Row("latency", _fmt(s.latency_s if s else None, ".1f", "s"), "", na),
+        github.Row("output throughput", _fmt(s.output_throughput if s else None, ",.1f", "token/s"), "", na),
     ]
 
 
 def status_line(result: PdEvalResult) -> str:
-    verdict = "**PASSED**" if result.passed else f"**FAILED** ({result.exit_reason})"
+    verdict = "**PASSED**" if result.exit_code == EXIT_PASS else f"**FAILED** ({result.exit_reason})"
     return f"{verdict} — `{result.model}` ({result.preset}); {result.message}"
+
+
+def verdict_detail(result: PdEvalResult, exit_code: int | None = None) -> str:
+    """What the one verdict line says after the word: the numbers on a pass, what went wrong otherwise."""
+    code = result.exit_code if exit_code is None else exit_code
+    s = result.score
+    if code == EXIT_PASS and s is not None:
+        # Short enough to stay one line at 80 columns: the numbers a person checks first.
+        retracted = f"{human(result.retractions)} retractions" if result.retractions else "retraction guard skipped"
+        return f"accuracy {s.accuracy:.3f} ≥ {result.threshold:.3f}, {retracted}, {human(s.num_questions)} questions"
+    if code == EXIT_GATE:
+        return "; ".join(g.message for g in result.gates if g.status == FAILED) or result.message
+    if code == result.exit_code:
+        # The message's first clause ("prefill exited with code 7"); the rest (a log tail) is printed
+        # whole above the verdict and kept in result.json, never cut with "…".
+        first = result.message.split("; ", 1)[0]
+        return f"{result.exit_reason}: {first}" if first else result.exit_reason
+    return "a report could not be written (see the error above)"
 
 
 def step_summary(result: PdEvalResult) -> str:
     details = {}
-    if result.exit_code == EXIT_DEPLOYMENT and result.message:
+    if result.exit_code >= EXIT_DEPLOYMENT and result.message:
         details["failure"] = result.message
     details["launch plan"] = "\n".join(
         " ".join(step["argv"]) or f"(external) {step['url']}"  # type: ignore[index]
@@ -87,8 +167,9 @@ def step_summary(result: PdEvalResult) -> str:
 
 
 def annotations(result: PdEvalResult) -> list[str]:
-    if result.passed:
-        return [github.annotation("notice", status_line(result), title="pd-eval passed")]
+    if result.exit_code == EXIT_PASS:
+        level = "warning" if any(g.status == SKIPPED for g in result.gates) else "notice"
+        return [github.annotation(level, status_line(result), title="pd-eval passed")]
     failed = [g for g in result.gates if g.status == FAILED]
     if not failed:
         return [github.annotation("error", result.message, title=f"pd-eval {result.exit_reason}")]
@@ -96,18 +177,25 @@ def annotations(result: PdEvalResult) -> list[str]:
 
 
 def write_all(
-    result: PdEvalResult, run_dir: Path, *, junit_path: Path | None, env: Mapping[str, str] | None = None
+    result: PdEvalResult,
+    run_dir: Path,
+    *,
+    junit_path: Path | None,
+    env: Mapping[str, str] | None = None,
+    doc: Mapping[str, Any] | None = None,
 ) -> dict[str, Path]:
     """Write every report into the run's own directory; returns what was written where.
 
-    JUnit and the step summary go through ``kvdoctor.report.verdicts.publish`` like every other
-    command's; a file that cannot be written is an ``InputError``, never an OSError traceback.
-    (Writability was checked before the run by ``kvdoctor.report.preflight``.)
+    DOC is the JSON document to write as ``result.json`` (built once by the caller so ``--json``
+    prints the very same object); by default :func:`document`. JUnit and the step summary go through
+    ``kvdoctor.report.verdicts.publish`` like every other command's; a file that cannot be written is
+    an ``InputError``, never an OSError traceback. (Writability was checked before the run by
+    ``kvdoctor.report.preflight``.)
     """
     written: dict[str, Path] = {"run_dir": run_dir}
     try:
         written["json"] = run_dir / RESULT_FILE
-        serialize.write(written["json"], result.to_dict())
+        serialize.write(written["json"], document(result) if doc is None else doc)
         if result.records:
             rows = result.record_dicts()
             for name in TABLE_FILES:
@@ -124,36 +212,3 @@ def write_all(
     if summary is not None:
         written["step_summary"] = summary
     return written
-
-
-def finish(
-    result: PdEvalResult,
-    run_dir: Path,
-    *,
-    junit_path: Path | None,
-    json_out: bool,
-    console: Console,
-    env: Mapping[str, str] | None = None,
-) -> int:
-    """Write the reports, show the result, annotate in GitHub Actions; returns the exit code.
-
-    A report that cannot be written is one line on stderr and exit 2 (the result is still shown).
-    A SIGTERM while writing ends the process with 143 after removing our temp files
-    (``kvdoctor.report.atomic``).
-    """
-    from kvdoctor.pd import render
-
-    exit_code = result.exit_code
-    try:
-        written = write_all(result, run_dir, junit_path=junit_path, env=env)
-    except InputError as exc:
-        print(plain(one_line(exc)), file=sys.stderr)
-        written, exit_code = {}, EXIT_INPUT
-    if json_out:
-        print(serialize.dumps(result.to_dict()), end="")
-    else:
-        render.summary(console, result, written)
-    if github.in_actions(env):
-        for line in annotations(result):
-            print(line, file=sys.stderr)
-    return exit_code

@@ -1,7 +1,9 @@
 """What one PD eval produced: per-question records, the score, the gates, and the run's outcome.
 
-Plain dataclasses with ``to_dict`` so every serializer (JSON, JUnit, step summary, tables) is fed
-the same object and none of them re-derives a number.
+Plain dataclasses: every serializer (JSON, JUnit, step summary, tables) is fed the same
+:class:`PdEvalResult` and none of them re-derives a number. Its JSON body is the typed
+:class:`PdEvalReport` (``PdEvalResult.report()``), serialized by ``kvdoctor.report.serialize.jsonable``
+behind the shared header (``kvdoctor.report.envelope``); the per-question records go to CSV/Parquet.
 """
 
 from __future__ import annotations
@@ -9,9 +11,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from decimal import Decimal
+from typing import Any
 
 from kvdoctor.pd.client import Completion
-from kvdoctor.pd.gate import GateResult
+from kvdoctor.pd.gate import SKIPPED, GateResult
 from kvdoctor.pd.gsm8k import CONVENTION, Question, parse_number
 
 EXIT_PASS, EXIT_GATE, EXIT_INPUT, EXIT_DEPLOYMENT = 0, 1, 2, 3
@@ -78,6 +81,51 @@ def score(records: Sequence[QuestionRecord], latency_s: float) -> Score:
     )
 
 
+@dataclass(frozen=True)
+class PdEvalReport:
+    """The body of pd-eval's ``--json`` and ``result.json``: its keys, in order, are the published contract
+    (``kvdoctor/schemas/pd-eval.json``). Existing keys never change name or meaning; new ones are added."""
+
+    passed: bool
+    exit_code: int
+    exit_reason: str
+    message: str
+    model: str
+    preset: str
+    accuracy: float | None
+    invalid_rate: float | None
+    threshold: float
+    retractions: int | None
+    retraction_source: str
+    retraction_backup: str | None
+    num_questions: int
+    num_shots: int
+    data_sha256: str | None
+    data_source: str | None
+    convention: str
+    api: str
+    latency_s: float | None
+    output_throughput: float | None
+    completion_tokens: int | None
+    gates: list[GateResult]
+    prediction: dict[str, Any] | None
+    launch_plan: dict[str, Any]
+    server_versions: dict[str, str]
+    run_dir: str
+    logs: dict[str, str]
+    wall_s: float
+    dry_run: bool = False
+
+
+@dataclass(frozen=True)
+class DryRunReport:
+    """The body of ``pd-eval --dry-run --json``: what would start, and the retraction forecast."""
+
+    dry_run: bool
+    launch_plan: dict[str, Any]
+    prediction: dict[str, Any] | None
+
+
 @dataclass
 class PdEvalResult:
     """The outcome of one run; ``exit_code`` is what the CLI returns."""
@@ -108,39 +156,53 @@ class PdEvalResult:
     api: str = "completions"
     wall_s: float = 0.0
 
-    def to_dict(self) -> dict[str, object]:
-        """Everything but the per-question records (those go to CSV/Parquet)."""
+    def report(self) -> PdEvalReport:
+        """Everything but the per-question records (those go to CSV/Parquet), the score flattened."""
         s = self.score
-        return {
-            "passed": self.passed,
-            "exit_code": self.exit_code,
-            "exit_reason": self.exit_reason,
-            "message": self.message,
-            "model": self.model,
-            "preset": self.preset,
-            "accuracy": s.accuracy if s else None,
-            "invalid_rate": s.invalid_rate if s else None,
-            "threshold": self.threshold,
-            "retractions": self.retractions,
-            "retraction_source": self.retraction_source,
-            "retraction_backup": self.retraction_backup,
-            "num_questions": s.num_questions if s else self.num_questions,
-            "num_shots": self.num_shots,
-            "data_sha256": self.data_sha256,
-            "data_source": self.data_source,
-            "convention": self.convention,
-            "api": self.api,
-            "latency_s": s.latency_s if s else None,
-            "output_throughput": s.output_throughput if s else None,
-            "completion_tokens": s.completion_tokens if s else None,
-            "gates": [g.to_dict() for g in self.gates],
-            "prediction": self.prediction,
-            "launch_plan": self.plan,
-            "server_versions": self.server_versions,
-            "run_dir": self.run_dir,
-            "logs": self.logs,
-            "wall_s": self.wall_s,
-        }
+        return PdEvalReport(
+            passed=self.passed,
+            exit_code=self.exit_code,
+            exit_reason=self.exit_reason,
+            message=self.message,
+            model=self.model,
+            preset=self.preset,
+            accuracy=s.accuracy if s else None,
+            invalid_rate=s.invalid_rate if s else None,
+            threshold=self.threshold,
+            retractions=self.retractions,
+            retraction_source=self.retraction_source,
+            retraction_backup=self.retraction_backup,
+            num_questions=s.num_questions if s else self.num_questions,
+            num_shots=self.num_shots,
+            data_sha256=self.data_sha256,
+            data_source=self.data_source,
+            convention=self.convention,
+            api=self.api,
+            latency_s=s.latency_s if s else None,
+            output_throughput=s.output_throughput if s else None,
+            completion_tokens=s.completion_tokens if s else None,
+            gates=list(self.gates),
+            prediction=self.prediction,
+            launch_plan=self.plan,
+            server_versions=dict(self.server_versions),
+            run_dir=self.run_dir,
+            logs=dict(self.logs),
+            wall_s=self.wall_s,
+        )
+
+    @property
+    def engine_version(self) -> str | None:
+        """The SGLang version the deployed servers report (``/server_info``); None when none answered.
+
+        Two roles on different versions are both named (``0.5.23, 0.5.24``): the report must not pick one.
+        """
+        versions = sorted(set(self.server_versions.values()))
+        return ", ".join(versions) if versions else None
+
+    @property
+    def warnings(self) -> list[str]:
+        """Gates reported but not enforced (``--allow-no-retraction``): a pass with warnings, not a clean pass."""
+        return [g.message for g in self.gates if g.status == SKIPPED]
 
     def record_dicts(self) -> list[dict[str, object]]:
         return [asdict(r) for r in self.records]

@@ -43,7 +43,7 @@ class PdEvalOptions:
     """The command's options; None means "the preset's (or the generic) default"."""
 
     model: str
-    preset: str | None = None
+    preset: str | presets.PresetName | None = None
     tp: int | None = None
     transfer_backend: str = "mooncake"
     ib_device: str | None = None
@@ -52,7 +52,7 @@ class PdEvalOptions:
     threshold: float | None = None
     max_new_tokens: int | None = None
     parallel: int | None = None
-    api: str | None = None
+    api: str | client.Api | None = None
     data_path: Path | None = None
     launcher: str = plan.DEFAULT_LAUNCHER
     router_launcher: str = plan.DEFAULT_ROUTER_LAUNCHER
@@ -109,7 +109,7 @@ def settings_for(o: PdEvalOptions, defaults: presets.EvalDefaults) -> Settings:
         threshold=defaults.threshold if o.threshold is None else o.threshold,
         max_new_tokens=defaults.max_new_tokens if o.max_new_tokens is None else o.max_new_tokens,
         parallel=defaults.parallel if o.parallel is None else o.parallel,
-        api=defaults.api if o.api is None else o.api,
+        api=defaults.api if o.api is None else o.api.value if isinstance(o.api, client.Api) else o.api,
     )
     if not 0.0 <= s.threshold <= 1.0:
         raise InputError(f"--threshold must be within [0, 1], got {s.threshold}")
@@ -335,6 +335,9 @@ def _evaluate(
             managed = supervisor.start(step.role, step.argv, step.env)
             result.logs[step.role] = str(managed.log_path)
             notify(f"{step.role}: started (pid {managed.pid}, log {managed.log_path})")
+        # Named before it runs: waiting for a model to load can take minutes, and the last line shown
+        # must say what kvdoctor is waiting for, not what it finished.
+        notify(f"{step.role}: waiting until GET {step.url}{step.health_path} answers")
         supervisor.wait_healthy(managed, step.url + step.health_path, deadline.at)
         notify(f"{step.role}: healthy at {step.url}")
     sampling = client.Sampling(max_new_tokens=s.max_new_tokens, stop=gsm8k.STOP, model=prepared.served_model, api=s.api)
@@ -361,6 +364,7 @@ def _evaluate(
             )
 
     # One real request first: a router that answers /health may still not route.
+    notify("router: sending the first request through it")
     smoke = send([SMOKE_PROMPT], "the first request through the router")[0]
     if smoke.error is not None:
         raise DeploymentError(f"the router at {launch.router_url} cannot serve: {smoke.error}")

@@ -61,10 +61,14 @@ class EngineRef:
 _ARGV: list[str] | None = None
 
 
-def record_argv(argv: Sequence[str]) -> None:
-    """Remember the arguments the console entry point received (``kvdoctor.cli.app.main``)."""
+def record_argv(argv: Sequence[str] | None) -> None:
+    """Remember the arguments the console entry point received (``kvdoctor.cli.app.main``); None forgets.
+
+    The entry point forgets them when its command returns, so a later in-process invocation (a test
+    driving the Typer app) never reports a previous run's command line as its own.
+    """
     global _ARGV
-    _ARGV = [str(a) for a in argv]
+    _ARGV = None if argv is None else [str(a) for a in argv]
 
 
 def command_line(fallback: Sequence[str] = ()) -> list[str]:

@@ -20,6 +20,9 @@ def plain(text: object) -> str:
     return "\n".join(printable(line) for line in str(text).replace("\r\n", "\n").split("\n"))
 
 
-def markup(text: object) -> str:
-    """``plain`` text with rich markup escaped, for a cell printed with markup on."""
-    return escape(plain(text))
+def markup(text: object, *, one_line: bool = False) -> str:
+    """Outside TEXT as literal text for rich with markup on: escape sequences and control characters
+    gone, then rich markup escaped. This is kvdoctor's one escape function (``kvdoctor.cli.text.safe``
+    is it with ONE_LINE). ONE_LINE: line breaks become spaces too, so a value cannot split a table row
+    or forge a verdict line; otherwise each line is kept (a launch plan, a log tail)."""
+    return escape(printable(text) if one_line else plain(text))

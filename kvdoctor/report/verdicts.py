@@ -20,69 +20,100 @@ def _hazard_status(severity: str, gated: bool) -> str:
     return junit.FAILED if severity == "error" and gated else junit.PASSED
 
 
-def inspect_cases(report: Mapping[str, Any], *, gated: bool = True) -> list[junit.Case]:
-    """One case per hazard found, plus the error-hazard verdict as its own case; errors fail only when
-    GATED (``--strict``), otherwise each case carries the hazard as its output."""
+def _not_gated_note(severity: str, gated: bool) -> str:
+    if severity == "error" and not gated:
+        return " (error hazard not gated: pass --strict to fail on it)"
+    if severity == "warning":
+        return " (warning: reported, never gated)"
+    return ""
+
+
+def inspect_cases(report: Any, *, gated: bool = True) -> list[junit.Case]:
+    """One case per hazard of ``inspect``'s typed result (any of its modes), plus the error-hazard
+    verdict as its own case; errors fail only when GATED (``--strict``), otherwise each case carries
+    the hazard, marked as not gated, as its output."""
     cases = []
-    for h in report["hazards"]:
-        status = _hazard_status(h["severity"], gated)
-        note = "" if gated or h["severity"] != "error" else " (error hazard not gated: pass --strict to fail on it)"
+    for h in report.hazards:
+        status = _hazard_status(h.severity, gated)
         cases.append(
             junit.Case(
-                h["code"],
+                h.code,
                 status,
-                message=h["message"] if status == junit.FAILED else "",
-                details=f"{h['severity']}: {h['message']}{note}",
+                message=h.message if status == junit.FAILED else "",
+                details=f"{h.severity}: {h.message}{_not_gated_note(h.severity, gated)}",
             )
         )
-    errors = [h["code"] for h in report["hazards"] if h["severity"] == "error"]
+    errors = [h.code for h in report.hazards if h.severity == "error"]
+    note = " (not gated: pass --strict to fail on them)" if errors and not gated else ""
     cases.append(
         junit.Case(
             "no-error-hazards",
             junit.FAILED if errors and gated else junit.PASSED,
-            message=", ".join(errors),
-            details=", ".join(errors),
+            message=", ".join(errors) if errors and gated else "",
+            details=", ".join(errors) + note,
         )
     )
     return cases
 
 
-def inspect_rows(report: Mapping[str, Any], *, gated: bool = True) -> list[github.Row]:
+def inspect_rows(report: Any, *, gated: bool = True) -> list[github.Row]:
+    """Step-summary rows for ``inspect``'s typed result: the model's facts, then one row per hazard
+    (an ungated error or a warning is a passing row whose value says so)."""
+    from kvdoctor.core.inspect_result import InspectReport
+    from kvdoctor.core.vllm.analysis import VllmReport
+
     rows = []
-    if "retraction_backup" in report:  # absent when kvdoctor refused the model and only SGLang answered
-        backup = report["retraction_backup"]
+    if isinstance(report, InspectReport):  # not when kvdoctor refused the model and only SGLang answered
+        backup = report.retraction_backup
+        applies = "yes" if backup.applies else "no"
         rows += [
-            github.Row("family", report["model"]["family"], "", junit.PASSED),
-            github.Row("retraction backup", f"{backup['backend']} (applies: {backup['applies']})", "", junit.PASSED),
-            github.Row("PD state types", ", ".join(report["pd_state_types"]) or "-", "", junit.PASSED),
+            github.Row("family", report.model.family, "", junit.PASSED),
+            github.Row("retraction backup", f"{backup.backend} (applies: {applies})", "", junit.PASSED),
+            github.Row("PD state types", ", ".join(report.pd_state_types) or "–", "", junit.PASSED),
         ]
-    rows += [
-        github.Row(h["code"], h["severity"], "no error", _hazard_status(h["severity"], gated))
-        for h in report["hazards"]
-    ]
+    elif isinstance(report, VllmReport):
+        hma = report.hybrid_kv_cache_manager
+        rows += [
+            github.Row("family", report.model.family, "", junit.PASSED),
+            github.Row("hybrid KV cache manager", "on" if hma.enabled else "off", "", junit.PASSED),
+            github.Row("preemption", f"{report.preemption.mode}, no backup", "", junit.PASSED),
+        ]
+    for h in report.hazards:
+        status = _hazard_status(h.severity, gated)
+        value = h.severity
+        if status == junit.PASSED and h.severity in ("error", "warning"):
+            value += " (not gated)" if h.severity == "error" else " (reported, not gated)"
+        rows.append(github.Row(h.code, value, "no error", status))
     return rows
 
 
-def roundtrip_cases(report: Mapping[str, Any]) -> list[junit.Case]:
-    """One case per component (and the padding slot, and the resident requests)."""
+def roundtrip_cases(result: Any) -> list[junit.Case]:
+    """One case per row of ``roundtrip``'s typed result (``kvdoctor.state.run.RoundtripResult``): every
+    component, the padding slot, the free slots, the residents, slot reuse. A case fails exactly when
+    its row does, and the command exits 1 exactly when a row fails, so JUnit and the exit code agree.
+    Launch-line errors SGLang would refuse are reported, not gated: a passing case each, saying so."""
     cases = []
-    for row in report["components"]:
+    for row in result.components:
         message = ""
-        if not row["ok"]:
-            message = f"{row['mismatched_bytes']} bytes differ; copies out/in {row['copies_out']}/{row['copies_in']}"
-        cases.append(junit.Case(row["name"], junit.PASSED if row["ok"] else junit.FAILED, message=message))
+        if not row.ok:
+            message = f"{row.mismatched_bytes} bytes differ; copies out/in {row.copies_out}/{row.copies_in}"
+        cases.append(junit.Case(row.name, junit.PASSED if row.ok else junit.FAILED, message=message))
+    for h in result.hazards:
+        note = " (not gated: SGLang would refuse this launch line; the round trip tests the copy path only)"
+        cases.append(junit.Case(h.code, junit.PASSED, details=f"{h.severity}: {h.message}{note}"))
     return cases
 
 
-def roundtrip_rows(report: Mapping[str, Any]) -> list[github.Row]:
+def roundtrip_rows(result: Any) -> list[github.Row]:
+    """Step-summary rows for ``roundtrip``'s typed result, one per component row, same verdicts as JUnit."""
     return [
         github.Row(
-            row["name"],
-            f"{row['mismatched_bytes']} of {row['bytes']} bytes differ",
+            row.name,
+            f"{row.mismatched_bytes:,} of {row.bytes:,} bytes differ",
             "0, one copy each way",
-            junit.PASSED if row["ok"] else junit.FAILED,
+            junit.PASSED if row.ok else junit.FAILED,
         )
-        for row in report["components"]
+        for row in result.components
     ]
 
 

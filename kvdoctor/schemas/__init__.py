@@ -34,7 +34,11 @@ def _load(name: str) -> dict[str, Any]:
 
 
 def schema(kind: ReportKind) -> dict[str, Any]:
-    """KIND's full schema: its own keys (``<kind>.json``) and the shared header, as one document."""
+    """KIND's full schema: its own keys (``<kind>.json``) and the shared header, as one document.
+
+    KIND may be given as its value (``"pd-eval"``): an unknown one raises ValueError, never a KeyError or
+    a missing file deep in importlib.resources."""
+    kind = ReportKind(kind)
     body = _load(f"{kind.value}.json")
     head = _load("header.json")
     head.pop("$comment", None)

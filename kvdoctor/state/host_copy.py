@@ -100,7 +100,8 @@ class HostArena:
 
 
 class Mover:
-    """Moves plane rows between the device pools and host memory, one bounded chunk at a time."""
+    """Moves plane rows between the device pools and host memory, one bounded chunk at a time (SGLang's
+    offload chunk, ``rules.CPU_OFFLOAD_CHUNK_SOURCE``)."""
 
     def __init__(self, device: torch.device, chunk: int = rules.CPU_OFFLOAD_CHUNK) -> None:
         self.device = device

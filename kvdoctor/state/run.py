@@ -9,9 +9,10 @@ pages and the copy engine's gather/scatter path is exercised, not only whole con
 
 from __future__ import annotations
 
+import math
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields
 
 import pandas as pd
 import torch
@@ -20,6 +21,7 @@ from kvdoctor._exceptions import InputError
 from kvdoctor.core import rules
 from kvdoctor.core.analysis import Analysis
 from kvdoctor.core.policy import backup_carries
+from kvdoctor.report.envelope import EngineRef
 from kvdoctor.state import diff as diff_mod
 from kvdoctor.state.budget import check_budget, retracted_for
 from kvdoctor.state.faults import Fault, get_fault
@@ -41,8 +43,29 @@ from kvdoctor.state.pools import (
 )
 from kvdoctor.state.retraction import RetractionProtocol, Session, default_protocol
 
-Progress = Callable[[str, int, int], None]  # (what is running, steps done, steps in all)
+Progress = Callable[[str, int, int], None]  # (what is running now, steps finished, steps in all)
 INTRUDER_BASE = 1_000_000
+
+
+class Steps:
+    """Reports each step as it STARTS, so a progress bar names what is running, not what just ended.
+
+    ``start(what)`` reports (WHAT, steps finished, TOTAL); ``finish()`` reports every step finished.
+    TOTAL must be the number of ``start`` calls the run makes.
+    """
+
+    def __init__(self, report: Progress, total: int) -> None:
+        self.report, self.total, self.done, self._running = report, total, 0, False
+
+    def start(self, what: str) -> None:
+        if self._running:
+            self.done += 1
+        self._running = True
+        self.report(what, self.done, self.total)
+
+    def finish(self) -> None:
+        self.done = self.total
+        self.report("done", self.total, self.total)
 
 
 @dataclass(frozen=True)
@@ -57,50 +80,178 @@ class RoundtripOptions:
     chunk: int = rules.CPU_OFFLOAD_CHUNK
 
 
-@dataclass
+@dataclass(frozen=True)
+class ComponentRow:
+    """One row of the verdict: a state component of the retracted requests, or one of the checks
+    beside them (``padding_slot``, ``free_slots``, ``resident_requests``, ``slot_reuse``,
+    ``backup_aliasing``). The ``first_*`` fields locate the first differing byte (None when none)."""
+
+    name: str
+    bytes: int  # bytes compared
+    mismatched_bytes: int
+    equal: bool  # every compared byte agrees
+    copies_out: int  # most copies out (device -> host) of this component for one request
+    copies_in: int
+    bytes_out: int  # bytes the copy ledger saw move out, all requests
+    bytes_in: int
+    ledger_ok: bool  # exactly one copy each way per request, of exactly the compared bytes
+    first_request: int | None
+    first_plane: str | None
+    first_layer: int | None
+    first_position: int | None
+    first_slot: int | None
+    ok: bool  # equal and ledger_ok: this row passes
+
+    @classmethod
+    def of(cls, record: Mapping[str, object]) -> ComponentRow:
+        """A row of ``diff.diff``'s frame (numpy scalars, ``pd.NA``) as plain Python values."""
+        kinds = {f.name: f.type for f in fields(cls)}
+        values = {name: _plain(record[name], str(kind)) for name, kind in kinds.items()}
+        return cls(**values)  # type: ignore[arg-type]
+
+
+def _plain(value: object, kind: str) -> object:
+    if value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value)):
+        return None
+    if kind.startswith("bool"):
+        return bool(value)
+    if kind.startswith("int"):
+        return int(value)  # type: ignore[call-overload]
+    return str(value)
+
+
+def component_rows(frame: pd.DataFrame) -> list[ComponentRow]:
+    """The diff's frame as typed rows, in its order."""
+    return [ComponentRow.of(record) for record in frame.to_dict("records")]
+
+
+@dataclass(frozen=True)
+class HazardRow:
+    """A launch-line error SGLang itself would refuse (the round trip still tests the pool's copy)."""
+
+    severity: str
+    code: str
+    message: str
+
+
+@dataclass(frozen=True)
+class ModelUsed:
+    """What a run on kvdoctor's own model of SGLang's pools used (the ``used`` key of its report)."""
+
+    model: str
+    kv_pool: str
+    token_index_space: str
+    cpu_copy_carries_mamba: bool
+    caller_backs_up_mamba: bool
+    requests: int
+    retracted: int
+    max_tokens: int
+    page_size: int
+    seed: int
+    reductions: str  # prose, as printed (kept: users parse it); ``reduction_limits`` is the same, structured
+    full_layers: int
+    swa_layers: int
+    recurrent_layers: int
+    kv_heads: int
+    sliding_window: int | None
+    scale_layout: str | None
+    chunk: int
+    pool_bytes: int
+    restored_into_new_slots: bool
+    max_slot_runs: int
+    reduction_limits: Reductions  # {layers, heads}: at most this many per sub-pool; null keeps the model's
+
+
+@dataclass(frozen=True)
+class EngineUsed:
+    """What a run on the installed SGLang used: its classes, what kvdoctor supplied, every stub."""
+
+    model: str
+    engine: str
+    sglang_version: str
+    kv_pool: str
+    pool_classes: dict[str, str]
+    cpu_copy_carries_mamba: bool
+    requests: int
+    retracted: int
+    max_tokens: int
+    page_size: int
+    seed: int
+    backend_source: str
+    data: str
+    stubs: list[str]
+    notes: list[str]
+    pool_tokens: int
+    request_rows: int
+    emulate_d2h: bool
+    admission: str
+
+
+@dataclass(frozen=True)
 class RoundtripResult:
-    """The verdict, the per-component table, and what the run used."""
+    """The verdict, the per-component rows, and what the run used: what ``--json`` prints (after the
+    report header), what the tables, the JUnit file and the step summary are rendered from.
+
+    Build it with :meth:`of`, which derives ``ok``, ``failing`` and ``inject_matched`` from the rows,
+    so they cannot disagree with them.
+    """
 
     ok: bool
     device: str
     kv_cache_dtype: str
     backend: str
     injected: str | None
-    components: pd.DataFrame
-    used: dict[str, object]
-    expected_red: list[str] = field(default_factory=list)
-    hazards: list[dict[str, str]] = field(default_factory=list)  # the analysis's error hazards
-    elapsed_s: float = 0.0
-    engine: dict[str, str | None] | None = None  # {name, version, path} when an installed server answered
+    failing: list[str]
+    expected_red: list[str]
+    inject_matched: bool | None  # did the injected fault turn exactly its own rows red (None: nothing injected)
+    hazards: list[HazardRow]
+    components: list[ComponentRow]
+    used: ModelUsed | EngineUsed
+    elapsed_s: float
+    engine: EngineRef | None = None  # None: kvdoctor's own model; else the installed server that ran
+    rules_revision: str | None = None  # the rules kvdoctor's model restates; None when SGLang's own code ran
+
+    @classmethod
+    def of(
+        cls,
+        *,
+        device: str,
+        kv_cache_dtype: str,
+        backend: str,
+        injected: str | None,
+        components: list[ComponentRow],
+        used: ModelUsed | EngineUsed,
+        expected_red: list[str],
+        hazards: list[HazardRow],
+        elapsed_s: float,
+        engine: EngineRef | None = None,
+        rules_revision: str | None = None,
+    ) -> RoundtripResult:
+        failing = [row.name for row in components if not row.ok]
+        return cls(
+            ok=not failing,
+            device=device,
+            kv_cache_dtype=kv_cache_dtype,
+            backend=backend,
+            injected=injected,
+            failing=failing,
+            expected_red=expected_red,
+            inject_matched=None if injected is None else set(failing) == set(expected_red),
+            hazards=hazards,
+            components=components,
+            used=used,
+            elapsed_s=round(elapsed_s, 3),
+            engine=engine,
+            rules_revision=rules_revision,
+        )
 
     @property
-    def failing(self) -> list[str]:
-        return diff_mod.failing(self.components)
+    def exit_code(self) -> int:
+        """0 when every row passes, 1 when anything differs."""
+        return 0 if self.ok else 1
 
-    @property
-    def inject_matched(self) -> bool | None:
-        """Did the injected fault turn exactly its own components red (None when nothing injected)?"""
-        if self.injected is None:
-            return None
-        return set(self.failing) == set(self.expected_red)
-
-    def to_json(self) -> dict[str, object]:
-        rows = self.components.astype(object).where(self.components.notna(), None).to_dict("records")
-        return {
-            "ok": self.ok,
-            "device": self.device,
-            "kv_cache_dtype": self.kv_cache_dtype,
-            "backend": self.backend,
-            "injected": self.injected,
-            "failing": self.failing,
-            "expected_red": self.expected_red,
-            "inject_matched": self.inject_matched,
-            "hazards": self.hazards,
-            "components": rows,
-            "used": self.used,
-            "elapsed_s": round(self.elapsed_s, 3),
-            "engine": self.engine or {"name": "kvdoctor", "version": None, "path": None},
-        }
+    def row(self, name: str) -> ComponentRow:
+        return next(r for r in self.components if r.name == name)
 
 
 def resolve_device(name: str) -> torch.device:
@@ -165,13 +316,9 @@ def admit_intruders(run: _Run, seqlens: dict[int, int], retracted: list[int]) ->
     run.admit_and_fill({INTRUDER_BASE + rid: seqlens[rid] for rid in retracted})
 
 
-def error_hazards(analysis: Analysis) -> list[dict[str, str]]:
+def error_hazards(analysis: Analysis) -> list[HazardRow]:
     """Launch-line errors SGLang itself would refuse; the round trip still tests the pool's copy."""
-    return [
-        {"severity": h.severity, "code": h.code, "message": h.message}
-        for h in analysis.hazards
-        if h.severity == "error"
-    ]
+    return [HazardRow(h.severity, h.code, h.message) for h in analysis.hazards if h.severity == "error"]
 
 
 def check_run(analysis: Analysis, options: RoundtripOptions) -> tuple[torch.device, Geometry, PoolSizes]:
@@ -203,14 +350,9 @@ def run_roundtrip(analysis: Analysis, options: RoundtripOptions, progress: Progr
     low = max(2, tokens // 2)
     seqlens = {rid: int(torch.randint(low, tokens + 1, (1,), generator=gen)) for rid in range(n)}
     retracted = sorted(int(i) for i in torch.randperm(n, generator=gen)[:retract_count])
-    total = 6 + 2 * retract_count
-    done = 0
+    steps = Steps(report, 4 + 2 * retract_count)
 
-    def step(what: str) -> None:
-        nonlocal done
-        done += 1
-        report(what, done, total)
-
+    steps.start("allocate pools")
     pools = build_pools(analysis, geo, sizing, device, scatter=gen)
     if fault is not None:
         fault.check(pools, analysis.config.source)
@@ -222,30 +364,30 @@ def run_roundtrip(analysis: Analysis, options: RoundtripOptions, progress: Progr
     session = Session(pools, Mover(device, options.chunk), ledger, frozenset(carries))
     run = _Run(analysis, options, pools, protocol, gen, session)
     run.session.on_visible = run.on_visible
-    step("allocate pools")
 
+    steps.start("fill requests")
     background_states = fill_background(pools, gen)
     padding_before = diff_mod.capture_padding(pools)
     run.admit_and_fill(seqlens)
-    step("fill requests")
 
     backups = {}
     for rid in retracted:
+        steps.start(f"offload request {rid}")
         req = run.live.pop(rid)
         backups[rid] = protocol.backend.offload(protocol, run.session, req)
         release(pools, req)
-        step(f"offload request {rid}")
 
+    steps.start("intruders reuse the freed slots")
     admit_intruders(run, seqlens, retracted)
-    step("intruders reuse the freed slots")
 
     for rid in retracted:
+        steps.start(f"restore request {rid}")
         req = admit(pools, rid, seqlens[rid])
         run.live[rid] = req
         protocol.backend.restore(protocol, run.session, req, backups.pop(rid))
-        step(f"restore request {rid}")
     run.session.mover.arena.reset()  # every backup is restored: its host memory may be reused
 
+    steps.start("diff every component")
     after = {rid: diff_mod.capture_request(pools, req) for rid, req in run.live.items()}
     obs = diff_mod.Observations(
         before=run.before,
@@ -261,26 +403,21 @@ def run_roundtrip(analysis: Analysis, options: RoundtripOptions, progress: Progr
             pools, [*run.before.values(), *run.at_visible.values(), *after.values()], background_states
         ),
     )
-    frame = diff_mod.diff(obs, ledger)
-    step("diff")
-    present = set(frame["name"])
-    result = RoundtripResult(
-        ok=bool(frame["ok"].all()),
+    rows = component_rows(diff_mod.diff(obs, ledger))
+    present = {row.name for row in rows}
+    result = RoundtripResult.of(
         device=str(device),
         kv_cache_dtype=analysis.spec.kv_dtype.flag,
         backend=protocol.backend.name,
         injected=options.inject,
-        components=frame,
-        used={
-            **_used(analysis, options, sizing, pools, geo, protocol),
-            "restored_into_new_slots": diff_mod.reused_slot(obs) is None,
-            "max_slot_runs": _max_slot_runs(after),
-        },
+        components=rows,
+        used=_used(analysis, options, sizing, pools, geo, protocol, obs, after),
         expected_red=sorted(fault.expected(present)) if fault else [],
         hazards=error_hazards(analysis),
         elapsed_s=time.perf_counter() - started,
+        rules_revision=analysis.rules_revision,
     )
-    step("done")
+    steps.finish()
     return result
 
 
@@ -322,29 +459,34 @@ def _used(
     pools: Pools,
     geo: Geometry,
     protocol: RetractionProtocol,
-) -> dict[str, object]:
+    obs: diff_mod.Observations,
+    after: dict[int, dict[str, diff_mod.Capture]],
+) -> ModelUsed:
     scale_layout = None
     for sub in pools.sub_pools:
         for layout in sub.scale_layouts.values():
             scale_layout = "page-interleaved (FA4, page 128)" if layout.interleaved else "flat per slot"
-    return {
-        "model": analysis.config.source,
-        "kv_pool": analysis.layout.kv_pool,
-        "token_index_space": _token_index_space(pools),
-        "cpu_copy_carries_mamba": protocol.mamba.claimed,
-        "caller_backs_up_mamba": analysis.layout.caller_backs_up_mamba,
-        "requests": opts.requests,
-        "retracted": sizing.retracted,
-        "max_tokens": opts.tokens,
-        "page_size": sizing.page_size,
-        "seed": opts.seed,
-        "reductions": opts.reductions.describe(),
-        "full_layers": geo.full.layers if geo.full else 0,
-        "swa_layers": geo.swa.layers if geo.swa else 0,
-        "recurrent_layers": geo.recurrent.layers if geo.recurrent else 0,
-        "kv_heads": geo.full.kv_heads if geo.full else (geo.swa.kv_heads if geo.swa else 0),
-        "sliding_window": geo.window,
-        "scale_layout": scale_layout,
-        "chunk": opts.chunk,
-        "pool_bytes": pool_bytes(pools),
-    }
+    return ModelUsed(
+        model=analysis.config.source,
+        kv_pool=analysis.layout.kv_pool,
+        token_index_space=_token_index_space(pools),
+        cpu_copy_carries_mamba=protocol.mamba.claimed,
+        caller_backs_up_mamba=analysis.layout.caller_backs_up_mamba,
+        requests=opts.requests,
+        retracted=sizing.retracted,
+        max_tokens=opts.tokens,
+        page_size=sizing.page_size,
+        seed=opts.seed,
+        reductions=opts.reductions.describe(),
+        full_layers=geo.full.layers if geo.full else 0,
+        swa_layers=geo.swa.layers if geo.swa else 0,
+        recurrent_layers=geo.recurrent.layers if geo.recurrent else 0,
+        kv_heads=geo.full.kv_heads if geo.full else (geo.swa.kv_heads if geo.swa else 0),
+        sliding_window=geo.window,
+        scale_layout=scale_layout,
+        chunk=opts.chunk,
+        pool_bytes=pool_bytes(pools),
+        restored_into_new_slots=diff_mod.reused_slot(obs) is None,
+        max_slot_runs=_max_slot_runs(after),
+        reduction_limits=opts.reductions,
+    )

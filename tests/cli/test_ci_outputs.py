@@ -8,6 +8,8 @@ import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+import pytest
+
 INKLING = ["inkling-small", "--kv-cache-dtype", "mxfp8", "--disaggregation-mode", "decode", "--page-size", "128"]
 
 
@@ -51,6 +53,21 @@ def test_inspect_without_strict_exits_0_and_its_reports_say_passed_naming_the_ha
     assert "KVD001-SSM-ON-HOST-POOL" in cases and "not gated" in junit.read_text()
     text = summary.read_text()
     assert "**passed**" in text and "KVD001-SSM-ON-HOST-POOL" in text
+    assert "| KVD001-SSM-ON-HOST-POOL | error (not gated) |" in text  # a warning, reported as such
+
+
+@pytest.mark.parametrize("strict", [False, True], ids=["lenient", "strict"])
+def test_vllm_inspect_junit_and_summary_agree_with_its_exit_code(tmp_path: Path, strict: bool) -> None:
+    """The vLLM mode used to write a failed summary while exiting 0: its reports follow the exit code too."""
+    junit, summary = tmp_path / "vllm.xml", tmp_path / "summary.md"
+    lmcache = '{"kv_connector":"LMCacheConnectorV1","kv_role":"kv_both"}'
+    args = ["qwen3-next-80b-a3b", "--server", "vllm", "--kv-transfer-config", lmcache, "--junit", str(junit)]
+    out = kvdoctor("inspect", *args, *(["--strict"] if strict else []), summary=summary)
+    assert out.returncode == (1 if strict else 0), out.stderr
+    cases = _cases(junit)
+    assert "error: " in junit.read_text()  # this launch has an error hazard: vLLM refuses to group the hybrid model
+    assert any(cases.values()) is strict
+    assert ("**failed**" if strict else "**passed**") in summary.read_text()
 
 
 def test_clean_inspect_has_a_passing_strict_case_and_no_summary_without_the_variable(tmp_path: Path) -> None:

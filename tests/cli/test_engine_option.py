@@ -58,3 +58,33 @@ def test_version_prints_the_installed_version() -> None:
     out = runner.invoke(app, ["--version"])
     assert out.exit_code == 0
     assert out.output.strip() == f"kvdoctor {version('kvdoctor')}"
+
+
+def test_sglangs_answers_render_literally_and_whole_at_80_columns() -> None:
+    """Outside text (SGLang's messages, stubs, values) is data, never markup, and is never cut with "…"."""
+    import io
+
+    from rich.console import Console
+
+    from kvdoctor.cli.render_engine import render_beside
+    from kvdoctor.core.inspect_result import EngineFacts, FieldDrift, LiveRefusal, SglangAnswers
+
+    answers = SglangAnswers(
+        engine=EngineFacts("sglang", "0.5.23", None),
+        stubs=("platform [/oops] [bold]facts[/bold]",),
+        refusal=LiveRefusal("tree cache", "Host-pool retraction does not support Mamba models. (registry.py:156)"),
+        fields={"kv_pool": ["SWAKVPoolWithAVeryLongClassNameIndeed", "KVCache"], "hicache_ratio": None},
+        skipped={"hicache_ratio": "kvdoctor has no pool size for this launch (pass --max-total-tokens)"},
+        kvdoctor={"kv_pool": "SWAKVPool", "hicache_ratio": 2.0},
+        kvdoctor_refusal=None,
+        drift=(FieldDrift("kv_pool", "SWAKVPool", "SWAKVPoolWithAVeryLongClassNameIndeed"),),
+    )
+    buffer = io.StringIO()
+    render_beside(answers, Console(file=buffer, width=80, no_color=True, emoji=False, force_terminal=False))
+    text = buffer.getvalue()
+    assert "platform [/oops] [bold]facts[/bold]" in text
+    assert "…" not in text and max(len(line) for line in text.splitlines()) <= 80
+    assert "SGLang 0.5.23 (live, –)" in text  # no "None" where a path is unknown
+    assert "None" not in text and "│ not asked: kvdoctor" in text
+    drift = "KVD015-RULES-DRIFT kv_pool: kvdoctor SWAKVPool, SGLang SWAKVPoolWithAVeryLongClassNameIndeed"
+    assert drift in " ".join(text.split())

@@ -22,8 +22,9 @@ def invoke(*args: str):
     return runner.invoke(app, list(args), env={"COLUMNS": "200"})
 
 
-def test_readme_main_job_command_passes_and_prints_its_table() -> None:
-    env = {**os.environ, "COLUMNS": "200"}
+def test_readme_main_job_command_passes_and_prints_its_table_readable_at_80_columns() -> None:
+    """The default run, piped at 80 columns without colour: every name whole, nothing cut, a verdict last."""
+    env = {**os.environ, "COLUMNS": "80", "NO_COLOR": "1"}
     out = subprocess.run(
         [sys.executable, "-m", "kvdoctor", "roundtrip", *INKLING, "--device", "cpu"],
         capture_output=True,
@@ -37,6 +38,13 @@ def test_readme_main_job_command_passes_and_prints_its_table() -> None:
         assert name in out.stdout
     assert "Round trip OK" in out.stdout
     assert "8 requests (4 retracted) up to 256 tokens" in out.stdout
+    lines = out.stdout.splitlines()
+    assert "…" not in out.stdout and "\x1b" not in out.stdout
+    assert max(len(line) for line in lines) <= 80
+    for name in ("full_kv", "full_kv_scales", "swa_kv_scales", "conv_state", "resident_requests", "slot_reuse"):
+        assert any(line.startswith(f"│ {name} ") for line in lines), name  # a table row, its name whole
+    assert lines[-1].startswith("verdict: passed — 9 components equal")
+    assert sum(line.startswith("verdict:") for line in lines) == 1
 
 
 def test_json_has_the_promised_keys() -> None:
@@ -54,7 +62,7 @@ def test_json_has_the_promised_keys() -> None:
 def test_injected_fault_exits_one_and_names_the_component() -> None:
     out = invoke("roundtrip", *INKLING, *SMALL, "--inject", "drop-block-scale")
     assert out.exit_code == 1
-    assert "verdict: red" in out.stdout and "full_kv_scales" in out.stdout
+    assert "verdict: FAILED — differs: full_kv_scales, swa_kv_scales" in " ".join(out.stdout.split())
     report = json.loads(invoke("roundtrip", *INKLING, *SMALL, "--inject", "missing-mamba", "--json").stdout)
     assert report["ok"] is False and report["injected"] == "missing-mamba"
     assert report["failing"] == ["conv_state"]

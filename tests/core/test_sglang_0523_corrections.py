@@ -16,8 +16,8 @@ from kvdoctor.core import rules
 from kvdoctor.core.analysis import Analysis, analyze, analyze_config
 from kvdoctor.core.config import load_config, parse_config
 from kvdoctor.core.flags import parse_flags
+from kvdoctor.core.inspect_result import inspect_report
 from kvdoctor.core.policy import Platform
-from kvdoctor.core.report import inspect_report
 
 DECODE = ("--disaggregation-mode", "decode")
 HOST_POOL = (*DECODE, "--disaggregation-decode-retraction-backup", "host_pool")
@@ -238,7 +238,7 @@ def test_launches_sglang_refuses_are_kvd014_with_its_message_and_place(
     assert rule.message.split("{")[0] in hazard.message and f"sglang/{rule.source.path}:" in hazard.message
     assert a.worst_severity == "error" and a.spec.components  # --strict fails; the analysis is still shown
     report = inspect_report(a, 2048, 8)
-    assert any(r["where"] == rule.source.where for r in report["refusals"])
+    assert any(r.where == rule.source.where for r in report.refusals)
 
 
 def test_launches_sglang_accepts_are_not_refused() -> None:

@@ -124,7 +124,7 @@ def test_nvfp4_block_scales_with_a_connector_are_unverified() -> None:
 def test_preemption_is_recompute_only() -> None:
     a = analyze_vllm("llama-3.1-8b", ["--no-enable-prefix-caching"])
     assert [h.severity for h in a.hazards if h.code == "KVD104-PREEMPTION-RECOMPUTES"] == ["warning"]
-    assert a.to_json()["preemption"]["mode"] == "recompute"
+    assert a.report().preemption.mode == "recompute"
 
 
 def test_hazard_codes_live_in_one_registry_and_do_not_collide() -> None:

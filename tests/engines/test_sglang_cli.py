@@ -9,6 +9,8 @@ import sys
 
 import pytest
 
+from tests.schema_check import assert_valid
+
 pytestmark = pytest.mark.sglang
 
 DONE_WHEN = [
@@ -38,16 +40,20 @@ def test_done_when_command_is_green_and_names_sglang() -> None:
     assert out.returncode == 0, out.stderr
     from importlib.metadata import version
 
-    assert f"engine sglang {version('sglang')}" in out.stdout
+    lines = [line.split() for line in out.stdout.splitlines()]
+    assert ["engine", "sglang", version("sglang"), "from"] == lines[2][:4]  # the key/value block's engine line
     assert "Round trip OK" in out.stdout
-    assert "stub: platform" in out.stdout
+    assert any(line[:1] == ["stub"] and line[1].startswith("platform") for line in lines)
+    assert out.stdout.splitlines()[-1].startswith("verdict: passed — ")
 
 
 def test_fault_exits_1_with_inject_matched_in_json() -> None:
     out = kvdoctor("roundtrip", *DONE_WHEN, "--requests", "4", "--tokens", "64", "--inject", "drop-swa", "--json")
     assert out.returncode == 1, out.stderr
-    report = json.loads(out.stdout)
+    report = assert_valid(out.stdout, "roundtrip")  # the published schema, engine_used branch
+    assert report["verdict"] == "fail" and report["exit_code"] == 1 and report["rules_revision"] is None
     assert report["inject_matched"] is True and report["engine"]["name"] == "sglang"
+    assert report["used"]["engine"] == "sglang" and report["used"]["pool_classes"]["kv_pool"]
     assert set(report["failing"]) == {"swa_kv", "swa_kv_scales"}
 
 

@@ -19,9 +19,9 @@ def test_drift_matrix_shows_no_unexplained_disagreement() -> None:
     from kvdoctor.engines.sglang.drift import run_drift
 
     report = run_drift()
-    seen = {(c.model, c.case, d["field"]) for c in report.cases for d in c.drifts}
+    seen = {(c.model, c.case, d.field) for c in report.results for d in c.drift}
     unexplained = {
-        k: next(d for c in report.cases for d in c.drifts if (c.model, c.case, d["field"]) == k)
+        k: next(d for c in report.results for d in c.drift if (c.model, c.case, d.field) == k)
         for k in seen - set(ALLOWED)
     }
     assert not unexplained, unexplained

@@ -75,17 +75,23 @@ def test_a_wrong_rule_is_reported_as_drift() -> None:
 def test_inspect_engine_sglang_json_carries_engine_and_comparison() -> None:
     out = kvdoctor("inspect", *INKLING, "--engine", "sglang", "--json")
     assert out.returncode == 0, out.stderr
-    report = json.loads(out.stdout)
-    assert report["engine"]["name"] == "sglang"
+    from tests.schema_check import assert_valid
+
+    report = assert_valid(out.stdout, "inspect")  # the published schema holds for SGLang's real answers
+    assert report["engine"]["name"] == "sglang" and report["engine"] == report["sglang"]["engine"]
     assert set(report["sglang"]) >= {"fields", "kvdoctor", "drift", "stubs", "refusal"}
     drift_hazards = [h for h in report["hazards"] if h["code"] == "KVD015-RULES-DRIFT"]
     assert len(drift_hazards) == len(report["sglang"]["drift"])
+    assert report["verdict"] in ("pass", "warn") and report["exit_code"] == 0
 
 
 def test_inspect_engine_sglang_table_names_the_stubs() -> None:
     out = kvdoctor("inspect", *INKLING, "--engine", "sglang")
     assert out.returncode == 0, out.stderr
     assert "kvdoctor beside SGLang" in out.stdout and "stub: platform" in out.stdout
+    lines = out.stdout.rstrip("\n").splitlines()
+    assert [line for line in lines if line.startswith("verdict:")] == [lines[-1]]  # one verdict line, last
+    assert "drift from sglang" in lines[-1]
 
 
 def test_drift_command_runs_a_slice_of_the_matrix() -> None:

@@ -76,3 +76,18 @@ def test_time_call_counts_samples_after_warmup() -> None:
     calls: list[int] = []
     timing = time_call(lambda: calls.append(1), device=torch.device("cpu"), repeats=3, warmup=2)
     assert len(calls) == 5 and timing.samples == 3 and timing.min_s <= timing.median_s
+
+
+def test_table_at_80_columns_cuts_nothing_and_ends_with_the_verdict() -> None:
+    args = ["bench", "mxfp8", "--size", "64KiB", "--repeats", "1", "--device", "cpu", "--backend", "torch"]
+    result = runner.invoke(app, args, env={"COLUMNS": "80", "NO_COLOR": "1"})
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert "…" not in result.output and max(len(line) for line in lines) <= 80
+    assert "= ref" in result.output and "x cast" in result.output  # every header whole
+    assert lines[-1] == "verdict: passed — every codec's bytes equal the reference"
+
+
+def test_peak_gbps_help_says_what_happens_without_it() -> None:
+    result = runner.invoke(app, ["bench", "mxfp8", "--help"], env={"COLUMNS": "200"})
+    assert "[default: 0]" not in result.output and "spec-table figure" in result.output

@@ -38,6 +38,16 @@ def test_bench_reports_both_clients() -> None:
     assert all(loop["requests"] == 16 for loop in data["loops"])
 
 
+def test_bench_table_reads_whole_at_80_columns() -> None:
+    args = ["bench", "pd-eval", "--data-path", str(GSM8K), "--num-questions", "8", "--parallel", "2", "--repeats", "1"]
+    run = CliRunner().invoke(app, args, env={"COLUMNS": "80", "NO_COLOR": "1"}, catch_exceptions=False)
+    assert run.exit_code == 0, run.output
+    assert "…" not in run.stdout and "\x1b[" not in run.stdout, run.stdout
+    assert all(len(line) <= 80 for line in run.stdout.splitlines()), run.stdout
+    assert [line for line in run.stdout.splitlines() if line.startswith("verdict:")] == [run.stdout.splitlines()[-1]]
+    assert run.stdout.splitlines()[-1].startswith("verdict: passed — sharded pools vs one: ")
+
+
 def wait_for(predicate: Callable[[], bool], timeout_s: float = 60.0) -> None:
     """Poll an observable state with a generous deadline (never a fixed delay)."""
     deadline = time.monotonic() + timeout_s

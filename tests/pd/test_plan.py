@@ -169,10 +169,8 @@ def test_external_servers_start_nothing() -> None:
 @pytest.mark.parametrize(
     "args",
     [
-        ["--preset", "nope"],
         ["--threshold", "1.5"],
         ["--parallel", "0"],
-        ["--api", "chat"],
         ["--tp", "0"],
         ["--num-shots", "5000"],
         ["--prefill-url", "http://x:1"],  # no router

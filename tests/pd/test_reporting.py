@@ -10,7 +10,7 @@ import pytest
 from rich.console import Console
 
 from kvdoctor._exceptions import InputError
-from kvdoctor.pd import gate, reporting
+from kvdoctor.pd import gate, publish, reporting
 from kvdoctor.pd.metrics import RetractionCount
 from kvdoctor.pd.result import PdEvalResult, Score
 from kvdoctor.report.preflight import check_outputs
@@ -56,7 +56,7 @@ def test_gate_failure_annotates_each_failed_gate() -> None:
 def test_finish_returns_the_results_exit_code(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     result = base()
     result.exit_code, result.exit_reason = 3, "server_exited"
-    code = reporting.finish(
+    finished = publish.finish(
         result,
         tmp_path,
         junit_path=tmp_path / "j.xml",
@@ -64,7 +64,7 @@ def test_finish_returns_the_results_exit_code(tmp_path: Path, capsys: pytest.Cap
         console=Console(stderr=True),
         env={"GITHUB_ACTIONS": "true"},
     )
-    assert code == 3
+    assert finished.exit_code == 3 and finished.verdict == "error"
     out, err = capsys.readouterr()
     assert json.loads(out)["exit_reason"] == "server_exited"
     assert json.loads((tmp_path / "result.json").read_text())["exit_code"] == 3
@@ -79,10 +79,10 @@ def test_unwritable_report_is_one_line_and_exit_2(tmp_path: Path, capsys: pytest
     for out_dir, junit_path in ((blocker / "out", None), (tmp_path, blocker / "junit.xml")):
         with pytest.raises(InputError, match="cannot write a report"):
             reporting.write_all(result, out_dir, junit_path=junit_path, env={})
-        code = reporting.finish(
+        finished = publish.finish(
             result, out_dir, junit_path=junit_path, json_out=False, console=Console(file=io.StringIO()), env={}
         )
-        assert code == 2
+        assert finished.exit_code == 2 and finished.verdict == "error"
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and err.startswith("kvdoctor: error: cannot write")
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from kvdoctor.core.analysis import Analysis, analyze
 from kvdoctor.state.pools import Reductions
-from kvdoctor.state.run import RoundtripOptions, RoundtripResult, run_roundtrip
+from kvdoctor.state.run import ComponentRow, RoundtripOptions, RoundtripResult, run_roundtrip
 
 DECODE = ("--disaggregation-mode", "decode")
 
@@ -39,6 +39,5 @@ def roundtrip(
     return run_roundtrip(analysis(model, dtype, *flags), opts)
 
 
-def row(result: RoundtripResult, name: str) -> dict:
-    frame = result.components
-    return frame.loc[frame["name"] == name].iloc[0].to_dict()
+def row(result: RoundtripResult, name: str) -> ComponentRow:
+    return result.row(name)

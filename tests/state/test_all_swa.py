@@ -41,10 +41,10 @@ def _run(model: str, *flags: str, inject: str | None = None, tokens: int = 64) -
 @pytest.mark.parametrize("flags", [("--kv-cache-dtype", "bf16"), ("--kv-cache-dtype", "fp8_e4m3")])
 def test_all_swa_model_round_trips_green(all_swa: str, flags: tuple[str, ...]) -> None:
     result = _run(all_swa, *flags, tokens=200)  # longer than the 128-token window
-    assert result.ok, result.components.to_string()
-    assert result.used["token_index_space"].startswith("swa")
-    assert row(result, "swa_kv")["bytes"] > 0 and row(result, RESIDENT)["bytes"] > 0
-    assert result.used["restored_into_new_slots"] is True
+    assert result.ok, result.failing
+    assert result.used.token_index_space.startswith("swa")
+    assert row(result, "swa_kv").bytes > 0 and row(result, RESIDENT).bytes > 0
+    assert result.used.restored_into_new_slots is True
 
 
 def test_all_swa_model_still_catches_a_dropped_swa_copy(all_swa: str) -> None:

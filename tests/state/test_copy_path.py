@@ -22,15 +22,15 @@ def test_multi_layer_multi_page_chunked_round_trip_is_bit_exact(
 ) -> None:
     layers = 3
     result = roundtrip(*model, requests=4, tokens=tokens, layers=layers, heads=2, chunk=chunk)
-    assert result.ok, result.components.to_string()
-    assert result.used["chunk"] == chunk and chunk * 2 < tokens // 2  # every request spans >2 chunks
-    assert tokens // 2 > 2 * result.used["page_size"]  # every request spans >2 pages
-    assert result.used["max_slot_runs"] > 1  # slots are scattered, not one contiguous run
+    assert result.ok, result.failing
+    assert result.used.chunk == chunk and chunk * 2 < tokens // 2  # every request spans >2 chunks
+    assert tokens // 2 > 2 * result.used.page_size  # every request spans >2 pages
+    assert result.used.max_slot_runs > 1  # slots are scattered, not one contiguous run
     one_layer = roundtrip(*model, requests=4, tokens=tokens, layers=1, heads=2, chunk=chunk)
-    for name in set(result.components["name"]) - {PADDING, FREE, RESIDENT, SLOT_REUSE}:
+    for name in {r.name for r in result.components} - {PADDING, FREE, RESIDENT, SLOT_REUSE}:
         r = row(result, name)
-        assert (r["copies_out"], r["copies_in"]) == (1, 1), name
+        assert (r.copies_out, r.copies_in) == (1, 1), name
         if name.endswith("_kv") or name.endswith("_scales"):  # every layer's bytes are compared
-            assert r["bytes"] == layers * row(one_layer, name)["bytes"], name
+            assert r.bytes == layers * row(one_layer, name).bytes, name
     red = roundtrip(*model, requests=4, tokens=tokens, layers=layers, heads=2, chunk=chunk, inject=fault)
     assert not red.ok and red.inject_matched

@@ -40,7 +40,7 @@ MODELS = [
 def test_round_trip_on_cuda_is_bit_exact(model: tuple[str, ...]) -> None:
     result = _cuda(*model)
     assert result.device.startswith("cuda")
-    assert result.ok, result.components.to_string()
+    assert result.ok, result.failing
 
 
 def test_small_chunks_on_cuda() -> None:

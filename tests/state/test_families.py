@@ -20,14 +20,14 @@ DTYPES = [("auto", ()), ("bf16", ()), ("fp8_e4m3", ()), ("fp8_e5m2", ()), ("mxfp
 @pytest.mark.parametrize("model", FIXTURES)
 def test_fixture_round_trips_bit_exact(model: str, dtype: str, flags: tuple[str, ...]) -> None:
     result = roundtrip(model, dtype, *flags)
-    assert result.ok, result.components.to_string()
-    names = set(result.components["name"])
+    assert result.ok, result.failing
+    names = {r.name for r in result.components}
     assert {PADDING, FREE, RESIDENT, SLOT_REUSE} <= names
-    assert result.used["restored_into_new_slots"] is True
+    assert result.used.restored_into_new_slots is True
     for name in names - {PADDING, FREE, RESIDENT, SLOT_REUSE}:
         r = row(result, name)
-        assert r["bytes"] > 0 and r["mismatched_bytes"] == 0
-        assert (r["copies_out"], r["copies_in"]) == (1, 1), name
+        assert r.bytes > 0 and r.mismatched_bytes == 0
+        assert (r.copies_out, r.copies_in) == (1, 1), name
 
 
 @pytest.mark.parametrize("model", ["inkling-small", "qwen3-next-80b-a3b", "gpt-oss-20b"])
@@ -36,14 +36,14 @@ def test_flat_mxfp8_scales_round_trip_on_cpu_tensor(model: str) -> None:
     result = roundtrip(
         model, "mxfp8", "--disaggregation-decode-retraction-backup", "cpu_tensor", "--attention-backend", "triton"
     )
-    assert result.ok, result.components.to_string()
-    assert result.used["scale_layout"] == "flat per slot"
-    assert row(result, "full_kv_scales")["bytes"] > 0
+    assert result.ok, result.failing
+    assert result.used.scale_layout == "flat per slot"
+    assert row(result, "full_kv_scales").bytes > 0
 
 
 def test_every_component_of_the_spec_is_diffed() -> None:
     result = roundtrip("inkling-small", "mxfp8", "--page-size", "128")
-    assert list(result.components["name"]) == [
+    assert [r.name for r in result.components] == [
         "full_kv",
         "full_kv_scales",
         "swa_kv",
@@ -54,8 +54,8 @@ def test_every_component_of_the_spec_is_diffed() -> None:
         RESIDENT,
         SLOT_REUSE,
     ]
-    assert row(result, FREE)["bytes"] > 0
-    assert result.used["scale_layout"].startswith("page-interleaved")
+    assert row(result, FREE).bytes > 0
+    assert result.used.scale_layout.startswith("page-interleaved")
 
 
 @pytest.mark.parametrize("model", sorted(UNMODELLED))

@@ -30,8 +30,8 @@ def test_baseline_is_green() -> None:
 def test_missing_mamba() -> None:
     assert _red(INKLING, "missing-mamba") == ["conv_state"]
     result = roundtrip(*INKLING, inject="missing-mamba")
-    assert (row(result, "conv_state")["copies_out"], row(result, "conv_state")["copies_in"]) == (0, 0)
-    assert row(result, "conv_state")["mismatched_bytes"] > 0
+    assert (row(result, "conv_state").copies_out, row(result, "conv_state").copies_in) == (0, 0)
+    assert row(result, "conv_state").mismatched_bytes > 0
 
 
 def test_missing_mamba_on_a_pool_that_claims_to_carry_it() -> None:
@@ -42,9 +42,9 @@ def test_double_mamba_bytes_agree_but_the_ledger_flags_it() -> None:
     result = roundtrip(*INKLING, inject="double-mamba")
     assert result.failing == ["conv_state"]
     conv = row(result, "conv_state")
-    assert conv["equal"] and conv["mismatched_bytes"] == 0
-    assert not conv["ledger_ok"]
-    assert (conv["copies_out"], conv["copies_in"]) == (2, 2)
+    assert conv.equal and conv.mismatched_bytes == 0
+    assert not conv.ledger_ok
+    assert (conv.copies_out, conv.copies_in) == (2, 2)
     assert _red(QWEN_NEXT, "double-mamba") == ["conv_state", "temporal_state"]
 
 
@@ -66,14 +66,14 @@ def test_restore_order() -> None:
     result = roundtrip(*INKLING, inject="restore-order")
     assert result.failing == ["conv_state"]
     # the final bytes are right; what is wrong is what the request saw when it became runnable
-    assert row(result, "conv_state")["ledger_ok"]
+    assert row(result, "conv_state").ledger_ok
     assert _red(QWEN_NEXT, "restore-order") == ["conv_state", "temporal_state"]
 
 
 def test_clobber_padding() -> None:
     result = roundtrip(*INKLING, inject="clobber-padding")
     assert result.failing == ["padding_slot"]
-    assert row(result, "padding_slot")["first_slot"] == 0
+    assert row(result, "padding_slot").first_slot == 0
 
 
 @pytest.mark.parametrize("fault", sorted(FAULTS))

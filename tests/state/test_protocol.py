@@ -48,10 +48,10 @@ def test_attention_only_model_has_no_mamba_backup() -> None:
 
 def test_padding_slot_and_residents_are_compared_and_untouched() -> None:
     result = roundtrip("inkling-small", "mxfp8", "--page-size", "128")
-    assert result.used["restored_into_new_slots"] is True
+    assert result.used.restored_into_new_slots is True
     pad, resident = row(result, PADDING), row(result, RESIDENT)
-    assert pad["bytes"] > 0 and pad["equal"]
-    assert resident["bytes"] > 0 and resident["equal"]
+    assert pad.bytes > 0 and pad.equal
+    assert resident.bytes > 0 and resident.equal
 
 
 def test_padding_capture_sees_a_write_to_slot_zero() -> None:
@@ -83,7 +83,7 @@ def test_sliding_window_keeps_only_the_tail() -> None:
         "gpt-oss-20b", "bf16", "--disaggregation-decode-retraction-backup", "cpu_tensor", tokens=300, requests=3
     )
     assert result.ok
-    assert 0 < row(result, "swa_kv")["bytes"] < row(result, "full_kv")["bytes"]
+    assert 0 < row(result, "swa_kv").bytes < row(result, "full_kv").bytes
 
 
 def test_small_chunks_and_pages_still_round_trip() -> None:

@@ -6,6 +6,7 @@ import dataclasses
 
 import pytest
 
+from kvdoctor.report.serialize import jsonable
 from kvdoctor.state import run as run_mod
 from kvdoctor.state.diff import SLOT_REUSE
 from kvdoctor.state.faults import FAULTS
@@ -22,20 +23,20 @@ def test_restoring_into_the_slots_a_request_already_held_is_red(monkeypatch: pyt
     assert result.failing == [SLOT_REUSE]
     assert not result.ok
     reuse = row(result, SLOT_REUSE)
-    assert reuse["first_request"] is not None and reuse["first_slot"] > 0
-    assert result.used["restored_into_new_slots"] is False
+    assert reuse.first_request is not None and reuse.first_slot > 0
+    assert result.used.restored_into_new_slots is False
 
 
 def test_a_normal_run_restores_into_fresh_slots() -> None:
     result = roundtrip(*INKLING, requests=2)
-    assert result.ok and row(result, SLOT_REUSE)["ok"]
-    assert result.used["restored_into_new_slots"] is True
+    assert result.ok and row(result, SLOT_REUSE).ok
+    assert result.used.restored_into_new_slots is True
 
 
 def test_inject_matched_when_the_fault_breaks_exactly_its_targets() -> None:
     result = roundtrip(*INKLING, inject="drop-block-scale")
     assert result.inject_matched is True
-    assert result.to_json()["inject_matched"] is True
+    assert jsonable(result)["inject_matched"] is True
     assert roundtrip(*INKLING).inject_matched is None
 
 
@@ -64,9 +65,9 @@ def test_inject_not_matched_when_the_fault_breaks_something_else(monkeypatch: py
 def test_error_hazards_of_the_launch_line_are_reported(model: str, flags: tuple[str, ...], code: str) -> None:
     result = roundtrip(model, "mxfp8", *flags)
     assert result.ok  # the pool's copy path itself round-trips
-    codes = [h["code"] for h in result.to_json()["hazards"]]
+    codes = [h["code"] for h in jsonable(result)["hazards"]]
     assert any(c.startswith(code) for c in codes), codes
-    assert {h["severity"] for h in result.hazards} == {"error"}
+    assert {h.severity for h in result.hazards} == {"error"}
 
 
 def test_a_clean_launch_line_reports_no_hazards() -> None:

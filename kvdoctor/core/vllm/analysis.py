@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from kvdoctor._exceptions import GroupingRefused
 from kvdoctor.core import hazards as registry
@@ -36,85 +35,227 @@ class VllmAnalysis:
     def worst_severity(self) -> str | None:
         return min((h.severity for h in self.hazards), key=SEVERITY_ORDER.__getitem__, default=None)
 
-    def to_json(self) -> dict[str, Any]:
-        """The ``--json`` object: plain data, stable keys."""
+    def report(self) -> VllmReport:
+        """``inspect --server vllm``'s typed result: what ``--json`` prints and the tables render."""
         specs = self.specs
-        return {
-            "server": "vllm",
-            "rules_revision": rules.RULES_REVISION,
-            "model": {
-                "source": self.config.source,
-                "model_type": self.config.model_type,
-                "architecture": specs.architecture,
-                "family": specs.family.value,
-                "layers": len(specs.layers),
-            },
-            "block_size": {
-                "tokens": specs.block_size,
-                "reason": specs.block_size_reason,
-                "mamba_state_bytes_before_padding": specs.mamba_page_padded_from,
-            },
-            "layer_specs": [
-                {
-                    "layer": name,
-                    "spec": s.kind.value,
-                    "block_size": s.block_size,
-                    "page_size_bytes": s.page_size_bytes,
-                    "bytes_per_token": s.bytes_per_token,
-                    "detail": s.describe(),
-                }
+        return VllmReport(
+            server="vllm",
+            rules_revision=rules.RULES_REVISION,
+            model=VllmModelFacts(
+                source=self.config.source,
+                model_type=self.config.model_type,
+                architecture=specs.architecture,
+                family=specs.family.value,
+                layers=len(specs.layers),
+            ),
+            block_size=BlockSizeFacts(
+                tokens=specs.block_size,
+                reason=specs.block_size_reason,
+                mamba_state_bytes_before_padding=specs.mamba_page_padded_from,
+            ),
+            layer_specs=tuple(
+                LayerSpecRow(
+                    layer=name,
+                    spec=s.kind.value,
+                    block_size=s.block_size,
+                    page_size_bytes=s.page_size_bytes,
+                    bytes_per_token=s.bytes_per_token,
+                    detail=s.describe(),
+                )
                 for name, s in specs.layers.items()
-            ],
-            "hybrid_kv_cache_manager": {
-                "enabled": self.hybrid.enabled,
-                "reason": self.hybrid.reason,
-                "where": str(self.hybrid.where) if self.hybrid.where else None,
-            },
-            "groups": None if self.groups is None else [_group_json(i, g) for i, g in enumerate(self.groups)],
-            "refusal": None if self.refusal is None else {"message": self.refusal, "where": str(self.refusal_where)},
-            "preemption": {"mode": "recompute", "backup": None, "where": str(rules.PREEMPT)},
-            "connector": _connector_json(self.connector),
-            "hazards": [{"severity": h.severity, "code": h.code, "message": h.message} for h in self.hazards],
-        }
+            ),
+            hybrid_kv_cache_manager=HybridFacts(
+                enabled=self.hybrid.enabled,
+                reason=self.hybrid.reason,
+                where=str(self.hybrid.where) if self.hybrid.where else None,
+            ),
+            groups=None if self.groups is None else tuple(_group_row(i, g) for i, g in enumerate(self.groups)),
+            refusal=None if self.refusal is None else VllmRefusal(self.refusal, str(self.refusal_where)),
+            preemption=PreemptionFacts(mode="recompute", backup=None, where=str(rules.PREEMPT)),
+            connector=_connector_facts(self.connector),
+            hazards=self.hazards,
+        )
 
 
-def _group_json(i: int, g: Group) -> dict[str, Any]:
+# ---- the typed result (its field names are the --json keys users parse: add, never rename) -------
+@dataclass(frozen=True)
+class VllmModelFacts:
+    source: str
+    model_type: str
+    architecture: str
+    family: str
+    layers: int  # layers that hold state
+
+
+@dataclass(frozen=True)
+class BlockSizeFacts:
+    tokens: int
+    reason: str
+    mamba_state_bytes_before_padding: int | None
+
+
+@dataclass(frozen=True)
+class LayerSpecRow:
+    layer: str
+    spec: str
+    block_size: int
+    page_size_bytes: int
+    bytes_per_token: int | None  # None: a per-request (Mamba) spec
+    detail: str
+
+
+@dataclass(frozen=True)
+class HybridFacts:
+    enabled: bool
+    reason: str
+    where: str | None
+
+
+@dataclass(frozen=True)
+class GroupRow:
+    group: int
+    spec: str
+    layers: tuple[str, ...]
+    block_size: int
+    page_size_bytes: int
+    bytes_per_block: int
+    bytes_per_token: int | None
+    per_request: bool
+    padding_layers: int
+
+
+@dataclass(frozen=True)
+class VllmRefusal:
+    message: str
+    where: str
+
+
+@dataclass(frozen=True)
+class PreemptionFacts:
+    mode: str
+    backup: None  # vLLM keeps no copy of a preempted request's state: it recomputes
+    where: str
+
+
+@dataclass(frozen=True)
+class ConnectorGroupRow:
+    group: int  # -1: every group
+    spec: str
+    layers: int
+    status: str
+    reason: str
+    where: str
+
+
+@dataclass(frozen=True)
+class ConnectorFacts:
+    name: str
+    source: str
+    role: str | None
+    supports_hma: bool | None
+    kind: str | None
+    where: str | None
+    groups: tuple[ConnectorGroupRow, ...]
+
+
+@dataclass(frozen=True)
+class VllmReport:
+    """``kvdoctor inspect --server vllm``'s result from the vLLM rule model."""
+
+    server: str
+    rules_revision: str
+    model: VllmModelFacts
+    block_size: BlockSizeFacts
+    layer_specs: tuple[LayerSpecRow, ...]
+    hybrid_kv_cache_manager: HybridFacts
+    groups: tuple[GroupRow, ...] | None  # None: vLLM refuses to group these layers (see refusal)
+    refusal: VllmRefusal | None
+    preemption: PreemptionFacts
+    connector: ConnectorFacts | None
+    hazards: tuple[Hazard, ...]
+
+
+@dataclass(frozen=True)
+class VllmUnavailable:
+    """``--engine vllm`` where vLLM cannot be imported: the rule model answered alone, and why."""
+
+    available: bool
+    reason: str
+
+
+@dataclass(frozen=True)
+class VllmCheck:
+    question: str
+    kvdoctor: str
+    vllm: str
+    agree: bool
+
+
+@dataclass(frozen=True)
+class VllmGroupAnswer:
+    spec: str
+    layers: tuple[str, ...]
+    block_size: int
+    page_size_bytes: int
+
+
+@dataclass(frozen=True)
+class VllmAnswersFacts:
+    """The installed vLLM's own answers, question by question, beside the rule model's."""
+
+    available: bool
+    name: str
+    version: str | None
+    path: str | None
+    inputs_from_kvdoctor: tuple[str, ...]
+    checks: tuple[VllmCheck, ...]
+    groups: tuple[VllmGroupAnswer, ...] | None
+
+
+@dataclass(frozen=True)
+class VllmBesideReport(VllmReport):
+    """``--engine vllm``: the rule model's result and vLLM's own answers (or why there are none)."""
+
+    vllm: VllmAnswersFacts | VllmUnavailable
+
+
+def _group_row(i: int, g: Group) -> GroupRow:
     per_token = g.spec.bytes_per_token
-    return {
-        "group": i,
-        "spec": g.kind.value,
-        "layers": list(g.layer_names),
-        "block_size": g.spec.block_size,
-        "page_size_bytes": g.spec.page_size_bytes,
-        "bytes_per_block": g.spec.page_size_bytes * len(g.layer_names),
-        "bytes_per_token": None if per_token is None else per_token * len(g.layer_names),
-        "per_request": g.kind is SpecKind.MAMBA,
-        "padding_layers": g.padding_layers,
-    }
+    return GroupRow(
+        group=i,
+        spec=g.kind.value,
+        layers=tuple(g.layer_names),
+        block_size=g.spec.block_size,
+        page_size_bytes=g.spec.page_size_bytes,
+        bytes_per_block=g.spec.page_size_bytes * len(g.layer_names),
+        bytes_per_token=None if per_token is None else per_token * len(g.layer_names),
+        per_request=g.kind is SpecKind.MAMBA,
+        padding_layers=g.padding_layers,
+    )
 
 
-def _connector_json(v: ConnectorVerdict) -> dict[str, Any] | None:
+def _connector_facts(v: ConnectorVerdict) -> ConnectorFacts | None:
     if v.transfer is None:
         return None
-    return {
-        "name": v.transfer.connector,
-        "source": v.transfer.source,
-        "role": v.transfer.role,
-        "supports_hma": v.supports_hma,
-        "kind": v.rule.kind if v.rule else None,
-        "where": str(v.rule.where) if v.rule else None,
-        "groups": [
-            {
-                "group": r.group,
-                "spec": r.kind,
-                "layers": r.layers,
-                "status": r.status.value,
-                "reason": r.reason,
-                "where": str(r.where),
-            }
+    return ConnectorFacts(
+        name=v.transfer.connector,
+        source=v.transfer.source,
+        role=v.transfer.role,
+        supports_hma=v.supports_hma,
+        kind=v.rule.kind if v.rule else None,
+        where=str(v.rule.where) if v.rule else None,
+        groups=tuple(
+            ConnectorGroupRow(
+                group=r.group,
+                spec=r.kind,
+                layers=r.layers,
+                status=r.status.value,
+                reason=r.reason,
+                where=str(r.where),
+            )
             for r in v.rows
-        ],
-    }
+        ),
+    )
 
 
 def analyze_vllm_config(config: ModelConfig, flags: VllmFlags) -> VllmAnalysis:

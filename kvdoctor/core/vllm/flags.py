@@ -21,6 +21,7 @@ from pathlib import PurePath
 from typing import Any
 
 from kvdoctor._exceptions import FlagError
+from kvdoctor.core.flags import FlagVocabulary, Option, scan
 from kvdoctor.core.vllm import rules
 from kvdoctor.core.vllm.server_flags import (
     VLLM_MULTI_VALUE,
@@ -31,7 +32,6 @@ from kvdoctor.core.vllm.server_flags import (
 )
 from kvdoctor.text import shown
 
-_NUMBER = re.compile(r"-\.?[0-9]")
 _PYTHON = re.compile(r"python[0-9.]*")
 _ENV_ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=.*")
 MODEL_FLAGS = ("--model",)
@@ -112,16 +112,6 @@ class VllmLaunchLine:
     launcher: str | None = None
 
 
-@dataclass(frozen=True)
-class _Option:
-    name: str
-    values: tuple[str, ...]
-
-
-def _is_option(token: str) -> bool:
-    return token.startswith("-") and len(token) > 1 and not _NUMBER.match(token)
-
-
 def _normalise(word: str) -> str:
     """vLLM's parser reads ``--max_model_len`` as ``--max-model-len`` (argparse_utils.py:372-390)."""
     return "--" + word[2:].replace("_", "-") if word.startswith("--") else word
@@ -140,33 +130,14 @@ def resolve_option(word: str, own_options: Collection[str] = ()) -> str:
     raise FlagError(f"unknown option {shown(word)}: neither kvdoctor's nor a vLLM {VLLM_VERSION} server flag{hint}")
 
 
-def _scan(tokens: Sequence[str], own_options: Collection[str]) -> tuple[list[_Option], list[str]]:
-    options: list[_Option] = []
-    positionals: list[str] = []
-    i = 0
-    while i < len(tokens):
-        token = tokens[i]
-        i += 1
-        if not _is_option(token):
-            positionals.append(token)
-            continue
-        word, eq, inline = token.partition("=")
-        name = resolve_option(word, own_options)
-        if eq:
-            if name in VLLM_SWITCHES:
-                raise FlagError(f"vLLM flags: argument {name}: ignored explicit argument {shown(inline)!r}")
-            options.append(_Option(name, (inline,)))
-            continue
-        values: list[str] = []
-        if name not in VLLM_SWITCHES:
-            limit = len(tokens) if name in VLLM_MULTI_VALUE else min(len(tokens), i + 1)
-            while i < limit and not _is_option(tokens[i]):
-                values.append(tokens[i])
-                i += 1
-            if not values and name not in VLLM_MULTI_VALUE | VLLM_OPTIONAL_VALUE:
-                raise FlagError(f"vLLM flags: argument {name}: expected one argument")
-        options.append(_Option(name, tuple(values)))
-    return options, positionals
+# vLLM's flag vocabulary for the shared scanner: its parser reads options as SGLang's does.
+VLLM = FlagVocabulary(
+    "vLLM flags",
+    resolve_option,
+    frozenset(VLLM_SWITCHES),
+    frozenset(VLLM_MULTI_VALUE),
+    frozenset(VLLM_OPTIONAL_VALUE),
+)
 
 
 def _split_launcher(tokens: Sequence[str]) -> tuple[list[str], list[str], str | None]:
@@ -189,10 +160,9 @@ def _split_launcher(tokens: Sequence[str]) -> tuple[list[str], list[str], str | 
 def parse_vllm_launch_line(tokens: Sequence[str], *, own_options: Collection[str] = ()) -> VllmLaunchLine:
     """MODEL (positional, ``vllm serve``'s model_tag, or ``--model``) and the vLLM flags."""
     before, after, launcher = _split_launcher(tokens)
-    head_opts, head_pos = _scan(before, own_options)
-    tail_opts, tail_pos = _scan(after, own_options)
-    options = [*head_opts, *tail_opts]
-    positionals = [*head_pos, *tail_pos]
+    head, tail = scan(before, own_options, VLLM), scan(after, own_options, VLLM)
+    options = [*head.options, *tail.options]
+    positionals = [*head.positionals, *tail.positionals]
     named = [o.values[-1] for o in options if o.name in MODEL_FLAGS and o.values]
     if len(positionals) > 1:
         raise FlagError(
@@ -208,13 +178,13 @@ def parse_vllm_launch_line(tokens: Sequence[str], *, own_options: Collection[str
     return VllmLaunchLine(model, argv, launcher)
 
 
-def _one(option: _Option) -> str:
+def _one(option: Option) -> str:
     if len(option.values) != 1:
         raise FlagError(f"vLLM flags: argument {option.name}: expected one argument")
     return option.values[0]
 
 
-def _positive_int(option: _Option) -> int:
+def _positive_int(option: Option) -> int:
     text = _one(option)
     try:
         value = int(text)
@@ -225,7 +195,7 @@ def _positive_int(option: _Option) -> int:
     return value
 
 
-def _choice(option: _Option, choices: Collection[str]) -> str:
+def _choice(option: Option, choices: Collection[str]) -> str:
     value = _one(option)
     if value not in choices:
         raise FlagError(
@@ -269,13 +239,14 @@ def parse_kv_transfer_config(text: str) -> dict[str, Any]:
     return value
 
 
-def _bool_flag(option: _Option) -> bool:
+def _bool_flag(option: Option) -> bool:
     return not option.name.startswith("--no-")
 
 
 def parse_vllm_flags(argv: Sequence[str], *, own_options: Collection[str] = ()) -> VllmFlags:
     """Parse vLLM server flags (no MODEL) into ``VllmFlags``; unmodelled vLLM flags are kept."""
-    options, positionals = _scan(argv, own_options)
+    found = scan(argv, own_options, VLLM)
+    options, positionals = found.options, found.positionals
     if positionals:
         raise FlagError(f"unexpected argument {shown(positionals[0])!r} among the vLLM flags")
     values: dict[str, Any] = {}

@@ -11,14 +11,13 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from kvdoctor._exceptions import InputError
 from kvdoctor.core.analysis import analyze
 from kvdoctor.core.config import bundled_fixtures
 from kvdoctor.engines import EngineInfo, GpuArch
 from kvdoctor.engines.sglang import _runtime
-from kvdoctor.engines.sglang.inspect import Beside, _asked, beside
+from kvdoctor.engines.sglang.inspect import Beside, Drift, _asked, beside
 
 SIZED = ("--max-total-tokens", "65536")  # a pool size both sides can use for the hicache ratio
 DECODE = ("--disaggregation-mode", "decode")
@@ -61,61 +60,54 @@ MATRIX: tuple[LaunchCase, ...] = (
 
 @dataclass
 class CaseResult:
-    """One fixture under one launch line: the fields compared and where they differ."""
+    """One fixture under one launch line: the fields compared and where they differ.
+
+    Its fields are the keys of one ``results`` row of ``drift --json`` (``kvdoctor/schemas/drift.json``),
+    serialized by ``kvdoctor.report.serialize.jsonable``; the table and JUnit read the same attributes.
+    """
 
     model: str
     case: str
     argv: tuple[str, ...]
     fields: int
-    drifts: list[dict[str, Any]] = field(default_factory=list)
+    ok: bool = field(init=False)
+    drift: list[Drift] = field(default_factory=list)
     kvdoctor_refusal: str | None = None
     sglang_refusal: str | None = None
     seconds: float = 0.0
 
-    @property
-    def ok(self) -> bool:
-        return not self.drifts
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "model": self.model,
-            "case": self.case,
-            "argv": list(self.argv),
-            "fields": self.fields,
-            "ok": self.ok,
-            "drift": self.drifts,
-            "kvdoctor_refusal": self.kvdoctor_refusal,
-            "sglang_refusal": self.sglang_refusal,
-            "seconds": round(self.seconds, 3),
-        }
+    def __post_init__(self) -> None:
+        self.seconds = round(self.seconds, 3)
+        self.ok = not self.drift
 
 
 @dataclass
 class DriftReport:
-    """The whole matrix: every case, and the totals a CI gate reads."""
+    """The whole matrix: every case, and the totals a CI gate reads.
 
+    ``engine`` is the installed SGLang compared against; in ``--json`` the shared header's ``engine``
+    (the same name, version and path) stands for it. The other fields are the report's own keys.
+    """
+
+    ok: bool = field(init=False)
     engine: EngineInfo
-    cases: list[CaseResult]
+    cases: int = field(init=False)  # how many matrix cells ran
+    fields_compared: int = field(init=False)
+    drifting_cases: int = field(init=False)
+    results: list[CaseResult]
     elapsed_s: float
+    gpu_arch: str = GpuArch.SM100.value
+
+    def __post_init__(self) -> None:
+        self.elapsed_s = round(self.elapsed_s, 3)
+        self.ok = all(c.ok for c in self.results)
+        self.cases = len(self.results)
+        self.fields_compared = sum(c.fields for c in self.results)
+        self.drifting_cases = sum(not c.ok for c in self.results)
 
     @property
-    def ok(self) -> bool:
-        return all(c.ok for c in self.cases)
-
-    @property
-    def fields_compared(self) -> int:
-        return sum(c.fields for c in self.cases)
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "ok": self.ok,
-            "engine": self.engine.to_json(),
-            "cases": len(self.cases),
-            "fields_compared": self.fields_compared,
-            "drifting_cases": sum(not c.ok for c in self.cases),
-            "results": [c.to_json() for c in self.cases],
-            "elapsed_s": round(self.elapsed_s, 3),
-        }
+    def drifting(self) -> list[CaseResult]:
+        return [c for c in self.results if not c.ok]
 
 
 def one_case(model: str, case: LaunchCase, arch: GpuArch) -> CaseResult:
@@ -135,7 +127,7 @@ def one_case(model: str, case: LaunchCase, arch: GpuArch) -> CaseResult:
             case.name,
             tuple(argv),
             0,
-            [{"field": "error", "kvdoctor": None, "sglang": error}],
+            [Drift("error", None, error)],
             refusal,
             None,
             time.perf_counter() - started,
@@ -146,7 +138,7 @@ def one_case(model: str, case: LaunchCase, arch: GpuArch) -> CaseResult:
         case=case.name,
         argv=tuple(argv),
         fields=sum(_asked(n, live.skipped) for n in set(answers.ours) | set(live.fields)),
-        drifts=[d.to_json() for d in answers.drifts],
+        drift=list(answers.drifts),
         kvdoctor_refusal=refusal,
         sglang_refusal=live.refusal.message if live.refusal else None,
         seconds=time.perf_counter() - started,
@@ -180,4 +172,4 @@ def run_drift(
             report(f"{model} · {case.name}", len(results), total)
             results.append(one_case(model, case, arch))
     report("done", total, total)
-    return DriftReport(info, results, time.perf_counter() - started)
+    return DriftReport(info, results, time.perf_counter() - started, arch.value)

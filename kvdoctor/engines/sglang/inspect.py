@@ -25,6 +25,8 @@ from typing import Any
 
 from kvdoctor._exceptions import EngineRefuses, InputError
 from kvdoctor.core.analysis import Analysis, analyze
+from kvdoctor.core.hazards import ERROR, Hazard
+from kvdoctor.core.inspect_result import EngineFacts, FieldDrift, LiveRefusal, SglangAnswers
 from kvdoctor.engines import EngineInfo, GpuArch
 from kvdoctor.engines.sglang import _pools, _runtime
 from kvdoctor.engines.sglang._planes import planes_of
@@ -40,9 +42,6 @@ class Refusal:
     stage: str  # "start-up" (argument resolution), "pools", "tree cache"
     message: str
 
-    def to_json(self) -> dict[str, str]:
-        return {"stage": self.stage, "message": self.message}
-
 
 @dataclass
 class LiveAnswers:
@@ -53,15 +52,6 @@ class LiveAnswers:
     refusal: Refusal | None = None
     fields: dict[str, Any] = field(default_factory=dict)
     skipped: dict[str, str] = field(default_factory=dict)  # field -> why it was not evaluated
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "engine": self.info.to_json(),
-            "stubs": self.stubs,
-            "refusal": self.refusal.to_json() if self.refusal else None,
-            "fields": self.fields,
-            "skipped": self.skipped,
-        }
 
 
 @dataclass(frozen=True)
@@ -326,9 +316,10 @@ class Beside:
     drifts: list[Drift]
     kvdoctor_refusal: str | None = None
 
-    def hazards(self) -> list[dict[str, str]]:
+    def hazards(self) -> list[Hazard]:
+        """One ``KVD015-RULES-DRIFT`` error hazard per disagreement (gated by ``--strict``, like any error)."""
         version = self.live.info.version
-        return [{"severity": "error", "code": DRIFT_CODE, "message": drift_message(d, version)} for d in self.drifts]
+        return [Hazard(ERROR, DRIFT_CODE, drift_message(d, version)) for d in self.drifts]
 
     def rows(self) -> list[tuple[str, Any, Any, bool | None]]:
         """(field, kvdoctor, SGLang, agree) for every field either side answered; agree None: not asked."""
@@ -341,13 +332,19 @@ class Beside:
             out.append((name, self.ours.get(name), shown(name, self.live.fields.get(name)), agree))
         return out
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            **self.live.to_json(),
-            "kvdoctor": self.ours,
-            "kvdoctor_refusal": self.kvdoctor_refusal,
-            "drift": [d.to_json() for d in self.drifts],
-        }
+    def answers(self) -> SglangAnswers:
+        """Both sides as ``inspect``'s typed result carries them (its ``--json`` key ``sglang``)."""
+        live, info = self.live, self.live.info
+        return SglangAnswers(
+            engine=EngineFacts(info.name, info.version, info.path),
+            stubs=tuple(live.stubs),
+            refusal=LiveRefusal(live.refusal.stage, live.refusal.message) if live.refusal else None,
+            fields=dict(live.fields),
+            skipped=dict(live.skipped),
+            kvdoctor=dict(self.ours),
+            kvdoctor_refusal=self.kvdoctor_refusal,
+            drift=tuple(FieldDrift(d.field, d.kvdoctor, d.sglang) for d in self.drifts),
+        )
 
 
 def beside(

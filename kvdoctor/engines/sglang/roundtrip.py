@@ -23,7 +23,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import pandas as pd
 import torch
 
 from kvdoctor._exceptions import EngineFinding, InputError, NotRunnableHere
@@ -32,8 +31,17 @@ from kvdoctor.engines.sglang import _pools, _runtime
 from kvdoctor.engines.sglang._faults import EngineFault, FaultState, get_engine_fault
 from kvdoctor.engines.sglang._instruments import Instruments, Patches
 from kvdoctor.engines.sglang._planes import StatePlane, components, planes_of
+from kvdoctor.report.envelope import EngineRef
 from kvdoctor.state import diff as diff_mod
-from kvdoctor.state.run import RoundtripOptions, RoundtripResult, resolve_device
+from kvdoctor.state.run import (
+    ComponentRow,
+    EngineUsed,
+    RoundtripOptions,
+    RoundtripResult,
+    Steps,
+    component_rows,
+    resolve_device,
+)
 
 Progress = Callable[[str, int, int], None]
 INTRUDER_BASE = 1_000_000
@@ -294,28 +302,29 @@ def _free(run: _Run, snapshot: list[list[torch.Tensor]]) -> dict[str, tuple[diff
     return out
 
 
-def _aliasing_row(instruments: Instruments, emulated: bool) -> dict[str, Any]:
+def _aliasing_row(instruments: Instruments, emulated: bool) -> ComponentRow:
+    """Backups that are views of a live pool, not copies (passes under --emulate-d2h, still reported)."""
     aliases = instruments.aliases
     nbytes = sum(a.nbytes for a in aliases)
     first = aliases[0] if aliases else None
     ok = not aliases or emulated
-    return {
-        "name": ALIASING,
-        "bytes": nbytes,
-        "mismatched_bytes": 0 if ok else nbytes,
-        "equal": ok,
-        "copies_out": 0,
-        "copies_in": 0,
-        "bytes_out": 0,
-        "bytes_in": 0,
-        "ledger_ok": True,
-        "first_request": first.rid if first else None,
-        "first_plane": first.component if first else None,
-        "first_layer": None,
-        "first_position": None,
-        "first_slot": None,
-        "ok": ok,
-    }
+    return ComponentRow(
+        name=ALIASING,
+        bytes=nbytes,
+        mismatched_bytes=0 if ok else nbytes,
+        equal=ok,
+        copies_out=0,
+        copies_in=0,
+        bytes_out=0,
+        bytes_in=0,
+        ledger_ok=True,
+        first_request=int(first.rid) if first else None,
+        first_plane=str(first.component) if first else None,
+        first_layer=None,
+        first_position=None,
+        first_slot=None,
+        ok=ok,
+    )
 
 
 def _call_sglang(what: str, fn: Callable[[], Any]) -> Any:
@@ -365,14 +374,9 @@ def _run(
 ) -> RoundtripResult:
     gen = torch.Generator().manual_seed(options.seed)
     seqlens, retracted = _seqlens(options, gen)
-    total = 6 + 2 * len(retracted)
-    done = 0
+    steps = Steps(report, 4 + 2 * len(retracted))
 
-    def step(what: str) -> None:
-        nonlocal done
-        done += 1
-        report(what, done, total)
-
+    steps.start("build SGLang's pools")
     plan = _plan(runtime, seqlens, retracted)
     pools = _pools.build(runtime, plan, str(device))
     backend, backend_source = _resolve_backend(runtime, pools)
@@ -398,8 +402,8 @@ def _run(
         instruments.install(patches, pools.sub_pools, pools.mamba_pool)
         if fault is not None and not fault.inner:
             fault.install(patches, pools, state)
-        step("build SGLang's pools")
 
+        steps.start("fill requests")
         snapshot = _background(planes, gen)
         padding_before = _padding(run, snapshot)
         lives = [_admit(run, rid, n) for rid, n in seqlens.items()]
@@ -407,10 +411,10 @@ def _run(
         data_source = _call_sglang("the fill", lambda: _fill(run, lives))
         before = {rid: run.capture(live) for rid, live in zip(seqlens, lives, strict=True)}
         run.live = dict(zip(seqlens, lives, strict=True))
-        step("fill requests")
 
         rtt, alloc = pools.req_to_token_pool, pools.allocator
         for rid in retracted:
+            steps.start(f"back up request {rid} (SGLang backup_kv_cache)")
             live = run.live.pop(rid)
             instruments.rid = rid
             saved = _call_sglang(
@@ -421,17 +425,17 @@ def _run(
                 raise EngineFinding(f"SGLang's backup_kv_cache returned False for request {rid} (it would abort it)")
             _release(run, live)
             run.live[rid] = live
-            step(f"back up request {rid} (SGLang backup_kv_cache)")
 
+        steps.start("intruders reuse the freed slots")
         intruders = [_admit(run, INTRUDER_BASE + rid, seqlens[rid]) for rid in retracted]
         _fill(run, intruders)
         for ph in placeholders:
             _release(run, ph)
-        step("intruders reuse the freed slots")
 
         at_visible: dict[int, dict[str, diff_mod.Capture]] = {}
         state.restoring = True
         for rid in retracted:
+            steps.start(f"restore request {rid} (SGLang restore_kv_cache)")
             old = run.live[rid]
             live = _readmit(run, old)
             run.live[rid] = live
@@ -442,11 +446,11 @@ def _run(
             )
             at_visible[rid] = run.capture(live)  # the request is runnable from here on
             _call_sglang(f"the deferred restore of request {rid}", state.run_deferred)
-            step(f"restore request {rid} (SGLang restore_kv_cache)")
         state.restoring = False
     finally:
         patches.close()
 
+    steps.start("diff every component")
     after = {rid: run.capture(live) for rid, live in run.live.items()}
     obs = diff_mod.Observations(
         before=before,
@@ -459,25 +463,23 @@ def _run(
         components=present,
         free=_free(run, snapshot),
     )
-    frame = diff_mod.diff(obs, instruments.ledger)
-    frame = pd.concat([frame, pd.DataFrame([_aliasing_row(instruments, engine.emulate_d2h)])], ignore_index=True)
-    for col in ("first_request", "first_layer", "first_position", "first_slot"):
-        frame[col] = frame[col].astype("Int64")
-    step("diff")
-    names = set(frame["name"])
-    result = RoundtripResult(
-        ok=bool(frame["ok"].all()),
+    rows = [*component_rows(diff_mod.diff(obs, instruments.ledger)), _aliasing_row(instruments, engine.emulate_d2h)]
+    names = {row.name for row in rows}
+    info = runtime.info
+    result = RoundtripResult.of(
         device=str(device),
         kv_cache_dtype=runtime.kv_cache_dtype_str,
         backend=backend,
         injected=options.inject,
-        components=frame,
+        components=rows,
         used=_used(model, runtime, pools, options, retracted, plan, data_source, backend_source, engine),
         expected_red=sorted(fault.expected(names)) if fault else [],
+        hazards=[],
         elapsed_s=time.perf_counter() - started,
-        engine=runtime.info.to_json(),
+        engine=EngineRef(info.name, info.version, info.path),
+        rules_revision=None,  # SGLang's own code ran: no kvdoctor rule took part
     )
-    step("done")
+    steps.finish()
     return result
 
 
@@ -496,7 +498,7 @@ def _used(
     data_source: str,
     backend_source: str,
     engine: EngineOptions,
-) -> dict[str, object]:
+) -> EngineUsed:
     classes = pools.classes()
     notes = [n for n in (_runtime.version_note(runtime.info), _runtime.interpreter_note()) if n]
     if engine.emulate_d2h:
@@ -504,24 +506,24 @@ def _used(
             "--emulate-d2h: backup tensors that alias a live pool are copied, as a device-to-host copy "
             "would; the aliasing row reports them but does not fail"
         )
-    return {
-        "model": model,
-        "engine": "sglang",
-        "sglang_version": runtime.info.version,
-        "kv_pool": classes["kv_pool"],
-        "pool_classes": classes,
-        "cpu_copy_carries_mamba": bool(pools.kv_pool.cpu_copy_carries_mamba),
-        "requests": options.requests,
-        "retracted": len(retracted),
-        "max_tokens": options.tokens,
-        "page_size": plan.page_size,
-        "seed": options.seed,
-        "backend_source": backend_source,
-        "data": data_source,
-        "stubs": runtime.stubs,
-        "notes": notes,
-        "pool_tokens": plan.tokens,
-        "request_rows": plan.rows,
-        "emulate_d2h": engine.emulate_d2h,
-        "admission": "kvdoctor calls SGLang's allocators directly (the prealloc queue and tree cache are not run)",
-    }
+    return EngineUsed(
+        model=model,
+        engine="sglang",
+        sglang_version=runtime.info.version,
+        kv_pool=classes["kv_pool"],
+        pool_classes=classes,
+        cpu_copy_carries_mamba=bool(pools.kv_pool.cpu_copy_carries_mamba),
+        requests=options.requests,
+        retracted=len(retracted),
+        max_tokens=options.tokens,
+        page_size=plan.page_size,
+        seed=options.seed,
+        backend_source=backend_source,
+        data=data_source,
+        stubs=list(runtime.stubs),
+        notes=notes,
+        pool_tokens=plan.tokens,
+        request_rows=plan.rows,
+        emulate_d2h=engine.emulate_d2h,
+        admission="kvdoctor calls SGLang's allocators directly (the prealloc queue and tree cache are not run)",
+    )

@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kvdoctor._exceptions import EngineUnavailable
-from kvdoctor.core.hazards import ERROR
-from kvdoctor.core.vllm.analysis import VllmAnalysis
+from kvdoctor.core.hazards import ERROR, Hazard
+from kvdoctor.core.vllm.analysis import VllmAnalysis, VllmAnswersFacts, VllmCheck, VllmGroupAnswer
 from kvdoctor.core.vllm.connectors import Status
 from kvdoctor.core.vllm.specs import LayerSpec, SpecKind
 from kvdoctor.engines import EngineInfo
@@ -50,26 +50,34 @@ class VllmAnswers:
     def drifts(self) -> list[Check]:
         return [c for c in self.checks if not c.agree]
 
-    def hazards(self) -> list[dict[str, str]]:
+    def hazards(self) -> list[Hazard]:
+        """One ``KVD115-VLLM-DRIFT`` error hazard per question vLLM answers differently."""
         return [
-            {
-                "severity": ERROR,
-                "code": "KVD115-VLLM-DRIFT",
-                "message": f"{c.question}: kvdoctor says {c.kvdoctor}, vLLM {self.info.version} says {c.vllm}",
-            }
+            Hazard(
+                ERROR,
+                "KVD115-VLLM-DRIFT",
+                f"{c.question}: kvdoctor says {c.kvdoctor}, vLLM {self.info.version} says {c.vllm}",
+            )
             for c in self.drifts
         ]
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "available": True,
-            **self.info.to_json(),
-            "inputs_from_kvdoctor": ["layer kinds", "block size"],
-            "checks": [
-                {"question": c.question, "kvdoctor": c.kvdoctor, "vllm": c.vllm, "agree": c.agree} for c in self.checks
-            ],
-            "groups": self.groups,
-        }
+    def facts(self) -> VllmAnswersFacts:
+        """vLLM's answers as ``inspect``'s typed result carries them (its ``--json`` key ``vllm``)."""
+        groups = None
+        if self.groups is not None:
+            groups = tuple(
+                VllmGroupAnswer(g["spec"], tuple(g["layers"]), g["block_size"], g["page_size_bytes"])
+                for g in self.groups
+            )
+        return VllmAnswersFacts(
+            available=True,
+            name=self.info.name,
+            version=self.info.version,
+            path=self.info.path,
+            inputs_from_kvdoctor=("layer kinds", "block size"),
+            checks=tuple(VllmCheck(c.question, c.kvdoctor, c.vllm, c.agree) for c in self.checks),
+            groups=groups,
+        )
 
 
 def vllm_spec(spec: LayerSpec, cache_dtype: str, mamba: tuple[tuple[Any, ...], tuple[Any, ...]] | None) -> Any:

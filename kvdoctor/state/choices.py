@@ -1,0 +1,63 @@
+"""The fixed choices of the torch commands' options, as enums that import nothing heavy.
+
+Why here and not next to the code that acts on them: Typer validates an enum option (and lists
+its values in ``--help``) while it parses the command line, before the command body runs. If the
+names lived only in ``kvdoctor.state.faults`` (which imports torch), a typo in ``--inject`` or
+``--device`` would cost a torch import before it is refused. ``tests/state/test_choices.py`` holds
+each enum equal to the list the heavy module acts on (``FAULTS``, ``SCALE_MODES``), so the two
+cannot drift apart.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+__all__ = ["Device", "FaultName", "MxfpBackend", "ScaleMode", "TorchDtype"]
+
+
+class Device(str, Enum):
+    """Where the pools (or the benchmark's tensors) live."""
+
+    AUTO = "auto"  # CUDA when torch sees one, else the CPU
+    CPU = "cpu"
+    CUDA = "cuda"
+
+
+class FaultName(str, Enum):
+    """The known silent retraction failures ``--inject`` reproduces (``kvdoctor.state.faults.FAULTS``)."""
+
+    MISSING_MAMBA = "missing-mamba"
+    DOUBLE_MAMBA = "double-mamba"
+    DROP_BLOCK_SCALE = "drop-block-scale"
+    DROP_SWA = "drop-swa"
+    HOST_POOL_ON_SSM = "host-pool-on-ssm"
+    RESTORE_ORDER = "restore-order"
+    CLOBBER_PADDING = "clobber-padding"
+
+
+class MxfpBackend(str, Enum):
+    """Which MXFP8 codec implementations ``bench mxfp8`` times."""
+
+    ALL = "all"
+    TORCH = "torch"
+    TRITON = "triton"
+
+    def names(self) -> tuple[str, ...]:
+        """The codec backends this choice stands for (``all`` is both)."""
+        return ("torch", "triton") if self is MxfpBackend.ALL else (self.value,)
+
+
+class ScaleMode(str, Enum):
+    """How an MXFP8 block's E8M0 scale is rounded (``kvdoctor.mxfp8.SCALE_MODES``)."""
+
+    SGLANG = "sglang"
+    RCEIL = "rceil"
+    FLOOR = "floor"
+
+
+class TorchDtype(str, Enum):
+    """The input dtypes ``bench mxfp8`` quantizes (names of ``torch`` attributes)."""
+
+    BFLOAT16 = "bfloat16"
+    FLOAT16 = "float16"
+    FLOAT32 = "float32"
