@@ -12,6 +12,7 @@ path, a pasted flag, an SGLang message) goes through ``safe``: only the markup w
 
 from __future__ import annotations
 
+import io
 from collections.abc import Sequence
 
 from rich.console import Console, Group
@@ -67,17 +68,13 @@ def _size(c: ComponentRow) -> str:
     return f"{format_bytes(c.size)}/{c.per}"
 
 
-def _components_table(r: InspectReport, width: int) -> Table:
+def _components_table(r: InspectReport, console: Console) -> Table:
+    """A row per component when the table fits the console whole, else one block per component.
+
+    Fitting is measured, not guessed from a column count: the wide table's natural width (every cell
+    on one line) against the console's. Rich's own shrinking is not trusted here: with names held
+    whole it can still overflow and the console then crops the last column (`480.0 KiB/reques`)."""
     title = "State components (per TP rank)"
-    if width < WIDE:  # one row per component: its name, then every fact wrapped at words
-        t = _kv_table(title)
-        for c in r.components:
-            facts = (
-                f"pool {c.pool}; {c.index.replace('_', ' ')}; {c.dtype}; {c.layers} layers; "
-                f"shape per layer {_shapes(c)}; {_size(c)}"
-            )
-            t.add_row(safe(c.name), safe(facts))
-        return t
     t = Table(title=title, title_justify="left")
     columns = ("component", "pool", "index", "dtype", "layers", "shape / layer", "bytes")
     names = {"component": "name", "pool": "pool", "dtype": "dtype"}
@@ -86,6 +83,16 @@ def _components_table(r: InspectReport, width: int) -> Table:
         t.add_column(col, overflow="fold", min_width=longest or None)  # names whole; the rest wraps, never …
     for c in r.components:
         t.add_row(*(safe(v) for v in (c.name, c.pool, c.index, c.dtype, c.layers, _shapes(c))), _size(c))
+    natural = Console(width=10_000, file=io.StringIO()).measure(t).maximum
+    if console.width >= WIDE and natural <= console.width:
+        return t
+    t = _kv_table(title)  # one row per component: its name, then every fact wrapped at words
+    for c in r.components:
+        facts = (
+            f"pool {c.pool}; {c.index.replace('_', ' ')}; {c.dtype}; {c.layers} layers; "
+            f"shape per layer {_shapes(c)}; {_size(c)}"
+        )
+        t.add_row(safe(c.name), safe(facts))
     return t
 
 
@@ -180,7 +187,7 @@ def render(report: InspectReport, console: Console | None = None) -> None:
     console = console or Console(emoji=False)
     width = console.width
     console.print(_model_table(report))
-    console.print(_components_table(report, width))
+    console.print(_components_table(report, console))
     console.print(_pools_table(report))
     console.print(_backup_table(report))
     console.print(_sizing_table(report))

@@ -85,3 +85,16 @@ def test_wide_console_keeps_the_tables() -> None:
     out = run(*HOST_POOL, columns=200)
     assert re.search(r"┃ severity\s+┃ code\s+┃ what to do", out.stdout)
     assert re.search(r"│ full_kv\s+│ MHATokenToKVPoolMXFP8\s+│ per_token", out.stdout)
+
+
+def test_no_width_cuts_the_components_tables_last_column() -> None:
+    """Between 'narrow' and 'wide' a fixed threshold let the wide table overflow and lose its right edge
+    (at 120 columns: `480.0 KiB/reques`); the layout is now chosen by measuring the table."""
+    for columns in (110, 120, 125, 130):
+        out = run(*HOST_POOL, columns=columns)
+        assert out.returncode == 0, out.stderr
+        section = out.stdout.split("State components")[1].split("Pools")[0]
+        for line in section.splitlines()[1:]:
+            assert len(line) <= columns, (columns, line)
+            assert line.rstrip()[-1] in "│┃┐┓┘┛┤┨┫", (columns, line)  # the table's right edge is there
+        assert "KiB/request" in words(section), columns
