@@ -81,7 +81,10 @@ def _usage_line(exc: Exception) -> str:
 
     ctx = getattr(exc, "ctx", None)
     hint = f" (see '{ctx.command_path} -h')" if ctx is not None else ""
-    return one_line(InputError(f"{exc.format_message()}{hint}"))  # type: ignore[attr-defined]
+    # Typer phrases a bad enum value through its validation layer ("Value error, 'gpu' is not one of
+    # …"): that prefix names the machinery, not the mistake, so the line drops it.
+    message = exc.format_message().replace("Value error, ", "")  # type: ignore[attr-defined]
+    return one_line(InputError(f"{message}{hint}"))
 
 
 def main() -> None:
