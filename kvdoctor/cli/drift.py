@@ -92,6 +92,7 @@ def drift_line(d: Drift) -> str:
 
 def _publish(result: DriftReport, junit_path: Path | None) -> None:
     from kvdoctor.report import github, junit, verdicts
+    from kvdoctor.report.envelope import Verdict
 
     cases = [
         junit.Case(
@@ -109,7 +110,7 @@ def _publish(result: DriftReport, junit_path: Path | None) -> None:
             for r in result.drifting
         ),
     ]
-    summary = verdicts.summary("kvdoctor drift", result.ok, rows)
+    summary = verdicts.summary("kvdoctor drift", Verdict.of(0 if result.ok else 1), rows)
     verdicts.publish("kvdoctor.drift", cases, summary, junit_path=junit_path)
 
 

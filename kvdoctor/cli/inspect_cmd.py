@@ -14,7 +14,7 @@ from kvdoctor.cli.errors import exit_on_error
 from kvdoctor.cli.launch import launch_line
 from kvdoctor.cli.options import GpuArchOption
 from kvdoctor.engines import Engine, GpuArch, Server
-from kvdoctor.report.envelope import EngineRef
+from kvdoctor.report.envelope import EngineRef, Verdict
 
 
 def inspect(
@@ -108,7 +108,7 @@ def publish_inspect(
     """
     from kvdoctor.core.inspect_result import ungated
     from kvdoctor.report import verdicts
-    from kvdoctor.report.envelope import Verdict, document, header
+    from kvdoctor.report.envelope import document, header
 
     failed = strict and any(h.severity == "error" for h in report.hazards)
     exit_code = 1 if failed else 0
@@ -136,7 +136,7 @@ def publish_inspect(
         print_verdict(console, Verdict.of(exit_code, warnings=len(warnings)), detail)
     with exit_on_error():  # a failure in JUnit and the summary exactly when the exit code says so
         rows = verdicts.inspect_rows(report, gated=strict)
-        summary = verdicts.summary(title, not failed, rows)
+        summary = verdicts.summary(title, Verdict.of(exit_code, warnings=len(warnings)), rows)
         verdicts.publish(
             "kvdoctor.inspect", verdicts.inspect_cases(report, gated=strict), summary, junit_path=junit_path
         )

@@ -7,6 +7,7 @@ and class names are outside text). Every column folds: nothing is cut with "…"
 
 from __future__ import annotations
 
+import io
 from typing import Any
 
 from rich.console import Console
@@ -36,13 +37,10 @@ def render_beside(answers: SglangAnswers, console: Console | None = None) -> Non
     console = console or Console(emoji=False)
     engine = answers.engine
     title = f"kvdoctor beside SGLang {human(engine.version)} (live, {human(engine.path)})"
-    table = Table(title=safe(title), title_justify="left")
     names = sorted(set(answers.kvdoctor) | set(answers.fields))
-    table.add_column("field", overflow="fold", min_width=min(32, max((len(n) for n in names), default=5)))
-    for col in ("kvdoctor", "SGLang", "agree"):
-        table.add_column(col, overflow="fold")
     drifted = {d.field for d in answers.drift}
     skipped = answers.skipped
+    rows = []
     for name in names:
         live = _shown(name, answers.fields.get(name))
         component = name.split(".")[0] if "." in name else None
@@ -51,7 +49,21 @@ def render_beside(answers: SglangAnswers, console: Console | None = None) -> Non
             agree = f"not asked: {safe(why)}"
         else:
             agree = "[bold red]DRIFT[/]" if name in drifted else "[green]yes[/]"
-        table.add_row(safe(name), safe(_value(answers.kvdoctor.get(name))), safe(_value(live)), agree)
+        rows.append((safe(name), safe(_value(answers.kvdoctor.get(name))), safe(_value(live)), agree))
+    table = Table(title=safe(title), title_justify="left")
+    table.add_column("field", overflow="fold", min_width=min(32, max((len(n) for n in names), default=5)))
+    for col in ("kvdoctor", "SGLang", "agree"):
+        table.add_column(col, overflow="fold")
+    for row in rows:
+        table.add_row(*row)
+    # Measured, not guessed: a class name or a refusal is one long word, and rich crops a table whose
+    # words cannot fit; then each field is one block, its answers wrapped at words across the width.
+    if Console(width=10_000, file=io.StringIO()).measure(table).maximum > console.width:
+        table = Table(title=safe(title), title_justify="left", show_header=False)
+        table.add_column(overflow="fold", no_wrap=False)
+        table.add_column(overflow="fold", no_wrap=False)
+        for name, ours, theirs, agree in rows:
+            table.add_row(name, f"kvdoctor {ours}; SGLang {theirs}; agree: {agree}")
     console.print(table)
     lines = []
     if answers.kvdoctor_refusal:

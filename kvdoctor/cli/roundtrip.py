@@ -347,7 +347,7 @@ def roundtrip(
     from kvdoctor.report import verdicts
 
     with exit_on_error():
-        summary = verdicts.summary(f"kvdoctor roundtrip {line.model}", result.ok, verdicts.roundtrip_rows(result))
+        summary = verdicts.summary(f"kvdoctor roundtrip {line.model}", head.verdict, verdicts.roundtrip_rows(result))
         verdicts.publish("kvdoctor.roundtrip", verdicts.roundtrip_cases(result), summary, junit_path=junit_path)
     if head.exit_code:
         raise typer.Exit(head.exit_code)

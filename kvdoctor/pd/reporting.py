@@ -133,8 +133,11 @@ def summary_rows(result: PdEvalResult) -> list[github.Row]:
 
 
 def status_line(result: PdEvalResult) -> str:
-    verdict = "**PASSED**" if result.exit_code == EXIT_PASS else f"**FAILED** ({result.exit_reason})"
-    return f"{verdict} — `{result.model}` ({result.preset}); {result.message}"
+    verdict = envelope.Verdict.of(
+        result.exit_code, warnings=len(result.warnings) if result.exit_code == EXIT_PASS else 0
+    )
+    word = f"**{verdict.word}**" if result.exit_code == EXIT_PASS else f"**{verdict.word}** ({result.exit_reason})"
+    return f"{word} — `{result.model}` ({result.preset}); {result.message}"
 
 
 def verdict_detail(result: PdEvalResult, exit_code: int | None = None) -> str:

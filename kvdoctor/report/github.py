@@ -26,10 +26,10 @@ class Row:
     check: str
     value: str
     threshold: str
-    status: str  # passed | failed | skipped | error
+    status: str  # passed | warning | failed | skipped | error
 
 
-_ICON = {"passed": "✅ pass", "failed": "❌ fail", "skipped": "⚠️ skipped", "error": "💥 error"}
+_ICON = {"passed": "✅ pass", "warning": "⚠️ warning", "failed": "❌ fail", "skipped": "⚠️ skipped", "error": "💥 error"}
 
 
 def _cell(text: str) -> str:

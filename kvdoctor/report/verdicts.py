@@ -12,6 +12,7 @@ from typing import Any
 
 from kvdoctor._exceptions import InputError
 from kvdoctor.report import github, junit
+from kvdoctor.report.envelope import Verdict
 
 
 def _hazard_status(severity: str, gated: bool) -> str:
@@ -81,8 +82,9 @@ def inspect_rows(report: Any, *, gated: bool = True) -> list[github.Row]:
     for h in report.hazards:
         status = _hazard_status(h.severity, gated)
         value = h.severity
-        if status == junit.PASSED and h.severity in ("error", "warning"):
+        if status == junit.PASSED and h.severity in ("error", "warning"):  # reported, not gated: a warning row
             value += " (not gated)" if h.severity == "error" else " (reported, not gated)"
+            status = "warning"
         rows.append(github.Row(h.code, value, "no error", status))
     return rows
 
@@ -99,7 +101,7 @@ def roundtrip_cases(result: Any) -> list[junit.Case]:
             message = f"{row.mismatched_bytes} bytes differ; copies out/in {row.copies_out}/{row.copies_in}"
         cases.append(junit.Case(row.name, junit.PASSED if row.ok else junit.FAILED, message=message))
     for h in result.hazards:
-        note = " (not gated: SGLang would refuse this launch line; the round trip tests the copy path only)"
+        note = " (not gated: a hazard of this launch line; the round trip tests the pool's copy path only)"
         cases.append(junit.Case(h.code, junit.PASSED, details=f"{h.severity}: {h.message}{note}"))
     return cases
 
@@ -114,7 +116,7 @@ def roundtrip_rows(result: Any) -> list[github.Row]:
             junit.PASSED if row.ok else junit.FAILED,
         )
         for row in result.components
-    ]
+    ] + [github.Row(h.code, f"{h.severity} (not gated)", "no error", "warning") for h in result.hazards]
 
 
 def publish(
@@ -139,5 +141,7 @@ def publish(
         raise InputError(f"cannot write a report: {exc}") from None
 
 
-def summary(title: str, passed: bool, rows: Sequence[github.Row]) -> str:
-    return github.summary_markdown(title, "**passed**" if passed else "**failed**", rows)
+def summary(title: str, verdict: Verdict, rows: Sequence[github.Row]) -> str:
+    """The step summary, headed by the same verdict word the JSON and the last line of output carry
+    (``passed``, ``passed with warnings``, ``FAILED``, ``ERROR``)."""
+    return github.summary_markdown(title, f"**{verdict.word}**", rows)

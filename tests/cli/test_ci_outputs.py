@@ -40,7 +40,7 @@ def test_inspect_junit_and_summary_fail_exactly_when_strict_fails(tmp_path: Path
     assert "KVD008-MXFP8-NEEDS-SM100" not in cases  # the default platform is SM100: SGLang accepts mxfp8
     text = summary.read_text()
     assert text.startswith("earlier step\n")  # appended, never overwritten
-    assert "**failed**" in text and "KVD001-SSM-ON-HOST-POOL" in text
+    assert "**FAILED**" in text and "KVD001-SSM-ON-HOST-POOL" in text
 
 
 def test_inspect_without_strict_exits_0_and_its_reports_say_passed_naming_the_hazard(tmp_path: Path) -> None:
@@ -52,8 +52,8 @@ def test_inspect_without_strict_exits_0_and_its_reports_say_passed_naming_the_ha
     assert not any(cases.values())  # no failure where the exit code says green
     assert "KVD001-SSM-ON-HOST-POOL" in cases and "not gated" in junit.read_text()
     text = summary.read_text()
-    assert "**passed**" in text and "KVD001-SSM-ON-HOST-POOL" in text
-    assert "| KVD001-SSM-ON-HOST-POOL | error (not gated) |" in text  # a warning, reported as such
+    assert "**passed with warnings**" in text and "KVD001-SSM-ON-HOST-POOL" in text  # the JSON verdict's word
+    assert "| KVD001-SSM-ON-HOST-POOL | error (not gated) | no error | ⚠️ warning |" in text  # reported as such
 
 
 @pytest.mark.parametrize("strict", [False, True], ids=["lenient", "strict"])
@@ -67,7 +67,7 @@ def test_vllm_inspect_junit_and_summary_agree_with_its_exit_code(tmp_path: Path,
     cases = _cases(junit)
     assert "error: " in junit.read_text()  # this launch has an error hazard: vLLM refuses to group the hybrid model
     assert any(cases.values()) is strict
-    assert ("**failed**" if strict else "**passed**") in summary.read_text()
+    assert ("**FAILED**" if strict else "**passed with warnings**") in summary.read_text()
 
 
 def test_clean_inspect_has_a_passing_strict_case_and_no_summary_without_the_variable(tmp_path: Path) -> None:
@@ -97,7 +97,7 @@ def test_roundtrip_junit_fails_exactly_the_broken_component(tmp_path: Path) -> N
     assert out.returncode == 1
     failed = {name for name, bad in _cases(junit).items() if bad}
     assert failed == {"conv_state"}
-    assert "**failed**" in summary.read_text()
+    assert "**FAILED**" in summary.read_text()
 
 
 def test_unwritable_report_path_is_a_clean_input_error(tmp_path: Path) -> None:

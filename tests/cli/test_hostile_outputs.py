@@ -78,7 +78,7 @@ def test_junit_to_a_device_and_summary_through_a_symlink(tmp_path: Path, command
     assert is_null_device(dev)  # not replaced by a regular file
     assert link.is_symlink() and os.readlink(link) == str(real)
     text = real.read_text()
-    assert text.startswith("earlier step\n") and "**failed**" in text
+    assert text.startswith("earlier step\n") and "**FAILED**" in text
     assert not list(tmp_path.glob(".*.tmp"))
 
 

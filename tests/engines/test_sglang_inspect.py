@@ -107,3 +107,21 @@ def test_drift_refuses_unknown_fixture_and_case() -> None:
     assert out.returncode == 2 and "unknown fixture" in out.stderr
     out = kvdoctor("drift", "--case", "no-such-case")
     assert out.returncode == 2 and "unknown case" in out.stderr
+
+
+def test_the_comparison_table_is_never_cropped_at_80_columns() -> None:
+    """Long class names and refusals made rich crop the beside-SGLang table at 80 columns (no right
+    border, `kvdoctor has n`); the layout is now chosen by measuring the table."""
+    env = {**os.environ, "COLUMNS": "80", "NO_COLOR": "1", "TRITON_INTERPRET": "1"}
+    args = [*INKLING, "--disaggregation-decode-retraction-backup", "host_pool", "--engine", "sglang"]
+    out = subprocess.run(
+        [sys.executable, "-m", "kvdoctor", "inspect", *args], capture_output=True, text=True, timeout=900, env=env
+    )
+    assert out.returncode == 0, out.stderr
+    section = out.stdout.split("kvdoctor beside SGLang")[1].split("SGLang beside kvdoctor")[0]
+    for line in section.splitlines():
+        text = line.rstrip()
+        assert len(line) <= 80, line
+        if text[:1] in "│┌└├":
+            assert text[-1] in "│┐┘┤", line  # the table's right edge is there: nothing cropped
+    assert "…" not in out.stdout

@@ -44,7 +44,7 @@ def test_gate_failure_annotates_each_failed_gate() -> None:
     result = base()
     result.score = Score(accuracy=0.5, invalid_rate=0.1, num_questions=10, completion_tokens=100, latency_s=2.0)
     result.gates = [gate.accuracy(0.5, 0.8), gate.retraction(RetractionCount(0, "metrics"), allow_none=False)]
-    result.exit_reason = "accuracy_below_threshold"
+    result.exit_reason, result.exit_code = "accuracy_below_threshold", 1
     lines = reporting.annotations(result)
     assert len(lines) == 2 and all(line.startswith("::error title=pd-eval ") for line in lines)
     rows = {r.check: r for r in reporting.summary_rows(result)}
