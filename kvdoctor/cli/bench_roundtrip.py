@@ -9,7 +9,7 @@ import typer
 
 from kvdoctor.cli.errors import exit_on_error
 from kvdoctor.cli.launch import launch_line
-from kvdoctor.cli.options import DeviceOption, GpuArchOption
+from kvdoctor.cli.options import DeviceOption, GpuArchOption, refuse_unsupported_engine
 from kvdoctor.cli.progress import Update, with_progress
 from kvdoctor.cli.text import safe
 from kvdoctor.cli.verdict import print_verdict
@@ -88,6 +88,7 @@ def bench_roundtrip(
     with exit_on_error():
         from kvdoctor.core.analysis import analyze
 
+        refuse_unsupported_engine(engine, "bench roundtrip", (Engine.KVDOCTOR, Engine.SGLANG))
         line = launch_line(ctx, model, default_model="inkling-small")
         flags = list(line.server_argv) or ["--kv-cache-dtype", "mxfp8", "--disaggregation-mode", "decode"]
         analysis = analyze(line.model, flags, platform=gpu_arch.platform())  # pure: refused before torch loads

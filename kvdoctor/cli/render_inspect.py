@@ -123,7 +123,7 @@ def _backup_table(r: InspectReport) -> Table:
         t.add_column(col, overflow="fold")  # wrap, even inside a long word: never cut with …
     for c in b.reasons:
         mark = "[green]yes[/]" if c.passed else "[red]no[/]"
-        t.add_row(safe(c.name), mark, safe(c.detail))
+        t.add_row(safe(c.name), mark, safe(c.shown or c.detail))
     return t
 
 

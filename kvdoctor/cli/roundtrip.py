@@ -19,7 +19,7 @@ import typer
 
 from kvdoctor.cli.errors import exit_on_error
 from kvdoctor.cli.launch import launch_line
-from kvdoctor.cli.options import DeviceOption, GpuArchOption
+from kvdoctor.cli.options import DeviceOption, GpuArchOption, refuse_unsupported_engine
 from kvdoctor.cli.progress import Update, with_progress
 from kvdoctor.engines import Engine, GpuArch
 from kvdoctor.report.units import NONE, format_bytes, human, yes_no
@@ -39,8 +39,9 @@ COMMAND = "roundtrip"
 
 
 def warnings(result: RoundtripResult) -> list[str]:
-    """Findings reported but not gated: launch-line errors SGLang would refuse (the copy still ran)."""
-    return [f"{h.code}: {h.message}" for h in result.hazards]
+    """Findings reported but not gated: the launch line's error hazards (the copy still ran). Spelled
+    as ``inspect`` spells its warnings: ``CODE (severity): message``."""
+    return [f"{h.code} ({h.severity}): {h.message}" for h in result.hazards]
 
 
 def run_header(result: RoundtripResult) -> RunHeader:
@@ -219,7 +220,7 @@ def verdict_detail(result: RoundtripResult) -> str:
     if result.ok:
         detail = f"{len(result.components)} components equal"
         if result.hazards:
-            detail += f"; {len(result.hazards)} launch-line error(s) SGLang would refuse (see above)"
+            detail += f"; {len(result.hazards)} launch-line error hazard(s), not gated (see above)"
         return f"{detail} ({result.elapsed_s:.2f} s)"
     detail = f"differs: {', '.join(result.failing)}"
     if result.inject_matched is True:
@@ -252,8 +253,8 @@ def render(result: RoundtripResult, head: RunHeader, console: Console | None = N
     for hazard in result.hazards:
         line = Text(hazard.code, style="bold red")
         line.append(
-            f" ({_plain(hazard.severity)}): {_plain(hazard.message)} SGLang would refuse this launch line; "
-            "the round trip above tests the pool's copy path only."
+            f" ({_plain(hazard.severity)}): {_plain(hazard.message)} Not gated: a hazard of this launch line "
+            "(see kvdoctor inspect); the round trip above tests the pool's copy path only."
         )
         console.print(line, overflow="fold")
     mismatch = inject_mismatch(result)
@@ -310,6 +311,7 @@ def roundtrip(
         from kvdoctor.report.preflight import check_outputs
 
         check_outputs(junit_path=junit_path)  # before any work: a red verdict must not end as exit 2
+        refuse_unsupported_engine(engine, "roundtrip", (Engine.KVDOCTOR, Engine.SGLANG))
         line = launch_line(ctx, model)
         reductions = {"layers": layers, "heads": heads}
         args = dict(

@@ -209,6 +209,19 @@ def _positive_float(text: str) -> float:
     return value
 
 
+# argparse names a value it cannot convert by its type function's __name__ ("invalid _positive_int
+# value: 'abc'"): the names a person reads instead.
+for _type, _name in (
+    (_positive_int, "positive integer"),
+    (_non_negative_int, "non-negative integer"),
+    (_human_int, "token count"),
+    (_ratio, "ratio"),
+    (_unit_interval, "number in [0, 1]"),
+    (_positive_float, "positive number"),
+):
+    _type.__name__ = _name
+
+
 def _build_parser() -> _Parser:
     p = _Parser(prog="sglang", add_help=False, allow_abbrev=False)
     p.add_argument("--kv-cache-dtype", choices=KV_CACHE_DTYPES, default="auto")

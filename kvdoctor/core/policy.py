@@ -69,7 +69,8 @@ class Condition:
     meaning: str
     source: str
     passed: bool
-    detail: str
+    detail: str  # the value as the JSON has always carried it (``uses_ssm_state=True (mamba2_config)``)
+    shown: str = ""  # the same value as a person writes it, where that differs (``SSM state yes …``)
 
 
 @dataclass(frozen=True)
@@ -116,7 +117,8 @@ def pool_layout(spec: StateSpec, *, decode: bool = False) -> PoolLayout:
 
 def _condition_values(
     spec: StateSpec, layout: PoolLayout, flags: ServerFlags, platform: Platform
-) -> dict[str, tuple[bool, str]]:
+) -> dict[str, tuple[bool, str] | tuple[bool, str, str]]:
+    """Each condition's (holds, detail[, shown]): ``shown`` where the JSON's raw spelling is Python's."""
     cls = spec.classification
     draft_ok = not flags.enable_unified_memory or not platform.mtp_draft_pools or platform.dspark_speculation
     preemption = flags.enable_priority_scheduling and not flags.disable_priority_preemption
@@ -137,10 +139,12 @@ def _condition_values(
         "no_priority_preemption": (not preemption, f"priority preemption {'on' if preemption else 'off'}"),
         "no_recurrent_state": (
             not cls.uses_ssm_state,
+            f"uses_ssm_state={cls.uses_ssm_state} ({cls.predicate or 'no SSM predicate'})",
             f"SSM state {'yes' if cls.uses_ssm_state else 'no'} ({cls.predicate or 'no SSM predicate'})",
         ),
         "no_unified_hybrid_swa": (
             not (flags.enable_unified_memory and cls.is_hybrid_swa),
+            f"unified memory {'on' if flags.enable_unified_memory else 'off'}, hybrid SWA {cls.is_hybrid_swa}",
             f"unified memory {'on' if flags.enable_unified_memory else 'off'}, "
             f"hybrid SWA {'yes' if cls.is_hybrid_swa else 'no'}",
         ),

@@ -127,7 +127,7 @@ def component_rows(frame: pd.DataFrame) -> list[ComponentRow]:
 
 @dataclass(frozen=True)
 class HazardRow:
-    """A launch-line error SGLang itself would refuse (the round trip still tests the pool's copy)."""
+    """An error hazard of the launch line (``inspect`` explains it); the round trip still tests the pool's copy."""
 
     severity: str
     code: str
@@ -317,7 +317,8 @@ def admit_intruders(run: _Run, seqlens: dict[int, int], retracted: list[int]) ->
 
 
 def error_hazards(analysis: Analysis) -> list[HazardRow]:
-    """Launch-line errors SGLang itself would refuse; the round trip still tests the pool's copy."""
+    """The launch line's error hazards (some SGLang refuses at start-up, some fail later); the round trip
+    still tests the pool's copy path."""
     return [HazardRow(h.severity, h.code, h.message) for h in analysis.hazards if h.severity == "error"]
 
 

@@ -23,3 +23,28 @@ def test_a_bad_choice_is_one_plain_line(args: list[str], expected: str) -> None:
     assert expected in lines[0] and f"(see 'kvdoctor {args[0]} -h')" in lines[0]
     assert "Value error" not in lines[0]  # typer's validation layer, not the user's mistake
     assert out.stdout == ""
+
+
+@pytest.mark.parametrize("command", [["roundtrip", "inkling-small"], ["bench", "roundtrip"]])
+def test_an_engine_the_command_cannot_drive_is_refused_not_ignored(command: list[str]) -> None:
+    """`--engine vllm` used to run kvdoctor's own model and report it as a green round trip."""
+    out = subprocess.run(
+        [sys.executable, "-m", "kvdoctor", *command, "--engine", "vllm"], capture_output=True, text=True, timeout=60
+    )
+    assert out.returncode == 2 and out.stdout == ""
+    name = "roundtrip" if command[0] == "roundtrip" else "bench roundtrip"
+    expected = f"kvdoctor: error: --engine vllm: {name} runs on kvdoctor or sglang; vLLM is answered by inspect only"
+    assert out.stderr.strip() == expected
+
+
+def test_a_malformed_server_flag_value_is_named_as_a_person_would() -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "kvdoctor", "inspect", "inkling-small", "--page-size", "abc"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 2
+    assert out.stderr.strip() == (
+        "kvdoctor: error: server flags: argument --page-size: invalid positive integer value: 'abc'"
+    )  # not argparse's "invalid _positive_int value"
