@@ -52,14 +52,17 @@ def drift(
         from kvdoctor.report.preflight import check_outputs
 
         check_outputs(junit_path=junit_path)
-        from kvdoctor.engines.sglang.drift import run_drift
+        from kvdoctor.report.verdicts import errors_published
 
-        if json_output:
-            result = run_drift(fixture or (), case or (), gpu_arch)
-        else:
-            result = with_progress(
-                lambda update: run_drift(fixture or (), case or (), gpu_arch, update), "import SGLang"
-            )
+        with errors_published("kvdoctor.drift", "kvdoctor drift", junit_path=junit_path):
+            from kvdoctor.engines.sglang.drift import run_drift
+
+            if json_output:
+                result = run_drift(fixture or (), case or (), gpu_arch)
+            else:
+                result = with_progress(
+                    lambda update: run_drift(fixture or (), case or (), gpu_arch, update), "import SGLang"
+                )
     exit_code = 0 if result.ok else EXIT_DRIFT
     with exit_on_error():
         _publish(result, junit_path)

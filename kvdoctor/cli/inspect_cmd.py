@@ -60,13 +60,16 @@ def inspect(
         from kvdoctor.report.preflight import check_outputs
 
         check_outputs(junit_path=junit_path)  # before any work: a red verdict must not end as exit 2
-        line = launch_line(ctx, model)
-        model = line.model
-        if engine is Engine.SGLANG:
-            run = _with_sglang(model, list(line.server_argv), gpu_arch, request_tokens, concurrent)
-        else:
-            analysis = analyze(model, line.server_argv, platform=gpu_arch.platform())
-            run = Run(inspect_report(analysis, request_tokens, concurrent), None, 0)
+        from kvdoctor.report.verdicts import errors_published
+
+        with errors_published("kvdoctor.inspect", f"kvdoctor inspect {model}", junit_path=junit_path):
+            line = launch_line(ctx, model)
+            model = line.model
+            if engine is Engine.SGLANG:
+                run = _with_sglang(model, list(line.server_argv), gpu_arch, request_tokens, concurrent)
+            else:
+                analysis = analyze(model, line.server_argv, platform=gpu_arch.platform())
+                run = Run(inspect_report(analysis, request_tokens, concurrent), None, 0)
     publish_inspect(
         ctx,
         run.report,

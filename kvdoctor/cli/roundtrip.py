@@ -311,36 +311,39 @@ def roundtrip(
         from kvdoctor.report.preflight import check_outputs
 
         check_outputs(junit_path=junit_path)  # before any work: a red verdict must not end as exit 2
-        refuse_unsupported_engine(engine, "roundtrip", (Engine.KVDOCTOR, Engine.SGLANG))
-        line = launch_line(ctx, model)
-        reductions = {"layers": layers, "heads": heads}
-        args = dict(
-            device=device.value,
-            requests=requests,
-            tokens=tokens,
-            seed=seed,
-            inject=inject.value if inject else None,
-        )
-        if engine is Engine.SGLANG:
+        from kvdoctor.report.verdicts import errors_published
 
-            def work(update: Update | None) -> RoundtripResult:
-                return _run_engine(line, _options(args, reductions), gpu_arch, emulate_d2h, update)
+        with errors_published("kvdoctor.roundtrip", f"kvdoctor roundtrip {model}", junit_path=junit_path):
+            refuse_unsupported_engine(engine, "roundtrip", (Engine.KVDOCTOR, Engine.SGLANG))
+            line = launch_line(ctx, model)
+            reductions = {"layers": layers, "heads": heads}
+            args = dict(
+                device=device.value,
+                requests=requests,
+                tokens=tokens,
+                seed=seed,
+                inject=inject.value if inject else None,
+            )
+            if engine is Engine.SGLANG:
 
-            first = "import torch and SGLang"
-        else:
-            from kvdoctor.core.analysis import analyze
+                def work(update: Update | None) -> RoundtripResult:
+                    return _run_engine(line, _options(args, reductions), gpu_arch, emulate_d2h, update)
 
-            analysis = analyze(line.model, line.server_argv, platform=gpu_arch.platform())  # pure: no torch
+                first = "import torch and SGLang"
+            else:
+                from kvdoctor.core.analysis import analyze
 
-            def work(update: Update | None) -> RoundtripResult:
-                from kvdoctor.state.run import check_run, run_roundtrip
+                analysis = analyze(line.model, line.server_argv, platform=gpu_arch.platform())  # pure: no torch
 
-                options = _options(args, reductions)
-                check_run(analysis, options)  # bad input (memory budget included) refused before any work
-                return run_roundtrip(analysis, options, update)
+                def work(update: Update | None) -> RoundtripResult:
+                    from kvdoctor.state.run import check_run, run_roundtrip
 
-            first = "import torch"
-        result = work(None) if json_output else with_progress(work, first)
+                    options = _options(args, reductions)
+                    check_run(analysis, options)  # bad input (memory budget included) refused before any work
+                    return run_roundtrip(analysis, options, update)
+
+                first = "import torch"
+            result = work(None) if json_output else with_progress(work, first)
     head = run_header(result)
     if json_output:
         typer.echo(json.dumps(report(result, head), indent=2, default=str))

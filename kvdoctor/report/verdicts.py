@@ -6,13 +6,15 @@ the JSON, the tables, the JUnit file and the GitHub summary can never disagree.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import contextlib
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from kvdoctor._exceptions import InputError
+from kvdoctor._exceptions import InputError, InternalError, KvdoctorError
 from kvdoctor.report import github, junit
 from kvdoctor.report.envelope import Verdict
+from kvdoctor.text import printable
 
 
 def _hazard_status(severity: str, gated: bool) -> str:
@@ -139,6 +141,28 @@ def publish(
         return github.append_step_summary(summary, env)
     except OSError as exc:
         raise InputError(f"cannot write a report: {exc}") from None
+
+
+@contextlib.contextmanager
+def errors_published(suite: str, title: str, *, junit_path: Path | None) -> Iterator[None]:
+    """Run a command's work; if it ends without a verdict (bad input, exit 2; a kvdoctor bug, exit 4),
+    say so in the JUnit file and the step summary too, then let the error go on to its one line.
+
+    Without this, the run that exits 2 writes nothing and a JUnit file left by an earlier green run
+    would still be read as this run's pass. Enter it only once the report paths themselves were
+    checked (``report.preflight``): a path that cannot be written is the error then, not a report.
+    """
+    try:
+        yield
+    except Exception as exc:
+        error = exc if isinstance(exc, KvdoctorError) else InternalError.wrap(exc)
+        verdict = Verdict.of(error.exit_code)
+        status = junit.FAILED if error.exit_code == 1 else junit.ERROR  # a finding (exit 1) fails; the rest errs
+        case = junit.Case("kvdoctor", status, message=printable(error), details=printable(error))
+        head = f"**{verdict.word}** (exit {error.exit_code}): {printable(error)}"
+        with contextlib.suppress(KvdoctorError):  # the run's own error is what the user must see
+            publish(suite, [case], github.summary_markdown(title, head, []), junit_path=junit_path)
+        raise
 
 
 def summary(title: str, verdict: Verdict, rows: Sequence[github.Row]) -> str:

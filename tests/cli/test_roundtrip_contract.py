@@ -129,7 +129,7 @@ def test_launch_line_errors_make_a_passing_run_warn_not_fail() -> None:
     assert out.exit_code == 0, out.output
     report = assert_valid(out.stdout, "roundtrip")
     assert report["verdict"] == "warn" and report["ok"] is True
-    assert [w.split(":")[0] for w in report["warnings"]] == [h["code"] for h in report["hazards"]]
+    assert [w.split(" (")[0] for w in report["warnings"]] == [h["code"] for h in report["hazards"]]
 
 
 def test_the_schema_has_teeth() -> None:
