@@ -49,7 +49,7 @@ def engine_info() -> EngineInfo:
     try:
         version = metadata.version("sglang")
     except metadata.PackageNotFoundError:
-        hint = f"--engine sglang: SGLang is not installed here; install it with: {INSTALL_HINT}"
+        hint = f"SGLang is not installed in this environment; install it with: {INSTALL_HINT}"
         raise EngineUnavailable(hint) from None
     spec = importlib.util.find_spec("sglang")
     path = str(Path(spec.origin).parent) if spec and spec.origin else None
