@@ -116,6 +116,7 @@ def publish_inspect(
     failed = strict and any(h.severity == "error" for h in report.hazards)
     exit_code = 1 if failed else 0
     warnings = ungated(report.hazards, strict=strict)
+    verdict = Verdict.of(exit_code, warnings=len(warnings))  # the last line and the summary say the same word
     if json_output:
         head = header(
             "inspect",
@@ -136,10 +137,10 @@ def publish_inspect(
         _render(report, console)
         engine_name = "" if engine is None or engine.name == "kvdoctor" else f"{engine.name} {engine.version}"
         detail = verdict_detail(report.hazards, strict=strict, drifts=drifts, engine=engine_name)
-        print_verdict(console, Verdict.of(exit_code, warnings=len(warnings)), detail)
+        print_verdict(console, verdict, detail)
     with exit_on_error():  # a failure in JUnit and the summary exactly when the exit code says so
         rows = verdicts.inspect_rows(report, gated=strict)
-        summary = verdicts.summary(title, Verdict.of(exit_code, warnings=len(warnings)), rows)
+        summary = verdicts.summary(title, verdict, rows)
         verdicts.publish(
             "kvdoctor.inspect", verdicts.inspect_cases(report, gated=strict), summary, junit_path=junit_path
         )

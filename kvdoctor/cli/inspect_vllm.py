@@ -104,15 +104,14 @@ def render(r: VllmReport, console: Any = None) -> None:
     from rich.table import Table
     from rich.text import Text
 
+    from kvdoctor.cli.layout import kv_table
     from kvdoctor.cli.render_inspect import WIDE, hazards_block
     from kvdoctor.cli.text import safe
     from kvdoctor.report.units import NONE, human, yes_no
 
     console = console or Console(emoji=False)
     m, b = r.model, r.block_size
-    t = Table(title="Model (vLLM)", show_header=False, title_justify="left")
-    for _ in range(2):
-        t.add_column(overflow="fold")
+    t = kv_table("Model (vLLM)")
     hma = r.hybrid_kv_cache_manager
     for key, value in (
         ("architecture", f"{m.architecture} ({m.model_type})"),
@@ -130,9 +129,7 @@ def render(r: VllmReport, console: Any = None) -> None:
         text = f"vLLM refuses: {refusal.message} ({refusal.where})" if refusal else "vLLM refuses to group the layers"
         console.print(Text(f"KV cache groups: {text}", overflow="fold"))
     elif console.width < WIDE:  # one row per group, its facts wrapped at words: no spec name broken
-        g = Table(title="KV cache groups (per TP rank)", show_header=False, title_justify="left")
-        g.add_column(overflow="fold")
-        g.add_column(overflow="fold")
+        g = kv_table("KV cache groups (per TP rank)")
         for row in r.groups:
             g.add_row(f"group {row.group}", safe("; ".join(_group_facts(row))))
         console.print(g)
@@ -149,9 +146,7 @@ def render(r: VllmReport, console: Any = None) -> None:
     else:
         title = f"Connector {c.name} ({c.source}; supports HMA: {yes_no(c.supports_hma)})"
         if console.width < WIDE:
-            ct = Table(title=safe(title), show_header=False, title_justify="left")
-            ct.add_column(overflow="fold")
-            ct.add_column(overflow="fold")
+            ct = kv_table(safe(title))
         else:
             ct = Table(title=safe(title), title_justify="left")
             for col in ("group", "spec", "layers", "status", "reason", "vLLM source"):

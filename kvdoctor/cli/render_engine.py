@@ -7,13 +7,13 @@ and class names are outside text). Every column folds: nothing is cut with "…"
 
 from __future__ import annotations
 
-import io
 from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from kvdoctor.cli.layout import fits_whole, kv_table
 from kvdoctor.cli.text import safe
 from kvdoctor.core.inspect_result import SglangAnswers
 from kvdoctor.report.units import human
@@ -56,12 +56,8 @@ def render_beside(answers: SglangAnswers, console: Console | None = None) -> Non
         table.add_column(col, overflow="fold")
     for row in rows:
         table.add_row(*row)
-    # Measured, not guessed: a class name or a refusal is one long word, and rich crops a table whose
-    # words cannot fit; then each field is one block, its answers wrapped at words across the width.
-    if Console(width=10_000, file=io.StringIO()).measure(table).maximum > console.width:
-        table = Table(title=safe(title), title_justify="left", show_header=False)
-        table.add_column(overflow="fold", no_wrap=False)
-        table.add_column(overflow="fold", no_wrap=False)
+    if not fits_whole(table, console):  # then each field is one block, its answers wrapped at words
+        table = kv_table(safe(title))
         for name, ours, theirs, agree in rows:
             table.add_row(name, f"kvdoctor {ours}; SGLang {theirs}; agree: {agree}")
     console.print(table)

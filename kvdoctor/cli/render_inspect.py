@@ -12,7 +12,6 @@ path, a pasted flag, an SGLang message) goes through ``safe``: only the markup w
 
 from __future__ import annotations
 
-import io
 from collections.abc import Sequence
 
 from rich.console import Console, Group
@@ -20,6 +19,7 @@ from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
+from kvdoctor.cli.layout import fits_whole, kv_table
 from kvdoctor.cli.text import safe
 from kvdoctor.core.hazards import Hazard
 from kvdoctor.core.inspect_result import ComponentRow, InspectReport
@@ -29,16 +29,9 @@ SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
 WIDE = 120  # below this many columns, rows whose cells would break mid-word are laid out vertically
 
 
-def _kv_table(title: str) -> Table:
-    t = Table(title=title, show_header=False, title_justify="left")
-    t.add_column(overflow="fold", no_wrap=False)
-    t.add_column(overflow="fold")
-    return t
-
-
 def _model_table(r: InspectReport) -> Table:
     m = r.model
-    t = _kv_table("Model")
+    t = kv_table("Model")
     layers = m.layers
     rule = f"[{m.sglang_predicate or 'attention only'}; {m.rule_source}]"
     rows = [
@@ -71,9 +64,7 @@ def _size(c: ComponentRow) -> str:
 def _components_table(r: InspectReport, console: Console) -> Table:
     """A row per component when the table fits the console whole, else one block per component.
 
-    Fitting is measured, not guessed from a column count: the wide table's natural width (every cell
-    on one line) against the console's. Rich's own shrinking is not trusted here: with names held
-    whole it can still overflow and the console then crops the last column (`480.0 KiB/reques`)."""
+    Fitting is measured (``cli.layout.fits_whole``), not guessed from a column count."""
     title = "State components (per TP rank)"
     t = Table(title=title, title_justify="left")
     columns = ("component", "pool", "index", "dtype", "layers", "shape / layer", "bytes")
@@ -83,10 +74,9 @@ def _components_table(r: InspectReport, console: Console) -> Table:
         t.add_column(col, overflow="fold", min_width=longest or None)  # names whole; the rest wraps, never …
     for c in r.components:
         t.add_row(*(safe(v) for v in (c.name, c.pool, c.index, c.dtype, c.layers, _shapes(c))), _size(c))
-    natural = Console(width=10_000, file=io.StringIO()).measure(t).maximum
-    if console.width >= WIDE and natural <= console.width:
+    if console.width >= WIDE and fits_whole(t, console):
         return t
-    t = _kv_table(title)  # one row per component: its name, then every fact wrapped at words
+    t = kv_table(title)  # one row per component: its name, then every fact wrapped at words
     for c in r.components:
         facts = (
             f"pool {c.pool}; {c.index.replace('_', ' ')}; {c.dtype}; {c.layers} layers; "
@@ -97,7 +87,7 @@ def _components_table(r: InspectReport, console: Console) -> Table:
 
 
 def _pools_table(r: InspectReport) -> Table:
-    t = _kv_table("Pools")
+    t = kv_table("Pools")
     for key, value in (
         ("uses SSM state", yes_no(r.uses_ssm_state)),
         ("KV pool", r.kv_pool),
@@ -134,7 +124,7 @@ def _tokens(n: int | None, unknown: str) -> str:
 def _sizing_table(r: InspectReport) -> Table:
     s = r.sizing
     f = s.forecast
-    t = _kv_table("Pool sizing")
+    t = kv_table("Pool sizing")
     full = _tokens(s.full_tokens, "sized from free GPU memory at start-up")
     size = f", {format_bytes(s.full_bytes)}" if s.full_bytes is not None else ""
     t.add_row("full pool", safe(f"{full}{size}"))

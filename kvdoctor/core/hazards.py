@@ -28,6 +28,16 @@ class Hazard:
 
 
 @dataclass(frozen=True)
+class RefusalFacts:
+    """A refusal the server itself would raise (SGLang at start-up, vLLM while planning its KV cache):
+    its message and the server's file:lines raising it, as ``inspect`` reports it (``refusals``,
+    ``refusal``) for either server."""
+
+    message: str
+    where: str
+
+
+@dataclass(frozen=True)
 class Context:
     """Everything a hazard rule may look at."""
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from kvdoctor.core.analysis import Analysis
-from kvdoctor.core.hazards import ERROR, WARNING, Hazard
+from kvdoctor.core.hazards import ERROR, WARNING, Hazard, RefusalFacts
 from kvdoctor.core.policy import Condition, PoolLayout
 from kvdoctor.core.sizing import Sizing, forecast
 from kvdoctor.core.spec import PER_TOKEN, Component
@@ -150,14 +150,6 @@ class SizingFacts(Sizing):
     """The pools' capacities (``Sizing``'s fields, as before) and the retraction forecast."""
 
     forecast: ForecastFacts
-
-
-@dataclass(frozen=True)
-class RefusalFacts:
-    """A start-up refusal SGLang would raise: its message and the SGLang file:lines raising it."""
-
-    message: str
-    where: str
 
 
 @dataclass(frozen=True)

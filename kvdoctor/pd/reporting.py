@@ -133,9 +133,7 @@ def summary_rows(result: PdEvalResult) -> list[github.Row]:
 
 
 def status_line(result: PdEvalResult) -> str:
-    verdict = envelope.Verdict.of(
-        result.exit_code, warnings=len(result.warnings) if result.exit_code == EXIT_PASS else 0
-    )
+    verdict = envelope.Verdict.of(result.exit_code, warnings=len(result.warnings))  # warnings count at exit 0 only
     word = f"**{verdict.word}**" if result.exit_code == EXIT_PASS else f"**{verdict.word}** ({result.exit_reason})"
     return f"{word} — `{result.model}` ({result.preset}); {result.message}"
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from kvdoctor._exceptions import GroupingRefused
 from kvdoctor.core import hazards as registry
 from kvdoctor.core.config import ModelConfig, load_config
-from kvdoctor.core.hazards import Hazard
+from kvdoctor.core.hazards import Hazard, RefusalFacts
 from kvdoctor.core.vllm import rules
 from kvdoctor.core.vllm.connectors import ConnectorVerdict, HybridManager, hybrid_manager, verdict
 from kvdoctor.core.vllm.flags import VllmFlags, parse_vllm_flags
@@ -70,7 +70,7 @@ class VllmAnalysis:
                 where=str(self.hybrid.where) if self.hybrid.where else None,
             ),
             groups=None if self.groups is None else tuple(_group_row(i, g) for i, g in enumerate(self.groups)),
-            refusal=None if self.refusal is None else VllmRefusal(self.refusal, str(self.refusal_where)),
+            refusal=None if self.refusal is None else RefusalFacts(self.refusal, str(self.refusal_where)),
             preemption=PreemptionFacts(mode="recompute", backup=None, where=str(rules.PREEMPT)),
             connector=_connector_facts(self.connector),
             hazards=self.hazards,
@@ -125,12 +125,6 @@ class GroupRow:
 
 
 @dataclass(frozen=True)
-class VllmRefusal:
-    message: str
-    where: str
-
-
-@dataclass(frozen=True)
 class PreemptionFacts:
     mode: str
     backup: None  # vLLM keeps no copy of a preempted request's state: it recomputes
@@ -169,7 +163,7 @@ class VllmReport:
     layer_specs: tuple[LayerSpecRow, ...]
     hybrid_kv_cache_manager: HybridFacts
     groups: tuple[GroupRow, ...] | None  # None: vLLM refuses to group these layers (see refusal)
-    refusal: VllmRefusal | None
+    refusal: RefusalFacts | None
     preemption: PreemptionFacts
     connector: ConnectorFacts | None
     hazards: tuple[Hazard, ...]
