@@ -1,7 +1,8 @@
-"""Regenerate kvdoctor/core/sglang_server_flags.py from an unpacked SGLang wheel, without importing it.
+"""Regenerate kvdoctor/core/sglang_server_flags.py from SGLang's source and its own parser.
 
-Usage: pip download --no-deps sglang==X -d /tmp/w && unzip -q /tmp/w/*.whl -d /tmp/w/src
-       python scripts/sglang-server-flags.py /tmp/w/src/sglang > kvdoctor/core/sglang_server_flags.py
+Usage: .venv-sglang/bin/python scripts/sglang-server-flags.py .venv-sglang/lib/python3.11/site-packages/sglang \
+           > kvdoctor/core/sglang_server_flags.py
+(the source may also be an unpacked wheel: pip download --no-deps sglang==X; the Python must import that SGLang).
 
 SGLang (0.5.23) builds its server parser in two places, both read here with ``ast``:
 - ``srt/arg_groups/fields/*.py``: one ``msgspec.Struct`` per namespace listed in ``_INPUT_NAMESPACES``
@@ -15,6 +16,12 @@ again in ``SGLANG_SWITCHES``, flags that take a list (``nargs`` + or *) in ``SGL
 flags whose value may be left out (``nargs`` ?) in ``SGLANG_OPTIONAL_VALUE``, so kvdoctor can tell a
 flag's values from a positional word that follows them.
 The metadata is read as SGLang's ``_unwrap_annotated`` reads it: the first ``Arg`` or string wins.
+
+Each flag's value grammar (``SGLANG_FLAG_VALUES``: the ``type`` its action converts with, its ``nargs`` and
+``choices``) is read from SGLang's own parser (``ServerArgs.add_cli_args`` on an ``argparse`` parser), which
+the script imports; the option strings that parser registers must be the ones read from the source, or the
+script stops (the two readings describe one parser). A converter that is a function of SGLang's own, other
+than the ones kvdoctor restates (``kvdoctor/core/flag_values.py``), is recorded as ``custom:<name>``.
 """
 
 from __future__ import annotations
@@ -236,10 +243,84 @@ def _frozenset(name: str, doc: str, values: set[str]) -> list[str]:
     return [*lines, "    }", ")"]
 
 
+def _type_kind(action: object) -> str:
+    """The kind of converter an argparse action applies (``kvdoctor/core/flag_values.py`` names them)."""
+    import json
+
+    converter = getattr(action, "type", None)
+    if converter is None or converter is str:
+        return "str"
+    if converter in (int, float):
+        return converter.__name__
+    if converter is json.loads:
+        return "json"
+    module, name = getattr(converter, "__module__", ""), getattr(converter, "__qualname__", repr(converter))
+    if (module, name) == ("sglang.srt.utils.common", "human_readable_int"):
+        return "sglang_human_int"
+    return f"custom:{name}"
+
+
+def _literal(value: object) -> object:
+    return value if isinstance(value, (str, int, float, bool)) or value is None else str(value)
+
+
+def value_table() -> dict[str, tuple[str, object, object]]:
+    """option string -> (type kind, nargs, choices), from SGLang's own parser."""
+    import argparse
+
+    from sglang.srt.server_args import ServerArgs
+
+    parser = argparse.ArgumentParser(add_help=False)
+    ServerArgs.add_cli_args(parser)
+    table: dict[str, tuple[str, object, object]] = {}
+    for option, action in parser._option_string_actions.items():
+        nargs = action.nargs  # argparse's own store_const/store_true actions set 0 themselves
+        choices = None if action.choices is None else tuple(_literal(c) for c in action.choices)
+        if choices is not None and not isinstance(action.choices, (list, tuple)):  # a set: no order to keep
+            choices = tuple(sorted(choices, key=str))
+        table[option] = (_type_kind(action) if nargs != 0 else "switch", nargs, choices)
+    return table
+
+
+def _lit(value: object) -> str:
+    """VALUE as ruff formats a literal: strings in double quotes, tuples with their trailing comma."""
+    import json
+
+    if isinstance(value, tuple):
+        inner = ", ".join(_lit(v) for v in value)
+        return f"({inner},)" if len(value) == 1 else f"({inner})"
+    return json.dumps(value) if isinstance(value, str) else repr(value)
+
+
+def values_lines(name: str, doc: list[str], table: dict[str, tuple[str, object, object]]) -> list[str]:
+    """``NAME: dict[str, ValueGrammar] = {...}`` laid out as ``ruff format`` lays it out (line length 120)."""
+    lines = [*(f"# {d}" for d in doc), f"{name}: dict[str, ValueGrammar] = {{"]
+    for option in sorted(table):
+        kind, nargs, choices = table[option]
+        one = f"    {_lit(option)}: ({_lit(kind)}, {_lit(nargs)}, {_lit(choices)}),"
+        if len(one) <= 120:
+            lines.append(one)
+            continue
+        lines += [f"    {_lit(option)}: (", f"        {_lit(kind)},", f"        {_lit(nargs)},"]
+        inline = f"        {_lit(choices)},"
+        if len(inline) <= 120 or not isinstance(choices, tuple):
+            lines.append(inline)
+        else:
+            lines += ["        (", *(f"            {_lit(c)}," for c in choices), "        ),"]
+        lines.append("    ),")
+    return [*lines, "}"]
+
+
 def main(root_arg: str) -> None:
     root = Path(root_arg)
     flags = field_flags(root) + manual_flags(root)
     names = {n for f in flags for n in f.names}
+    values = value_table()
+    if set(values) != names:
+        raise SystemExit(
+            f"SGLang's parser and its source disagree: parser only {sorted(set(values) - names)}, "
+            f"source only {sorted(names - set(values))}"
+        )
     switches = {n for f in flags if f.arity == SWITCH for n in f.names}
     many = {n for f in flags if f.arity == MANY for n in f.names}
     optional = {n for f in flags if f.arity == OPTIONAL for n in f.names}
@@ -248,14 +329,16 @@ def main(root_arg: str) -> None:
         f'"""Every option string SGLang {ver} accepts on its server command line (``sglang serve``,',
         "``python -m sglang.launch_server``).",
         "",
-        "Data, not logic: generated by ``scripts/sglang-server-flags.py`` from the unpacked wheel",
-        f"(``pip download --no-deps sglang=={ver}``), which reads ``srt/arg_groups/fields/*.py`` and",
-        "``ServerArgs.add_cli_args`` with ``ast`` (SGLang need not be importable). kvdoctor refuses an option",
-        "that is neither its own nor listed here, and lists SGLang flags it does not model as not modelled.",
-        "Regenerate when the modelled revision moves.",
+        "Data, not logic: generated by ``scripts/sglang-server-flags.py`` from SGLang's source",
+        f"(sglang=={ver}), which reads ``srt/arg_groups/fields/*.py`` and ``ServerArgs.add_cli_args`` with",
+        "``ast``, and from SGLang's own parser (the value grammar; run in .venv-sglang). kvdoctor refuses an",
+        "option that is neither its own nor listed here and a value SGLang's parser refuses, and lists SGLang",
+        "flags it does not model as not modelled. Regenerate when the modelled revision moves.",
         '"""',
         "",
         "from __future__ import annotations",
+        "",
+        "from kvdoctor.core.flag_values import ValueGrammar",
         "",
         f'SGLANG_VERSION = "{ver}"',
         "",
@@ -266,6 +349,15 @@ def main(root_arg: str) -> None:
         *_frozenset("SGLANG_MULTI_VALUE", "The options that take a list of values (nargs + or *).", many),
         "",
         *_frozenset("SGLANG_OPTIONAL_VALUE", "The options whose one value may be left out (nargs ?).", optional),
+        "",
+        *values_lines(
+            "SGLANG_FLAG_VALUES",
+            [
+                "Each option string's value grammar, read from SGLang's own parser: (type kind, nargs, choices);",
+                "kinds and their checks: kvdoctor/core/flag_values.py (custom:<name>: a converter not restated).",
+            ],
+            values,
+        ),
     ]
     print("\n".join(out))
 

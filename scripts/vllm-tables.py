@@ -1,182 +1,119 @@
-"""Regenerate kvdoctor's vLLM data modules from an unpacked vLLM wheel, without importing vLLM.
+"""Regenerate kvdoctor's vLLM data modules from an unpacked vLLM wheel (and, for the flags, vLLM's own parser).
 
 Usage: pip download --no-deps vllm==X -d /tmp/w && unzip -q /tmp/w/*.whl 'vllm/*.py' -d /tmp/w/src
-       python scripts/vllm-tables.py flags /tmp/w/src/vllm > kvdoctor/core/vllm/server_flags.py
+       .venv-vllm/bin/python scripts/vllm-tables.py flags /tmp/w/src/vllm > kvdoctor/core/vllm/server_flags.py
        python scripts/vllm-tables.py architectures /tmp/w/src/vllm > kvdoctor/core/vllm/architectures.py
+       PY_WITH_TRANSFORMERS scripts/vllm-tables.py model-types /tmp/w/src/vllm > kvdoctor/core/vllm/model_types.py
 
-``flags``: vLLM (0.33) builds ``vllm serve``'s parser in ``entrypoints/common/cli_args.py:make_arg_parser``:
-a few hand-written ``parser.add_argument`` calls, ``FrontendArgs.add_cli_args`` (one ``--field-name`` per
-field of ``FrontendArgs`` and its base, plus the ``"flags"`` its ``_customize_cli_kwargs`` adds) and
-``EngineArgs``/``AsyncEngineArgs.add_cli_args`` in ``engine/arg_utils.py`` (``add_argument("--x",
-**cache_kwargs["field"])``, where ``cache_kwargs = get_kwargs(CacheConfig)``). Each flag's arity is read
-as ``engine/arg_utils.py:_compute_kwargs`` derives it from the config field's annotation: ``bool | str``
-takes an optional value (nargs ?), any other ``bool`` is a ``BooleanOptionalAction`` (a switch, plus its
-``--no-`` spelling), a ``list`` takes several values, anything else one; explicit ``action=``/``nargs=``
-keywords win.
+``flags``: every option string ``vllm serve``'s own parser accepts (``entrypoints/common/cli_args.py:
+make_arg_parser`` on ``FlexibleArgumentParser``, imported: run it in .venv-vllm), with its arity and value
+grammar (the ``type`` its action converts with, ``nargs``, ``choices``): the keys of the parser's
+``_option_string_actions``, so ``EnableDisableAction``'s ``--disable-x`` inverses and the hidden ``--no-``
+spellings it still accepts are all listed. A converter that is a vLLM function kvdoctor does not restate
+(``kvdoctor/core/flag_values.py``) is recorded as ``custom:<name>``.
 
 ``architectures``: the keys of ``model_executor/models/registry.py:_VLLM_MODELS`` (the dicts it merges),
 the architecture names vLLM serves.
+
+``model-types``: the ``model_type`` values vLLM's config loader accepts (``transformers_utils/config.py``):
+the keys of its own ``_CONFIG_REGISTRY = LazyConfigDict(...)`` (read with ``ast``) and those of transformers'
+``CONFIG_MAPPING_NAMES``, which ``AutoConfig.from_pretrained`` builds; run it with a Python whose
+transformers is the version constraints/vllm.txt pins (the script checks it).
 """
 
 from __future__ import annotations
 
 import ast
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
-SWITCH, ONE, OPTIONAL, MANY = "switch", "one", "optional", "many"
-
-
-@dataclass(frozen=True)
-class Flag:
-    names: tuple[str, ...]
-    arity: str
+HELP = frozenset({"-h", "--help"})
 
 
 def _const_str(node: ast.AST | None) -> str | None:
     return node.value if isinstance(node, ast.Constant) and isinstance(node.value, str) else None
 
 
-def _keyword(call: ast.Call, name: str) -> ast.AST | None:
-    return next((k.value for k in call.keywords if k.arg == name), None)
+def live_parser() -> object:
+    """``vllm serve``'s own parser: ``make_arg_parser`` on vLLM's ``FlexibleArgumentParser`` (imports vLLM)."""
+    import os
+
+    os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
+    from vllm.entrypoints.common.cli_args import make_arg_parser
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    return make_arg_parser(FlexibleArgumentParser())
 
 
-def _class_fields(root: Path) -> dict[str, dict[str, str]]:
-    """Every class under config/ and the frontend args: its annotated fields (bases folded in)."""
-    files = [*sorted((root / "config").glob("*.py")), root / "entrypoints" / "common" / "cli_args.py"]
-    own: dict[str, dict[str, str]] = {}
-    bases: dict[str, list[str]] = {}
-    for path in files:
-        tree = ast.parse(path.read_text(encoding="utf-8"))
-        for cls in ast.walk(tree):
-            if not isinstance(cls, ast.ClassDef):
-                continue
-            own[cls.name] = {
-                stmt.target.id: ast.unparse(stmt.annotation)
-                for stmt in cls.body
-                if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name)
-            }
-            bases[cls.name] = [b.id for b in cls.bases if isinstance(b, ast.Name)]
+def _kind(converter: object) -> str:
+    """The kind of converter an argparse ``type`` is (``kvdoctor/core/flag_values.py`` names them)."""
+    import json
 
-    def folded(name: str) -> dict[str, str]:
-        result: dict[str, str] = {}
-        for base in bases.get(name, []):
-            if base in own:
-                result.update(folded(base))
-        result.update(own.get(name, {}))
-        return result
-
-    return {name: folded(name) for name in own}
+    if converter is None or converter is str:
+        return "str"
+    if converter in (int, float):
+        return converter.__name__  # type: ignore[attr-defined]
+    if converter is json.loads:
+        return "json"
+    name = getattr(converter, "__qualname__", repr(converter))
+    cells = [c.cell_contents for c in (getattr(converter, "__closure__", None) or ())]
+    if name == "optional_type.<locals>._optional_type" and len(cells) == 1:  # engine/arg_utils.py: optional_type
+        return f"optional:{_kind(cells[0])}"
+    if name == "parse_type.<locals>._parse_type" and len(cells) == 1:  # engine/arg_utils.py: parse_type
+        return _kind(cells[0])
+    module = getattr(converter, "__module__", "")
+    if module == "vllm.utils.argparse_utils" and name in ("human_readable_int", "human_readable_int_or_auto"):
+        return f"vllm_human_{name.removeprefix('human_readable_')}"  # vllm_human_int, vllm_human_int_or_auto
+    return f"custom:{name}"
 
 
-def _annotation_arity(annotation: str) -> str:
-    words = set(annotation.replace("|", " ").replace("[", " ").replace("]", " ").replace(",", " ").split())
-    if "bool" in words and "str" in words:
-        return OPTIONAL
-    if "bool" in words:
-        return SWITCH
-    if "list" in words or "List" in words:
-        return MANY
-    return ONE
+def _literal(value: object) -> object:
+    return value if isinstance(value, (str, int, float, bool)) or value is None else str(value)
 
 
-def _explicit_arity(call: ast.Call, default: str) -> str:
-    action = _keyword(call, "action")
-    nargs = _keyword(call, "nargs")
-    if nargs is not None and isinstance(nargs, ast.Constant):
-        return MANY if nargs.value in ("+", "*") else OPTIONAL if nargs.value == "?" else ONE
-    if action is not None:
-        name = _const_str(action) or (action.attr if isinstance(action, ast.Attribute) else getattr(action, "id", ""))
-        if name in ("store", "append", "extend"):
-            return ONE
-        return SWITCH
-    return default
-
-
-def _kwargs_sources(tree: ast.AST) -> dict[str, str]:
-    """``cache_kwargs = get_kwargs(CacheConfig)`` → {"cache_kwargs": "CacheConfig"}."""
-    found: dict[str, str] = {}
-    for node in ast.walk(tree):
-        if (
-            isinstance(node, ast.Assign)
-            and isinstance(node.value, ast.Call)
-            and getattr(node.value.func, "id", None) == "get_kwargs"
-            and node.value.args
-            and isinstance(node.value.args[0], ast.Name)
-        ):
-            for target in node.targets:
-                if isinstance(target, ast.Name):
-                    found[target.id] = node.value.args[0].id
-    return found
-
-
-def _field_of(call: ast.Call, sources: dict[str, str]) -> tuple[str, str] | None:
-    """(config class, field) of ``**cache_kwargs["field"]`` in an add_argument call."""
-    for kw in call.keywords:
-        if kw.arg is not None:
+def value_table(parser: object) -> dict[str, tuple[str, object, object]]:
+    """option string -> (type kind, nargs, choices) for every option string the parser accepts."""
+    table: dict[str, tuple[str, object, object]] = {}
+    for option, action in parser._option_string_actions.items():  # type: ignore[attr-defined]
+        if option in HELP:
             continue
-        # **cache_kwargs["field"], or **{**cache_kwargs["field"], "default": None}
-        values = (
-            [kw.value]
-            if not isinstance(kw.value, ast.Dict)
-            else [v for k, v in zip(kw.value.keys, kw.value.values, strict=True) if k is None]
-        )
-        for value in values:
-            if isinstance(value, ast.Subscript) and isinstance(value.value, ast.Name):
-                field = _const_str(value.slice)
-                if value.value.id in sources and field:
-                    return sources[value.value.id], field
-    return None
+        nargs = action.nargs
+        if nargs not in (None, 0, "?", "+", "*"):
+            raise SystemExit(f"{option}: nargs={nargs!r}, which kvdoctor's scanner does not read")
+        choices = None if action.choices is None else tuple(_literal(c) for c in action.choices)
+        if choices is not None and not isinstance(action.choices, (list, tuple)):  # a set: no order to keep
+            choices = tuple(sorted(choices, key=str))
+        table[option] = ("switch" if nargs == 0 else _kind(action.type), nargs, choices)
+    return table
 
 
-def engine_flags(root: Path, fields: dict[str, dict[str, str]]) -> list[Flag]:
-    flags: list[Flag] = []
-    for path in (root / "engine" / "arg_utils.py", root / "entrypoints" / "common" / "cli_args.py"):
-        tree = ast.parse(path.read_text(encoding="utf-8"))
-        sources = _kwargs_sources(tree)
-        for call in ast.walk(tree):
-            if not (
-                isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr == "add_argument"
-            ):
-                continue
-            names = tuple(s for s in (_const_str(a) for a in call.args) if s and s.startswith("-"))
-            if not names:
-                continue
-            where = _field_of(call, sources)
-            default = ONE
-            if where is not None:
-                annotation = fields.get(where[0], {}).get(where[1])
-                if annotation is None:
-                    raise SystemExit(f"{path}: {names[0]}: no field {where[1]} on {where[0]}")
-                default = _annotation_arity(annotation)
-            arity = _explicit_arity(call, default)
-            if arity == SWITCH and where is not None and _keyword(call, "action") is None:
-                names = (*names, *("--no-" + n[2:] for n in names if n.startswith("--")))  # BooleanOptionalAction
-            flags.append(Flag(names, arity))
-    return flags
+def _lit(value: object) -> str:
+    """VALUE as ruff formats a literal: strings in double quotes, tuples with their trailing comma."""
+    import json
+
+    if isinstance(value, tuple):
+        inner = ", ".join(_lit(v) for v in value)
+        return f"({inner},)" if len(value) == 1 else f"({inner})"
+    return json.dumps(value) if isinstance(value, str) else repr(value)
 
 
-def frontend_flags(root: Path, fields: dict[str, dict[str, str]]) -> list[Flag]:
-    """``FrontendArgs.add_cli_args``: ``--field-name`` per field, bools as BooleanOptionalAction."""
-    flags: list[Flag] = []
-    tree = ast.parse((root / "entrypoints" / "common" / "cli_args.py").read_text(encoding="utf-8"))
-    extra: dict[str, list[str]] = {}
-    for node in ast.walk(tree):  # kwargs["field"]["flags"] = ["-x"] in _customize_cli_kwargs
-        if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Subscript):
-            target = node.targets[0]
-            if _const_str(target.slice) == "flags" and isinstance(target.value, ast.Subscript):
-                field = _const_str(target.value.slice)
-                if field and isinstance(node.value, ast.List):
-                    extra[field] = [s for s in (_const_str(e) for e in node.value.elts) if s]
-    for field, annotation in fields["FrontendArgs"].items():
-        arity = _annotation_arity(annotation)
-        name = "--" + field.replace("_", "-")
-        names = [*extra.get(field, []), name]
-        if arity == SWITCH:
-            names.append("--no-" + name[2:])
-        flags.append(Flag(tuple(names), arity))
-    return flags
+def values_lines(name: str, doc: list[str], table: dict[str, tuple[str, object, object]]) -> list[str]:
+    """``NAME: dict[str, ValueGrammar] = {...}`` laid out as ``ruff format`` lays it out (line length 120)."""
+    lines = [*(f"# {d}" for d in doc), f"{name}: dict[str, ValueGrammar] = {{"]
+    for option in sorted(table):
+        kind, nargs, choices = table[option]
+        one = f"    {_lit(option)}: ({_lit(kind)}, {_lit(nargs)}, {_lit(choices)}),"
+        if len(one) <= 120:
+            lines.append(one)
+            continue
+        lines += [f"    {_lit(option)}: (", f"        {_lit(kind)},", f"        {_lit(nargs)},"]
+        inline = f"        {_lit(choices)},"
+        if len(inline) <= 120 or not isinstance(choices, tuple):
+            lines.append(inline)
+        else:
+            lines += ["        (", *(f"            {_lit(c)}," for c in choices), "        ),"]
+        lines.append("    ),")
+    return [*lines, "}"]
 
 
 def version(root: Path) -> str:
@@ -194,31 +131,46 @@ def _frozenset(name: str, doc: str, values: set[str]) -> list[str]:
 
 
 def flags_module(root: Path) -> list[str]:
-    fields = _class_fields(root)
-    flags = engine_flags(root, fields) + frontend_flags(root, fields)
-    names = {n for f in flags for n in f.names}
-    by = {a: {n for f in flags if f.arity == a for n in f.names} for a in (SWITCH, MANY, OPTIONAL)}
+    table = value_table(live_parser())
+    names = set(table)
+    by = {
+        "switch": {n for n, (_, nargs, _c) in table.items() if nargs == 0},
+        "many": {n for n, (_, nargs, _c) in table.items() if nargs in ("+", "*")},
+        "optional": {n for n, (_, nargs, _c) in table.items() if nargs == "?"},
+    }
     ver = version(root)
     return [
         f'"""Every option string vLLM {ver} accepts on its server command line (``vllm serve``).',
         "",
-        "Data, not logic: generated by ``scripts/vllm-tables.py flags`` from the unpacked wheel",
-        f"(``pip download --no-deps vllm=={ver}``), reading ``engine/arg_utils.py`` and",
-        "``entrypoints/common/cli_args.py`` with ``ast`` (vLLM need not be importable). kvdoctor refuses an",
-        "option that is neither its own nor listed here. Regenerate when the modelled revision moves.",
+        "Data, not logic: generated by ``scripts/vllm-tables.py flags`` from vLLM's own parser",
+        f"(``entrypoints/common/cli_args.py:make_arg_parser`` of vllm=={ver}, in .venv-vllm), every string its",
+        "``_option_string_actions`` registers (``--enable-x``'s ``--disable-x`` and hidden ``--no-`` spellings",
+        "included), with each one's value grammar. kvdoctor refuses an option that is neither its own nor listed",
+        "here, and a value vLLM's parser refuses. Regenerate when the modelled revision moves.",
         '"""',
         "",
         "from __future__ import annotations",
+        "",
+        "from kvdoctor.core.flag_values import ValueGrammar",
         "",
         f'VLLM_VERSION = "{ver}"',
         "",
         *_frozenset("VLLM_SERVER_FLAGS", "Every option string, aliases and --no- spellings included.", names),
         "",
-        *_frozenset("VLLM_SWITCHES", "The options that take no value.", by[SWITCH]),
+        *_frozenset("VLLM_SWITCHES", "The options that take no value.", by["switch"]),
         "",
-        *_frozenset("VLLM_MULTI_VALUE", "The options that take a list of values (nargs + or *).", by[MANY]),
+        *_frozenset("VLLM_MULTI_VALUE", "The options that take a list of values (nargs + or *).", by["many"]),
         "",
-        *_frozenset("VLLM_OPTIONAL_VALUE", "The options whose one value may be left out (nargs ?).", by[OPTIONAL]),
+        *_frozenset("VLLM_OPTIONAL_VALUE", "The options whose one value may be left out (nargs ?).", by["optional"]),
+        "",
+        *values_lines(
+            "VLLM_FLAG_VALUES",
+            [
+                "Each option string's value grammar, read from vLLM's own parser: (type kind, nargs, choices);",
+                "kinds and their checks: kvdoctor/core/flag_values.py (custom:<name>: a converter not restated).",
+            ],
+            table,
+        ),
     ]
 
 
@@ -252,9 +204,53 @@ def architectures_module(root: Path) -> list[str]:
     ]
 
 
+def _config_registry(root: Path) -> set[str]:
+    """The keyword names of ``_CONFIG_REGISTRY = LazyConfigDict(name="Class", ...)``."""
+    tree = ast.parse((root / "transformers_utils" / "config.py").read_text(encoding="utf-8"))
+    for node in tree.body:
+        target = node.target if isinstance(node, ast.AnnAssign) else getattr(node, "targets", [None])[0]
+        if isinstance(target, ast.Name) and target.id == "_CONFIG_REGISTRY" and isinstance(node.value, ast.Call):
+            return {k.arg for k in node.value.keywords if k.arg is not None}
+    raise SystemExit("transformers_utils/config.py: no _CONFIG_REGISTRY = LazyConfigDict(...)")
+
+
+def _pinned_transformers() -> str:
+    pins = Path(__file__).resolve().parents[1] / "constraints" / "vllm.txt"
+    for line in pins.read_text(encoding="utf-8").splitlines():
+        if line.startswith("transformers=="):
+            return line.split("==", 1)[1].strip()
+    raise SystemExit(f"{pins}: no transformers pin")
+
+
+def model_types_module(root: Path) -> list[str]:
+    import transformers
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
+
+    pinned = _pinned_transformers()
+    if transformers.__version__ != pinned:
+        raise SystemExit(f"transformers {transformers.__version__} is installed; vLLM's pin is {pinned}")
+    names = set(CONFIG_MAPPING_NAMES) | _config_registry(root)
+    ver = version(root)
+    return [
+        f'"""Every ``model_type`` vLLM {ver}\'s config loader accepts (``transformers_utils/config.py``).',
+        "",
+        "Data, not logic: generated by ``scripts/vllm-tables.py model-types`` from the unpacked wheel's",
+        f"``_CONFIG_REGISTRY`` and transformers {pinned}'s ``CONFIG_MAPPING_NAMES`` (what ``AutoConfig`` builds);",
+        "vLLM raises on any other model type.",
+        '"""',
+        "",
+        "from __future__ import annotations",
+        "",
+        f'VLLM_TRANSFORMERS_VERSION = "{pinned}"',
+        "",
+        *_frozenset("VLLM_MODEL_TYPES", "Every model_type vLLM's get_config can build.", names),
+    ]
+
+
 def main(what: str, root_arg: str) -> None:
     root = Path(root_arg)
-    out = {"flags": flags_module, "architectures": architectures_module}[what](root)
+    modules = {"flags": flags_module, "architectures": architectures_module, "model-types": model_types_module}
+    out = modules[what](root)
     print("\n".join(out))
 
 

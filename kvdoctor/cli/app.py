@@ -66,7 +66,7 @@ def _root(
 
 app.command("inspect", context_settings=PASSTHROUGH)(inspect_cmd.inspect)
 app.command("roundtrip", context_settings=PASSTHROUGH)(roundtrip.roundtrip)
-app.command("pd-eval", context_settings=PASSTHROUGH)(pd_eval.pd_eval)
+app.command("pd-eval", cls=pd_eval.PdEvalCommand, context_settings=PASSTHROUGH)(pd_eval.pd_eval)
 app.command("drift")(drift.drift)
 app.command("schema")(schema_cmd.schema)
 app.add_typer(bench, name="bench")
@@ -88,37 +88,88 @@ def _usage_line(exc: Exception) -> str:
 
 
 def main() -> None:
-    """Console-script entry point: every outcome is an exit code, every failure one stderr line."""
-    from typer._click.exceptions import NoArgsIsHelpError
+    """Console-script entry point: every outcome is an exit code, every failure one stderr line.
 
-    from kvdoctor._exceptions import InternalError, one_line
+    Installed here, once, for every command: the guards on stdout and stderr (``kvdoctor.cli.streams``:
+    output that cannot be delivered is exit 2, a reader that went away 141, and never exit 0; text the
+    locale cannot encode is written in ASCII), SIGTERM as ``kvdoctor.Interrupted`` (143, ``kvdoctor:
+    terminated``), and the refusal of a repeated single-valued option (``kvdoctor.cli.repeats``). A run
+    that ends without its verdict leaves its JUnit error case (``kvdoctor.report.verdicts.unfinished``).
+    """
+    from kvdoctor.cli import streams
+    from kvdoctor.cli.errors import forget, last_said, signals_handled
+    from kvdoctor.report import verdicts
     from kvdoctor.report.envelope import record_argv
 
+    forget()
+    verdicts.forget()
     record_argv(sys.argv[1:])  # the exact command line every --json report carries
     try:
-        try:
-            # prog_name fixed: `python -m kvdoctor` and the console script read the same completion variable
-            # (_KVDOCTOR_COMPLETE, which the script --install-completion writes sets) and show one usage line.
-            code = app(args=sys.argv[1:], prog_name="kvdoctor", standalone_mode=False)
-        except NoArgsIsHelpError as exc:  # `kvdoctor` alone: typer's own help screen, as standalone shows it
-            from typer import rich_utils
-
-            rich_utils.rich_format_error(exc)
-            code = exc.exit_code
-        except typer.Abort:
-            print("kvdoctor: aborted", file=sys.stderr)
-            code = 1
-        except Exception as exc:
-            from typer.exceptions import TyperException
-
-            if isinstance(exc, TyperException) and hasattr(exc, "format_message"):  # a click usage error
-                print(_usage_line(exc), file=sys.stderr)
-                code = getattr(exc, "exit_code", 2)
-            elif debug_enabled():
-                raise
-            else:  # escaped every command's exit_on_error: still a kvdoctor bug, still one line
-                print(one_line(InternalError.wrap(exc)), file=sys.stderr)
-                code = InternalError.exit_code
+        with streams.guarded() as stdout, signals_handled():
+            code = _run(sys.argv[1:])
+            lost = stdout.lost()
+            if lost is not None and code in (0, 1):  # written, then swallowed somewhere: never a green exit
+                code = _said(lost)
+            verdicts.unfinished(code, last_said())
     finally:
         record_argv(None)
-    sys.exit(code if isinstance(code, int) else 0)
+    sys.exit(code)
+
+
+def _said(exc: BaseException) -> int:
+    """EXC's one stderr line (none for a quiet one) and its exit code."""
+    from kvdoctor._exceptions import Interrupted, KvdoctorError
+    from kvdoctor.cli.errors import INTERRUPTED_EXIT, INTERRUPTED_LINE, error_line, say, signal_exit
+
+    if isinstance(exc, KvdoctorError):
+        say(error_line(exc), str(exc))
+        return exc.exit_code
+    if isinstance(exc, Interrupted):
+        line, code = signal_exit(exc.signum)
+        say(line)
+        return code
+    say(INTERRUPTED_LINE)
+    return INTERRUPTED_EXIT
+
+
+def _run(argv: list[str]) -> int:
+    """The command ARGV names, run; what it exits with."""
+    from typer._click.exceptions import NoArgsIsHelpError
+
+    from kvdoctor._exceptions import InternalError, Interrupted, KvdoctorError, one_line
+    from kvdoctor.cli.errors import INTERRUPTED_EXIT, INTERRUPTED_LINE, last_said, say
+    from kvdoctor.cli.repeats import refuse_repeated
+
+    try:
+        command = typer.main.get_command(app)
+        refuse_repeated(command, argv)
+        # prog_name fixed: `python -m kvdoctor` and the console script read the same completion variable
+        # (_KVDOCTOR_COMPLETE, which the script --install-completion writes sets) and show one usage line.
+        code = command.main(args=argv, prog_name="kvdoctor", standalone_mode=False)
+    except NoArgsIsHelpError as exc:  # `kvdoctor` alone: typer's own help screen, as standalone shows it
+        from typer import rich_utils
+
+        rich_utils.rich_format_error(exc)
+        code = exc.exit_code
+    except typer.Abort:
+        print("kvdoctor: aborted", file=sys.stderr)
+        code = 1
+    except (KvdoctorError, Interrupted, KeyboardInterrupt) as exc:  # outside every command's exit_on_error
+        if debug_enabled():
+            raise
+        code = _said(exc)
+    except Exception as exc:
+        from typer.exceptions import TyperException
+
+        if isinstance(exc, TyperException) and hasattr(exc, "format_message"):  # a click usage error
+            print(_usage_line(exc), file=sys.stderr)
+            code = getattr(exc, "exit_code", 2)
+        elif debug_enabled():
+            raise
+        else:  # escaped every command's exit_on_error: still a kvdoctor bug, still one line
+            say(one_line(InternalError.wrap(exc)))
+            code = InternalError.exit_code
+    code = code if isinstance(code, int) else 0
+    if code == INTERRUPTED_EXIT and last_said() is None:  # click turned a Ctrl-C outside a command's guard
+        say(INTERRUPTED_LINE)  # into a silent exit 130
+    return code

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from kvdoctor.cli.errors import exit_on_error
+from kvdoctor.cli.errors import exit_on_error, say, signal_exit
 
 
 def bench_pd_eval(
@@ -42,9 +41,10 @@ def bench_pd_eval(
         assert data is not None
         try:
             result = bench(data.path, parallel=parallel, num_questions=num_questions, repeats=repeats)
-        except Interrupted as exc:  # the instant server is already stopped
-            print(f"kvdoctor: interrupted by {exc}", file=sys.stderr)
-            raise typer.Exit(128 + exc.signum) from None
+        except Interrupted as exc:  # the instant server is already stopped: the line every command ends a signal with
+            line, code = signal_exit(exc.signum)
+            say(line)
+            raise typer.Exit(code) from None
         if json_out:
             print(serialize.dumps(result.to_dict()), end="")
             return

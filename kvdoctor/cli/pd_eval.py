@@ -3,17 +3,26 @@
 Exit codes: 0 pass, 1 a gate failed (accuracy or retraction guard), 2 bad input (including an
 unwritable report path, a malformed --*-url or a pinned port already in use, all refused before
 anything starts), 3 the deployment failed (start, crash, timeout, a foreign server on our port, a
-process that survived teardown); 130/143 after Ctrl-C/SIGTERM (everything started was stopped).
+process that survived teardown, a malformed or reset retraction counter); 130/143 after
+Ctrl-C/SIGTERM (everything started was stopped; ``kvdoctor: interrupted`` / ``kvdoctor: terminated``
+on stderr, as every command says it).
+
+Everything before ``--`` is kvdoctor's: an option pd-eval does not define, a unique prefix of one, or a
+second positional word is refused (exit 2, one line, did-you-mean), in every mode (launch, ``--dry-run``,
+``--*-url``). Only the words after ``--`` may reach a server (``PdEvalCommand``, ``kvdoctor.pd.argv``).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
+from typer.core import TyperCommand
 
-from kvdoctor.cli.errors import exit_on_error
+from kvdoctor.cli.errors import exit_on_error, say, signal_exit
+from kvdoctor.cli.launch import own_options
+from kvdoctor.pd import argv
 from kvdoctor.pd.plan import DEFAULT_LAUNCHER, DEFAULT_ROUTER_LAUNCHER
 from kvdoctor.pd.presets import Api, EvalDefaults, PresetName  # pure data, no heavy import
 
@@ -26,6 +35,40 @@ _FREE = "a free port"
 
 def _or_preset(value: object) -> str:
     return f"{value}, or the preset's"
+
+
+SERVER_WORDS = "kvdoctor.pd-eval.server-words"  # ctx.meta key: the words after ``--``, as given
+
+
+class PdEvalCommand(TyperCommand):
+    """Splits the real argv at ``--`` before Click parses it.
+
+    Click, ignoring unknown options, would hand the command the words it did not know and the words
+    after ``--`` mixed in ``ctx.args``; here Click parses only kvdoctor's part (its leftovers are then
+    refused by ``argv.check_own_words``) and the server words are kept apart in ``ctx.meta``.
+    """
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        value_options = {
+            name
+            for param in self.get_params(ctx)
+            if param.param_type_name == "option" and not getattr(param, "is_flag", False) and param.nargs != 0
+            for name in param.opts
+        }
+        own, server = argv.split(args, value_options)
+        ctx.meta[SERVER_WORDS] = tuple(server)
+        return super().parse_args(ctx, own)
+
+
+def _server_words(ctx: typer.Context, model: str) -> tuple[str, ...]:
+    """The words after ``--``, once every word before it proved to be kvdoctor's."""
+    options = own_options(ctx)
+    server = ctx.meta.get(SERVER_WORDS)
+    # Without PdEvalCommand's split, ctx.args would mix both sides: then every leftover is refused.
+    argv.check_own_words(model, ctx.args, options)
+    words = tuple(server or ())
+    argv.check_server_words(words, options)
+    return words
 
 
 def pd_eval(
@@ -114,6 +157,7 @@ def pd_eval(
         from kvdoctor.pd.run import PdEvalOptions, prepare, run
         from kvdoctor.report import serialize
 
+        extra_args = _server_words(ctx, model)
         options = PdEvalOptions(
             model=model,
             preset=preset,
@@ -142,7 +186,7 @@ def pd_eval(
             timeout_s=timeout,
             request_timeout_s=request_timeout,
             allow_no_retraction=allow_no_retraction,
-            extra_args=tuple(ctx.args),
+            extra_args=extra_args,
             junit_path=junit_path,
         )
         console = Console(stderr=json_out)
@@ -162,5 +206,7 @@ def pd_eval(
             result, Path(result.run_dir), junit_path=junit_path, json_out=json_out, console=console
         )
         print_verdict(console, finished.verdict, finished.detail)
+        if result.exit_reason == "interrupted":  # teardown is done: the line every command ends a signal with
+            say(signal_exit(result.exit_code - 128)[0])
         if finished.exit_code:
             raise typer.Exit(finished.exit_code)

@@ -12,6 +12,8 @@ file too large or nested too deep to be a config, an integer too long to convert
 from __future__ import annotations
 
 import json
+import os
+import stat
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from importlib import resources
@@ -152,8 +154,29 @@ def _hf_cache_config(repo_id: str) -> Path | None:
     return Path(hit) if isinstance(hit, str) else None
 
 
+# What a path that exists but is neither a regular file nor a directory is, in words.
+_FILE_KINDS = (
+    (stat.S_ISFIFO, "a FIFO"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
+def _file_kind(mode: int) -> str:
+    return next((name for test, name in _FILE_KINDS if test(mode)), "not a regular file")
+
+
+def _not_a_config(shown_path: str, mode: int) -> ConfigError:
+    return ConfigError(f"{shown_path}: is {_file_kind(mode)}, not a config file or model directory")
+
+
 def resolve_config_path(model: str) -> Path:
-    """Where MODEL's ``config.json`` is; an InputError naming every place that was tried."""
+    """Where MODEL's ``config.json`` is; an InputError naming every place that was tried.
+
+    Only ``stat`` is asked here: a path that exists but is a FIFO, a device or a socket is named as
+    what it is (never opened: reading a FIFO without a writer would block).
+    """
     try:
         path = Path(model).expanduser()
         if path.is_file():
@@ -162,7 +185,11 @@ def resolve_config_path(model: str) -> Path:
             candidate = path / "config.json"
             if candidate.is_file():
                 return candidate
+            if candidate.exists():
+                raise _not_a_config(shown(str(candidate)), candidate.stat().st_mode)
             raise ConfigError(f"{shown(model)}: directory has no config.json")
+        if path.exists():  # exists, yet neither a regular file nor a directory: /dev/zero, a FIFO
+            raise _not_a_config(shown(model), path.stat().st_mode)
     except RuntimeError as exc:  # expanduser: "~nouser/x" names no home directory
         raise ConfigError(f"{shown(model)}: cannot expand the home directory ({exc})") from None
     except (OSError, ValueError) as exc:  # a name too long for the file system, a NUL byte
@@ -206,7 +233,13 @@ def read_config_text(path: Path) -> str:
     """PATH's text, refusing a file larger than any config (a model's weights given by mistake)."""
     limit = validate.MAX_CONFIG_BYTES
     try:
-        with path.open("rb") as fh:
+        # O_NONBLOCK: should PATH have become a FIFO since it was resolved, opening it must not wait
+        # for a writer; fstat then refuses anything but a regular file before a byte is read.
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+        with os.fdopen(fd, "rb") as fh:
+            mode = os.fstat(fh.fileno()).st_mode
+            if not stat.S_ISREG(mode):
+                raise _not_a_config(shown(str(path)), mode)
             data = fh.read(limit + 1)
         if len(data) > limit:
             raise ConfigError(f"{path}: larger than {limit // 2**20} MiB, not a config.json")

@@ -14,7 +14,9 @@ from kvdoctor._exceptions import UnknownModelError
 from kvdoctor.core import rules
 from kvdoctor.core.config import ModelConfig
 from kvdoctor.core.layer_types import granite_layer_types, minicpm_mixer_types
+from kvdoctor.core.model_types import check_model_type
 from kvdoctor.core.sglang_architectures import SGLANG_ARCHITECTURES
+from kvdoctor.core.sglang_model_types import SGLANG_MODEL_TYPES, SGLANG_MODEL_TYPES_VERSION
 from kvdoctor.core.transformers_causal_lm import TRANSFORMERS_CAUSAL_LM_MODEL_TYPES
 
 
@@ -120,6 +122,17 @@ def via_transformers(cfg: ModelConfig) -> bool:
     return cfg.architecture not in SGLANG_ARCHITECTURES and cfg.model_type in TRANSFORMERS_CAUSAL_LM_MODEL_TYPES
 
 
+def check_loadable(cfg: ModelConfig) -> None:
+    """SGLang's config loader must be able to build CFG: an unknown ``model_type`` makes its ``AutoConfig``
+    raise (``rules.CONFIG_LOADER_SOURCE``), unless a LongCat architecture is loaded by its own class
+    (``rules.LONGCAT_LOADER_SOURCE``). Exit 2, naming the file and the field."""
+    if set(cfg.architectures) & rules.LONGCAT_LOADER_ARCHS:
+        return
+    check_model_type(
+        cfg, SGLANG_MODEL_TYPES, f"SGLang {SGLANG_MODEL_TYPES_VERSION}", rules.located(rules.CONFIG_LOADER_SOURCE)
+    )
+
+
 def classify(cfg: ModelConfig, *, disable_hybrid_swa_memory: bool = False) -> Classification:
     """Classify CFG; an ``UnknownModelError`` (exit 2) when SGLang would not know it."""
     if not is_known(cfg):
@@ -127,6 +140,7 @@ def classify(cfg: ModelConfig, *, disable_hybrid_swa_memory: bool = False) -> Cl
             f"{cfg.source}: model_type '{cfg.model_type}' (architecture "
             f"'{cfg.architecture or '?'}') is not one SGLang knows at {rules.RULES_REVISION}"
         )
+    check_loadable(cfg)
     swa = is_hybrid_swa(cfg, disable_hybrid_swa_memory=disable_hybrid_swa_memory)
     mla = is_mla(cfg)
     dsa, dsv4 = is_dsa(cfg), is_dsv4(cfg)

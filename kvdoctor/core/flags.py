@@ -16,13 +16,15 @@ import argparse
 import difflib
 import math
 import re
-from collections.abc import Callable, Collection, Sequence
-from dataclasses import dataclass, fields
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass, field, fields
 from pathlib import PurePath
 
 from kvdoctor._exceptions import FlagError
 from kvdoctor.core import rules
+from kvdoctor.core.flag_values import ValueCheck, ValueGrammar
 from kvdoctor.core.sglang_server_flags import (
+    SGLANG_FLAG_VALUES,
     SGLANG_MULTI_VALUE,
     SGLANG_OPTIONAL_VALUE,
     SGLANG_SERVER_FLAGS,
@@ -240,7 +242,7 @@ def _build_parser() -> _Parser:
     p.add_argument("--enable-priority-scheduling", action="store_true")
     p.add_argument("--disable-priority-preemption", action="store_true")
     p.add_argument("--max-total-tokens", type=_human_int)
-    p.add_argument("--context-length", type=_positive_int)
+    p.add_argument("--context-length", type=_human_int)  # SGLang reads it with human_readable_int
     p.add_argument("--swa-full-tokens-ratio", type=_ratio)
     p.add_argument("--mamba-full-memory-ratio", type=_positive_float)  # a mamba:KV ratio, no upper bound
     p.add_argument("--max-mamba-cache-size", type=_positive_int)
@@ -346,6 +348,21 @@ class FlagVocabulary:
     switches: frozenset[str]  # take no value
     multi_value: frozenset[str]  # take every value up to the next option
     optional_value: frozenset[str]  # may take none
+    values: Mapping[str, ValueGrammar] = field(default_factory=dict)  # each flag's type, nargs, choices
+    # Flags kvdoctor models: its own parser reads their values first (with its own, stricter messages),
+    # then check_values holds them to the server's grammar too; scan checks every other flag's values.
+    modelled: frozenset[str] = frozenset()
+
+    def check(self, option: Option) -> None:
+        """OPTION's values as the server's argparse converts them (``flag_values``): a ``FlagError``
+        (exit 2) for a value it refuses, a choice it does not offer, or a list with no value."""
+        ValueCheck(self.label).check(option.name, option.values, self.values.get(option.name))
+
+
+def check_values(options: Sequence[Option], vocabulary: FlagVocabulary) -> None:
+    """Hold every option's values to the server's grammar (after kvdoctor's own parser read the modelled ones)."""
+    for option in options:
+        vocabulary.check(option)
 
 
 SGLANG = FlagVocabulary(
@@ -354,6 +371,8 @@ SGLANG = FlagVocabulary(
     frozenset(SGLANG_SWITCHES),
     frozenset(SGLANG_MULTI_VALUE),
     frozenset(SGLANG_OPTIONAL_VALUE),
+    SGLANG_FLAG_VALUES,
+    frozenset(s for action in _build_parser()._actions for s in action.option_strings),
 )
 
 
@@ -384,6 +403,9 @@ def scan(tokens: Sequence[str], own_options: Collection[str] = (), vocabulary: F
             if not values and name not in vocabulary.multi_value | vocabulary.optional_value:
                 raise FlagError(f"{vocabulary.label}: argument {name}: expected one argument")
         options.append(Option(name, tuple(values)))
+    for option in options:  # what the server's parser refuses is refused here, not "not modelled"
+        if option.name not in vocabulary.modelled:
+            vocabulary.check(option)
     return Scan(tuple(options), tuple(positionals))
 
 
@@ -456,6 +478,7 @@ def parse_flags(argv: Sequence[str], *, own_options: Collection[str] = ()) -> Se
         known = parser.parse_args([w for o in found.options if o.name in modelled for w in o.argv])
     except ValueError as exc:  # a type converter that raised plain ValueError
         raise FlagError(f"server flags: {exc}") from None
+    check_values([o for o in found.options if o.name in modelled], SGLANG)  # SGLang's grammar, beyond kvdoctor's
     tp_values = set(known.tp_size or [1])
     if len(tp_values) > 1:
         raise FlagError(f"server flags: --tp/--tp-size given twice with different values {sorted(tp_values)}")

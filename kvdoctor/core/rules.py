@@ -327,6 +327,12 @@ ATTENTION_ONLY_SOURCE = cite("srt/utils/hf_transformers/common.py", "_CONFIG_REG
 # An architecture SGLang does not register runs on its Transformers backend (appended as the fallback),
 # when transformers has a causal-LM class for the model type (data in transformers_causal_lm.py).
 TRANSFORMERS_FALLBACK = cite("srt/models/registry.py", "TransformersForCausalLM", 74, 91)
+# get_config builds the config with AutoConfig.from_pretrained (after registering _CONFIG_REGISTRY), which
+# raises on a model_type it does not know (the names: sglang_model_types.py); a LongCat architecture is
+# loaded by its own class first, whatever its model_type.
+CONFIG_LOADER_SOURCE = cite("srt/utils/hf_transformers/config.py", "AutoConfig.from_pretrained", 228, 233)
+LONGCAT_LOADER_SOURCE = cite("srt/utils/hf_transformers/config.py", "_LONGCAT_ARCHS", 154, 171)
+LONGCAT_LOADER_ARCHS = frozenset({"LongcatCausalLM", "LongcatFlashForCausalLM", "LongcatFlashNgramForCausalLM"})
 
 
 # --- Configs SGLang cannot build pools for: exit 2, naming the missing field ---

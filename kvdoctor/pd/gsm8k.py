@@ -117,17 +117,22 @@ def _download(url: str, dest: Path) -> None:
     import httpx
 
     from kvdoctor.pd import http
+    from kvdoctor.pd.urls import masked, redact
     from kvdoctor.report.atomic import atomic_open
 
+    shown_url = masked(url)  # $KVDOCTOR_GSM8K_URL may carry credentials: never echo the secret
     try:
         response = http.get(url, timeout_s=DOWNLOAD_TIMEOUT_S, connect_s=CONNECT_TIMEOUT_S, follow_redirects=True)
         response.raise_for_status()
     except httpx.HTTPError as exc:
-        raise DownloadError(f"cannot download GSM8K from {url}: {exc}; pass --data-path to an offline copy") from exc
+        error = redact(str(exc), url)
+        raise DownloadError(
+            f"cannot download GSM8K from {shown_url}: {error}; pass --data-path to an offline copy"
+        ) from None
     body = response.content
     got = hashlib.sha256(body).hexdigest()
     if got != OFFICIAL_SHA256:
-        raise InputError(f"GSM8K from {url} has sha256 {got}, expected {OFFICIAL_SHA256}")
+        raise InputError(f"GSM8K from {shown_url} has sha256 {got}, expected {OFFICIAL_SHA256}")
     try:
         with atomic_open(dest, "wb") as fh:
             fh.write(body)
@@ -190,7 +195,11 @@ def gold_value(answer: str) -> Decimal:
 
 
 def select(records: Sequence[Record], num_shots: int, num_questions: int | None) -> list[Question]:
-    """Shots = the first ``num_shots`` lines; scored = the next ``num_questions`` (never a shot)."""
+    """Shots = the first ``num_shots`` lines; scored = the next ``num_questions`` (never a shot).
+
+    Asking for more questions than follow the shots is refused, never capped: a gate that scored
+    1,314 questions when 5,000 were asked for would report less evidence than the user demanded.
+    """
     if num_shots < 0:
         raise InputError("--num-shots must be >= 0")
     if num_questions is not None and num_questions < 1:
@@ -200,6 +209,11 @@ def select(records: Sequence[Record], num_shots: int, num_questions: int | None)
     prefix = shot_block(records[:num_shots])
     scored = records[num_shots:]
     if num_questions is not None:
+        if num_questions > len(scored):
+            raise InputError(
+                f"--num-questions {num_questions}: the data holds only {len(scored):,} questions after the "
+                f"{num_shots} shots ({len(records):,} lines); ask for at most {len(scored):,}"
+            )
         scored = scored[:num_questions]
     return [Question(r, prefix + question_prompt(r), gold_value(r.answer)) for r in scored]
 

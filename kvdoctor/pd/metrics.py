@@ -6,6 +6,13 @@ the scheduler warning ``KV cache pool is full. Retract requests. #retracted_reqs
 ``Testing retraction. #retracted_reqs: N`` under ``SGLANG_TEST_RETRACT`` (``srt/managers/
 scheduler.py``).
 
+A counter is a finite count that only grows. A sample of ``+Inf``, ``NaN`` or below zero is a
+malformed metric, and a count lower after the eval than before it means the server restarted or the
+counter was reset: either way the eval's retractions cannot be counted, which is the deployment's
+fault (``MalformedMetric`` / ``CounterWentBackwards``, exit 3, naming the metric and its values),
+never "no retraction: the pool was too large" (NaN compared as 0 once) nor a kvdoctor bug (``int(inf)``
+raised ``OverflowError``, exit 3 ``internal_error``).
+
 Every TP rank runs the same scheduler and retracts the same requests, and each reports them
 (metric label ``tp_rank``, log prefix ``TPn``). Counting them all would multiply the count by
 the TP size, so per data-parallel group the largest per-rank count is taken, then summed over
@@ -14,11 +21,14 @@ DP groups.
 
 from __future__ import annotations
 
+import math
 import re
 from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+
+from kvdoctor._exceptions import DeploymentError
 
 COUNTER = "sglang:num_retracted_requests_total"
 # Labels that tell replicas of one decision apart (not separate decisions).
@@ -44,12 +54,39 @@ class RetractionCount:
 FAMILY = COUNTER.removesuffix("_total")  # the name prometheus_client's parser gives the family
 
 
+class MalformedMetric(DeploymentError):
+    """The decode server's retraction counter is not a finite count >= 0 (``+Inf``, ``NaN``, negative)."""
+
+    reason = "malformed_metric"
+
+
+class CounterWentBackwards(DeploymentError):
+    """The retraction counter is lower after the eval than before it: a restart or a reset."""
+
+    reason = "retraction_counter_reset"
+
+
+def exposition(value: float) -> str:
+    """VALUE as the Prometheus text format spells it (``+Inf``, ``-Inf``, ``NaN``, ``3.0``)."""
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "+Inf" if value > 0 else "-Inf"
+    return repr(value)
+
+
+def _sample_name(labels: Mapping[str, str]) -> str:
+    inner = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
+    return f"{COUNTER}{{{inner}}}" if inner else COUNTER
+
+
 def from_prometheus(text: str) -> int | None:
     """The retraction counter in a ``/metrics`` page; None when the page cannot say.
 
     SGLang creates the counter's sample only at the first retraction (``.labels(...).inc(n)``),
     so a fresh server's page carries only its HELP/TYPE lines. A page that declares the family,
-    or carries other ``sglang:`` metrics, therefore means 0 retractions, not "unknown".
+    or carries other ``sglang:`` metrics, therefore means 0 retractions, not "unknown". A sample that
+    is no count (``+Inf``, ``NaN``, negative) raises ``MalformedMetric`` naming it.
     """
     from prometheus_client.parser import text_string_to_metric_families
 
@@ -62,6 +99,12 @@ def from_prometheus(text: str) -> int | None:
             if sample.name != COUNTER:
                 continue
             found = True
+            if not math.isfinite(sample.value) or sample.value < 0:
+                raise MalformedMetric(
+                    f"{_sample_name(sample.labels)} is {exposition(sample.value)}, not a count "
+                    "(a counter is a finite number >= 0); the server's metrics are malformed, so its retractions "
+                    "cannot be counted"
+                )
             key = _group_key(sample.labels)
             groups[key] = max(groups[key], sample.value)
     if not found and not sglang_page:
@@ -124,6 +167,8 @@ def scrape(base_url: str, timeout_s: float = 10.0) -> int | None:
         return None
     try:
         return from_prometheus(response.text)
+    except MalformedMetric as exc:
+        raise MalformedMetric(f"decode {base_url}/metrics: {exc}") from None
     except ValueError:
         return None
 
@@ -144,6 +189,12 @@ class RetractionProbe:
     def finish(self, timeout_s: float = 10.0) -> RetractionCount:
         after = scrape(self.decode_url, timeout_s) if self.decode_url else None
         if self.before is not None and after is not None:
+            if after < self.before:
+                raise CounterWentBackwards(
+                    f"decode's {COUNTER} went backwards during the eval ({self.before} before it, {after} after): "
+                    "the decode server restarted or the counter was reset, so this eval's retractions cannot be "
+                    "counted (not a pool-size diagnosis)"
+                )
             return RetractionCount(after - self.before, "metrics")
         if self.cursor is not None:
             return RetractionCount(from_log(self.cursor.since_mark()), "log")

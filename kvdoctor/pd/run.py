@@ -19,7 +19,7 @@ from pathlib import Path
 import httpx
 
 from kvdoctor._exceptions import DeploymentError, InputError, Interrupted
-from kvdoctor.pd import client, gate, gsm8k, http, plan, ports, prediction, presets, rundir, urls
+from kvdoctor.pd import argv, client, gate, gsm8k, http, plan, ports, prediction, presets, rundir, urls
 from kvdoctor.pd.deadline import Deadline
 from kvdoctor.pd.metrics import RetractionProbe
 from kvdoctor.pd.result import (
@@ -139,6 +139,8 @@ def prepare(o: PdEvalOptions, *, download: bool, dry_run: bool = False) -> Prepa
     _check_ports(o)
     plan.check_extra_args(o.extra_args)
     external = _external_urls(o)
+    if external:
+        argv.check_unreachable(o.extra_args)
     if not dry_run:
         check_outputs(junit_path=o.junit_path, output_dir=o.output_dir)
         if not external:

@@ -1,6 +1,10 @@
 """The base URLs of servers someone else runs (``--prefill-url/--decode-url/--router-url``), checked
 before anything starts.
 
+A URL carrying credentials is refused, and no message echoes its secret: ``masked`` shows
+``user:***@host`` (a bare ``token@host`` as ``***@host``), and ``redact`` does the same inside a
+text that may quote the URL (an HTTP error from httpx names the URL it requested).
+
 Why: a URL httpx cannot use fails late and as the wrong thing. ``ftp://…`` was retried until
 ``--timeout`` ran out; ``http://[::1`` surfaced as a deployment failure (exit 3). Both are the
 user's input (exit 2, one line): http or https, a well-formed host (name, IPv4, or bracketed IPv6),
@@ -24,7 +28,8 @@ def check_base_url(option: str, url: str) -> str:
     """``url`` without a trailing slash, or a one-line ``InputError`` naming ``option``."""
 
     def bad(reason: str) -> InputError:
-        return InputError(f"{option} {url!r}: {reason}")  # repr: a control character shows as \\x..
+        # repr: a control character shows as \\x..; masked: a password never reaches the terminal or a log
+        return InputError(f"{option} {masked(url)!r}: {redact(reason, url)}")
 
     if url != url.strip() or any(c.isspace() or not c.isprintable() for c in url):
         raise bad("contains whitespace or control characters")
@@ -66,3 +71,43 @@ def _valid_host(host: str, *, bracketed: bool) -> bool:
         return False  # 999.1.1.1 is no name
     labels = host.rstrip(".").split(".")
     return len(host) <= 253 and all(_LABEL.match(label) for label in labels)
+
+
+def _userinfo(url: str) -> tuple[int, int] | None:
+    """Where the ``user:password`` of URL's authority starts and ends (before its ``@``), or None.
+
+    Read the way ``urllib.parse.urlsplit`` reads an authority (up to the first ``/``, ``?`` or ``#``,
+    credentials up to its last ``@``), but without parsing, so a URL too malformed to split is masked too.
+    """
+    start = url.find("//")
+    if start < 0:
+        return None
+    start += 2
+    end = next((i for i in range(start, len(url)) if url[i] in "/?#"), len(url))
+    at = url.rfind("@", start, end)
+    return (start, at) if at >= 0 else None
+
+
+def masked(url: str) -> str:
+    """URL with its password (or a bare token before ``@``) shown as ``***``: safe to print."""
+    span = _userinfo(url)
+    if span is None:
+        return url
+    start, at = span
+    user, colon, _secret = url[start:at].partition(":")
+    shown_info = f"{user}:***" if colon else "***"
+    return f"{url[:start]}{shown_info}{url[at:]}"
+
+
+def redact(text: str, url: str) -> str:
+    """TEXT with URL's credentials masked wherever they appear (raw or percent-decoded)."""
+    span = _userinfo(url)
+    if span is None:
+        return text
+    start, at = span
+    info = url[start:at]
+    for form in {info, urllib.parse.unquote(info)}:
+        if form:
+            user, colon, _secret = form.partition(":")
+            text = text.replace(f"{form}@", f"{user}:***@" if colon else "***@")
+    return text

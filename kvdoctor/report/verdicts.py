@@ -7,11 +7,13 @@ the JSON, the tables, the JUnit file and the GitHub summary can never disagree.
 from __future__ import annotations
 
 import contextlib
+import signal
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kvdoctor._exceptions import InputError, InternalError, KvdoctorError
+from kvdoctor._exceptions import InputError, InternalError, Interrupted, KvdoctorError
 from kvdoctor.report import github, junit
 from kvdoctor.report.envelope import Verdict
 from kvdoctor.text import printable
@@ -138,31 +140,96 @@ def publish(
     try:
         if junit_path is not None:
             junit.write(junit_path, suite, cases, classname=classname)
-        return github.append_step_summary(summary, env)
+        written = github.append_step_summary(summary, env)
     except OSError as exc:
         raise InputError(f"cannot write a report: {exc}") from None
+    if _RUN is not None and _RUN.suite == suite and _RUN.state == _OPEN:
+        _RUN.state = _VERDICT
+    return written
+
+
+# The run whose reports are not final yet (``errors_published`` opens it): ``open`` until its verdict
+# is published, ``verdict`` after, ``error`` once an error case replaced it. ``unfinished`` reads it
+# when the process ends, so a run stopped between its work and its verdict (a signal, output that
+# could not be delivered) still leaves this run's error case, not an earlier run's pass.
+_OPEN, _VERDICT, _ERROR = "open", "verdict", "error"
+
+
+@dataclass
+class _Run:
+    suite: str
+    title: str
+    junit_path: Path | None
+    state: str = _OPEN
+
+
+_RUN: _Run | None = None
+
+
+def forget() -> None:
+    """A new run starts (the CLI may run more than once in one process): no run is open."""
+    global _RUN
+    _RUN = None
+
+
+def run_error(exc: BaseException) -> tuple[int, str]:
+    """The exit code and the words of a run that EXC stopped before its verdict."""
+    if isinstance(exc, KeyboardInterrupt):
+        return 128 + signal.SIGINT, _stopped_by(signal.SIGINT)
+    if isinstance(exc, Interrupted):
+        return 128 + exc.signum, _stopped_by(exc.signum)
+    error = exc if isinstance(exc, KvdoctorError) else InternalError.wrap(exc)
+    return error.exit_code, printable(error)
+
+
+def _stopped_by(signum: int) -> str:
+    word = "interrupted" if signum == signal.SIGINT else "terminated"
+    return f"{word} ({signal.Signals(signum).name}) before the run finished"
+
+
+def _publish_error(run: _Run, exit_code: int, message: str) -> None:
+    verdict = Verdict.of(exit_code)
+    status = junit.FAILED if exit_code == 1 else junit.ERROR  # a finding (exit 1) fails; the rest errs
+    case = junit.Case("kvdoctor", status, message=message, details=message)
+    head = f"**{verdict.word}** (exit {exit_code}): {message}"
+    run.state = _ERROR
+    with contextlib.suppress(KvdoctorError):  # the run's own error is what the user must see
+        publish(run.suite, [case], github.summary_markdown(run.title, head, []), junit_path=run.junit_path)
 
 
 @contextlib.contextmanager
 def errors_published(suite: str, title: str, *, junit_path: Path | None) -> Iterator[None]:
-    """Run a command's work; if it ends without a verdict (bad input, exit 2; a kvdoctor bug, exit 4),
-    say so in the JUnit file and the step summary too, then let the error go on to its one line.
+    """Run a command's work; if it ends without a verdict (bad input, exit 2; a kvdoctor bug, exit 4;
+    Ctrl-C, 130; SIGTERM, 143), say so in the JUnit file and the step summary too, then let the error
+    go on to its one line.
 
     Without this, the run that exits 2 writes nothing and a JUnit file left by an earlier green run
     would still be read as this run's pass. Enter it only once the report paths themselves were
     checked (``report.preflight``): a path that cannot be written is the error then, not a report.
+    The run stays open after the block until its verdict is published; ``unfinished`` covers the
+    stretch in between (rendering, writing stdout).
     """
+    global _RUN
+    run = _RUN = _Run(suite, title, junit_path)
     try:
         yield
-    except Exception as exc:
-        error = exc if isinstance(exc, KvdoctorError) else InternalError.wrap(exc)
-        verdict = Verdict.of(error.exit_code)
-        status = junit.FAILED if error.exit_code == 1 else junit.ERROR  # a finding (exit 1) fails; the rest errs
-        case = junit.Case("kvdoctor", status, message=printable(error), details=printable(error))
-        head = f"**{verdict.word}** (exit {error.exit_code}): {printable(error)}"
-        with contextlib.suppress(KvdoctorError):  # the run's own error is what the user must see
-            publish(suite, [case], github.summary_markdown(title, head, []), junit_path=junit_path)
+    except (Exception, KeyboardInterrupt, Interrupted) as exc:
+        _publish_error(run, *run_error(exc))
         raise
+
+
+def unfinished(exit_code: int, reason: str | None) -> None:
+    """At the end of the process: a run still open (or whose verdict the exit code contradicts: output
+    lost, a signal after the verdict) gets its error case now. Exit 0 and 1 keep a published verdict."""
+    global _RUN
+    run, _RUN = _RUN, None
+    if run is None or exit_code == 0 or run.state == _ERROR:
+        return
+    if run.state == _VERDICT and exit_code == 1:
+        return
+    if exit_code - 128 in (signal.SIGINT, signal.SIGTERM):  # a signal: said the way errors_published says it
+        reason = _stopped_by(exit_code - 128)
+    _publish_error(run, exit_code, reason or f"the run did not finish (exit {exit_code})")
 
 
 def summary(title: str, verdict: Verdict, rows: Sequence[github.Row]) -> str:

@@ -210,6 +210,90 @@ def test_tp_that_sglang_refuses_is_hazard_kvd014_with_the_analysis_shown(kvdocto
     assert kvdoctor("inspect", "inkling-small", "--tp-size", "8").code == 0  # 8 % 4 == 0: heads replicated
 
 
+def test_tp_that_vllm_refuses_is_hazard_kvd114_never_a_pass(kvdoctor: Run) -> None:
+    """vLLM's counterpart of the case above: Llama-3.1-8B at --tensor-parallel-size 3 used to pass with "2 heads"."""
+    result = kvdoctor("inspect", "llama-3.1-8b", "--server", "vllm", "--tensor-parallel-size", "3", "--json")
+    assert result.code == 0, result.err
+    report = json.loads(result.out)
+    refused = [h for h in report["hazards"] if h["code"] == "KVD114-VLLM-REFUSES"]
+    assert any("Total number of attention heads (32) must be divisible" in h["message"] for h in refused)
+    assert {h["where"].split(":")[0] for h in refused} == {
+        "vllm/config/model.py",
+        "vllm/model_executor/layers/linear.py",
+    }
+    assert report["verdict"] == "warn"
+    assert kvdoctor("inspect", "llama-3.1-8b", "--server", "vllm", "-tp", "3", "--strict").code == 1
+    assert kvdoctor("inspect", "llama-3.1-8b", "--server", "vllm", "-tp", "16", "--strict").code == 0
+
+
+# --- Exit 2: a value the server's own parser refuses is not "not modelled" ---
+
+BAD_VALUES = [
+    (["llama-3.1-8b", "--mem-fraction-static", "abc"], "argument --mem-fraction-static: invalid float value: 'abc'"),
+    (["llama-3.1-8b", "--mem-fraction-static=abc"], "argument --mem-fraction-static: invalid float value: 'abc'"),
+    (["llama-3.1-8b", "--schedule-policy", "fifo"], "argument --schedule-policy: invalid choice: 'fifo'"),
+    (["llama-3.1-8b", "--cuda-graph-bs-decode"], "argument --cuda-graph-bs-decode: expected at least one argument"),
+    (["llama-3.1-8b", "--mem-fraction-static"], "argument --mem-fraction-static: expected one argument"),
+    (["llama-3.1-8b", "--tp-size", "abc"], "--tensor-parallel-size: invalid positive integer value: 'abc'"),
+    (
+        ["llama-3.1-8b", "--server", "vllm", "--gpu-memory-utilization", "abc"],
+        "argument --gpu-memory-utilization: invalid float value: 'abc'",
+    ),
+    (
+        ["llama-3.1-8b", "--server", "vllm", "--max-model-len=abc"],
+        "argument --max-model-len: invalid human_readable_int_or_auto value: 'abc'",
+    ),
+    (["llama-3.1-8b", "--server", "vllm", "--max-num-seqs", "x"], "argument --max-num-seqs: invalid int value: 'x'"),
+    (["llama-3.1-8b", "--server", "vllm", "--enforce-eager=1"], "ignored explicit argument '1'"),
+]
+
+
+@pytest.mark.parametrize(("args", "message"), BAD_VALUES)
+def test_a_value_the_servers_parser_refuses_exits_2(kvdoctor: Run, args: list[str], message: str) -> None:
+    result = kvdoctor("inspect", *args)
+    assert result.code == 2, result.out
+    line = result.one_line()
+    assert line.startswith("kvdoctor: error: ") and message in line
+
+
+def test_good_values_of_unmodelled_flags_still_pass_as_not_modelled(kvdoctor: Run) -> None:
+    result = kvdoctor("inspect", "llama-3.1-8b", "--mem-fraction-static", "0.85", "--json")
+    assert result.code == 0, result.err
+    assert json.loads(result.out)["not_modelled_flags"] == ["--mem-fraction-static 0.85"]
+    result = kvdoctor("inspect", "llama-3.1-8b", "--server", "vllm", "--max-model-len", "32k", "--json")
+    assert result.code == 0, result.err
+
+
+# --- Exit 2: a model_type no config loader builds, and MODEL that is not a file ---
+
+
+@pytest.mark.parametrize("server", ["sglang", "vllm"])
+def test_a_model_type_no_loader_knows_exits_2_naming_file_field_and_fix(
+    kvdoctor: Run, tmp_path: Path, server: str
+) -> None:
+    path = _config(tmp_path, "llama-3.1-8b", model_type="[/bold]llama")
+    result = kvdoctor("inspect", path, "--server", server)
+    assert result.code == 2, result.out
+    line = result.one_line()
+    assert line.startswith(f"kvdoctor: error: {path}: field 'model_type' = '[/bold]llama' is not a model type")
+    assert line.endswith("did you mean 'llama'?")
+
+
+def test_model_that_is_a_fifo_or_a_device_says_what_it_is(kvdoctor: Run, tmp_path: Path) -> None:
+    pipe = tmp_path / "pipe"
+    os.mkfifo(pipe)
+    result = kvdoctor("inspect", str(pipe))  # returns at all: the FIFO is never opened for reading
+    assert (result.code, result.one_line()) == (
+        2,
+        f"kvdoctor: error: {pipe}: is a FIFO, not a config file or model directory",
+    )
+    result = kvdoctor("inspect", "/dev/zero", "--server", "vllm")
+    assert (result.code, result.one_line()) == (
+        2,
+        "kvdoctor: error: /dev/zero: is a character device, not a config file or model directory",
+    )
+
+
 # --- Exit 2: files and names that break the standard library, not kvdoctor ---
 
 

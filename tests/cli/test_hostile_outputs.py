@@ -158,3 +158,183 @@ def test_without_the_preflight_the_work_is_done_before_the_refusal(
     monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
     run = CliRunner().invoke(app, [*RED_INSPECT, "--junit", str(tmp_path)], catch_exceptions=False)
     assert run.exit_code == 2 and "KVD001" in run.stdout  # the work happened; its verdict is lost
+
+
+# ---- standard output and standard error that cannot take the report (kvdoctor/cli/streams.py) ----
+
+GREEN_INSPECT = ["inspect", "inkling-small"]
+LOST = "kvdoctor: error: cannot write the report to standard output: "
+# One output path for every command: the console-script entry guards the streams, not each command.
+PRINTERS = {
+    "inspect --json": [*GREEN_INSPECT, "--json"],
+    "inspect tables": GREEN_INSPECT,
+    "inspect --server vllm": ["inspect", "qwen3-8b", "--server", "vllm"],
+    "schema": ["schema", "inspect"],
+    "--version": ["--version"],
+    "-h": ["inspect", "-h"],
+}
+
+
+def spawn(
+    args: list[str], *, stdout: int, stderr: int = subprocess.PIPE, env: dict[str, str] | None = None, **kw: object
+) -> subprocess.CompletedProcess[bytes]:
+    """The real CLI with the given descriptors (bytes: an encoding problem must show, not be decoded away)."""
+    base = {k: v for k, v in os.environ.items() if k not in ("GITHUB_STEP_SUMMARY", "GITHUB_ACTIONS")}
+    return subprocess.run(
+        [sys.executable, "-m", "kvdoctor", *args],
+        stdout=stdout,
+        stderr=stderr,
+        env={**base, **(env or {})},
+        timeout=300,
+        check=False,
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+def readerless_pipe() -> int:
+    """The write end of a pipe whose reader is already gone: the first write is EPIPE, by construction."""
+    read, write = os.pipe()
+    os.close(read)
+    return write
+
+
+def error_cases(junit_path: Path) -> list[str]:
+    from junitparser import Error, JUnitXml
+
+    cases = [case for suite in JUnitXml.fromfile(str(junit_path)) for case in suite]
+    assert len(cases) == 1, [c.name for c in cases]
+    assert isinstance(cases[0].result[0], Error)
+    return [cases[0].result[0].message]
+
+
+@pytest.mark.parametrize("name", sorted(PRINTERS))
+def test_a_closed_stdout_is_exit_2_and_one_line(name: str) -> None:
+    """Before: exit 0 and nothing anywhere (sys.stdout is None, every write vanished)."""
+    out = spawn(PRINTERS[name], stdout=subprocess.DEVNULL, preexec_fn=lambda: os.close(1))
+    assert out.returncode == 2, out.stderr
+    assert out.stderr.decode() == f"{LOST}it was closed before kvdoctor started\n"
+
+
+@pytest.mark.parametrize("name", sorted(PRINTERS))
+def test_a_full_disk_on_stdout_is_exit_2_not_a_kvdoctor_bug(name: str) -> None:
+    """Before: ``--json >/dev/full`` was exit 4, "internal error: OSError" (a kvdoctor bug)."""
+    with open("/dev/full", "wb") as full:
+        out = spawn(PRINTERS[name], stdout=full.fileno())
+    assert out.returncode == 2, out.stderr
+    assert out.stderr.decode() == f"{LOST}No space left on device\n"
+
+
+@pytest.mark.parametrize("name", sorted(PRINTERS))
+def test_a_reader_that_went_away_is_a_quiet_141(name: str) -> None:
+    """Before: ``| head -c0`` was exit 1 (reads as "gate failed") with nothing said. Now 141, what a shell
+    reports for a process SIGPIPE killed, and no traceback nor "Exception ignored" from the last flush."""
+    write = readerless_pipe()
+    try:
+        out = spawn(PRINTERS[name], stdout=write)
+    finally:
+        os.close(write)
+    assert out.returncode == 141
+    assert out.stderr == b""
+
+
+@pytest.mark.parametrize(
+    ("stdout", "expected"), [("full", f"{LOST}No space left on device"), ("gone", None), ("closed", LOST)]
+)
+def test_output_lost_replaces_an_earlier_green_junit_with_an_error(tmp_path: Path, stdout: str, expected: str) -> None:
+    """inspect renders, then publishes: output lost in between must not leave the earlier pass behind."""
+    from kvdoctor.report import junit
+
+    report = tmp_path / "r.xml"
+    junit.write(report, "kvdoctor.inspect", [junit.Case("no-error-hazards", junit.PASSED)])  # "the earlier run"
+    summary = tmp_path / "summary.md"
+    env = {"GITHUB_STEP_SUMMARY": str(summary)}
+    args = [*GREEN_INSPECT, "--junit", str(report)]
+    if stdout == "full":
+        with open("/dev/full", "wb") as full:
+            out = spawn(args, stdout=full.fileno(), env=env)
+    elif stdout == "gone":
+        write = readerless_pipe()
+        try:
+            out = spawn(args, stdout=write, env=env)
+        finally:
+            os.close(write)
+    else:
+        out = spawn(args, stdout=subprocess.DEVNULL, env=env, preexec_fn=lambda: os.close(1))
+    assert out.returncode == (141 if stdout == "gone" else 2), out.stderr
+    (message,) = error_cases(report)
+    assert ("standard output" in message) and ("EPIPE" in message if stdout == "gone" else True)
+    if expected is not None:
+        assert out.stderr.decode().startswith(expected) and out.stderr.count(b"\n") == 1
+    assert "**ERROR**" in summary.read_text() and "**passed**" not in summary.read_text()
+
+
+def test_a_closed_stderr_never_crashes_nor_leaks_onto_stdout() -> None:
+    green = spawn(GREEN_INSPECT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, preexec_fn=lambda: os.close(2))
+    assert green.returncode == 0 and green.stdout.decode().splitlines()[-1].startswith("verdict: passed")
+    bad = spawn(["inspect", "no-such-model-xyz"], stdout=subprocess.PIPE, preexec_fn=lambda: os.close(2))
+    assert bad.returncode == 2 and bad.stdout == b""  # print(file=None) would have written the error to stdout
+
+
+def test_a_stderr_without_reader_keeps_the_exit_code() -> None:
+    write = readerless_pipe()
+    try:
+        bad = spawn(["inspect", "no-such-model-xyz"], stdout=subprocess.PIPE, stderr=write)
+        green = spawn(GREEN_INSPECT, stdout=subprocess.PIPE, stderr=write)
+    finally:
+        os.close(write)
+    assert bad.returncode == 2 and bad.stdout == b""
+    assert green.returncode == 0 and b"verdict: passed" in green.stdout
+
+
+# ---- a locale that cannot carry the output's characters ----
+
+C_LOCALE = {"LC_ALL": "C", "LANG": "C", "PYTHONCOERCECLOCALE": "0", "PYTHONUTF8": "0", "PYTHONIOENCODING": ""}
+LOCALES = {"C": C_LOCALE, "latin-1": {"PYTHONIOENCODING": "latin-1"}}
+
+
+@pytest.mark.parametrize("locale", sorted(LOCALES))
+def test_a_green_run_under_an_ascii_locale_degrades_its_characters(locale: str) -> None:
+    """Before: exit 4, UnicodeEncodeError on the verdict line's dash."""
+    out = spawn([*GREEN_INSPECT, "--page-size", "128"], stdout=subprocess.PIPE, env=LOCALES[locale])
+    assert out.returncode == 0, out.stderr
+    text = out.stdout.decode("ascii")  # every byte ASCII: dashes, boxes, arrows spelled out
+    assert text.splitlines()[-1] == "verdict: passed - no error hazards"
+    assert "+---" in text and "|" in text  # rich's tables drawn in ASCII, not dropped
+
+
+@pytest.mark.parametrize("locale", sorted(LOCALES))
+def test_json_under_an_ascii_locale_is_the_same_valid_json(locale: str) -> None:
+    import json
+
+    args = [*GREEN_INSPECT, "--json"]
+    plain = json.loads(spawn(args, stdout=subprocess.PIPE).stdout)
+    degraded = json.loads(spawn(args, stdout=subprocess.PIPE, env=LOCALES[locale]).stdout.decode("ascii"))
+    for doc in (plain, degraded):
+        doc.pop("timestamp")
+    assert degraded == plain  # escapes, never replacements: the values are the same strings
+
+
+@pytest.mark.parametrize("locale", sorted(LOCALES))
+def test_a_red_strict_run_under_an_ascii_locale_is_still_exit_1(locale: str) -> None:
+    out = spawn(RED_INSPECT, stdout=subprocess.PIPE, env=LOCALES[locale])
+    assert out.returncode == 1, out.stderr
+    assert out.stdout.decode("ascii").splitlines()[-1].startswith("verdict: FAILED - ")
+
+
+def test_an_error_line_under_an_ascii_locale_is_one_ascii_line(tmp_path: Path) -> None:
+    """A long outside value is cut with "…" (kvdoctor.text.shown): spelled "..." where ASCII is all there is."""
+    out = spawn(["inspect", str(tmp_path / ("é" * 300))], stdout=subprocess.PIPE, env=C_LOCALE)
+    assert out.returncode == 2
+    line = out.stderr.decode("ascii")
+    assert line.startswith("kvdoctor: error: ") and line.count("\n") == 1 and "Traceback" not in line
+
+
+def test_roundtrip_tables_under_an_ascii_locale() -> None:
+    out = spawn(
+        ["roundtrip", "inkling-small", "--device", "cpu", "--requests", "2", "--tokens", "8"],
+        stdout=subprocess.PIPE,
+        env=C_LOCALE,
+    )
+    assert out.returncode == 0, out.stderr
+    last = out.stdout.decode("ascii").splitlines()[-1]
+    assert last.startswith("verdict: passed - ") and "components equal" in last

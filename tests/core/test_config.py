@@ -78,3 +78,53 @@ def test_missing_model_and_empty_directory(tmp_path: Path) -> None:
         load_config(str(tmp_path / "nope.json"))
     with pytest.raises(InputError, match=r"no config\.json"):
         load_config(str(tmp_path))
+
+
+# --- MODEL that exists but is neither a file nor a directory (issue 16, item 5) ---
+
+NO_BLOCK = """
+import sys
+from kvdoctor._exceptions import ConfigError
+from kvdoctor.core.config import load_config, read_config_text
+from pathlib import Path
+for call in (lambda: load_config(sys.argv[1]), lambda: read_config_text(Path(sys.argv[1]))):
+    try:
+        call()
+    except ConfigError as exc:
+        print(exc)
+"""
+
+
+def test_a_fifo_is_named_as_a_fifo_and_never_waited_on(tmp_path: Path) -> None:
+    """A FIFO with no writer blocks whoever opens it to read: resolving MODEL must not open it, and reading
+    one (should it appear after resolution) must open it non-blocking and refuse it. In a subprocess, so a
+    regression fails on the timeout instead of hanging the suite."""
+    import os
+    import subprocess
+    import sys
+
+    pipe = tmp_path / "pipe"
+    os.mkfifo(pipe)
+    out = subprocess.run(
+        [sys.executable, "-c", NO_BLOCK, str(pipe)], capture_output=True, text=True, timeout=60, check=True
+    )
+    lines = out.stdout.splitlines()
+    assert lines == [f"{pipe}: is a FIFO, not a config file or model directory"] * 2, out
+
+
+def test_a_character_device_is_not_reported_as_missing() -> None:
+    with pytest.raises(ConfigError, match=r"^/dev/zero: is a character device, not a config file or model directory$"):
+        load_config("/dev/zero")
+
+
+def test_a_directory_whose_config_json_is_a_fifo(tmp_path: Path) -> None:
+    import os
+
+    os.mkfifo(tmp_path / "config.json")
+    with pytest.raises(ConfigError, match=r"config\.json: is a FIFO, not a config file or model directory"):
+        load_config(str(tmp_path))
+
+
+def test_a_missing_path_is_still_no_such_file(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="no such file or directory"):
+        load_config(str(tmp_path / "absent"))

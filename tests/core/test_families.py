@@ -74,6 +74,13 @@ def test_unknown_model_type_is_refused_not_guessed() -> None:
         classify(_cfg(model_type="frobnicator", architectures=["FrobForCausalLM"]))
 
 
-def test_known_architecture_with_unlisted_model_type_is_served_as_attention_only() -> None:
-    cls = classify(_cfg(model_type="some_new_llama", architectures=["LlamaForCausalLM"]))
+def test_known_architecture_with_a_model_type_no_config_loader_builds_is_refused() -> None:
+    """SGLang's get_config builds the config through AutoConfig, which raises on a model_type it does not
+    know: a registered architecture does not make such a config servable (issue 16)."""
+    with pytest.raises(UnknownModelError, match="field 'model_type' = 'some_new_llama' is not a model type SGLang"):
+        classify(_cfg(model_type="some_new_llama", architectures=["LlamaForCausalLM"]))
+
+
+def test_a_model_type_the_loader_knows_with_a_registered_architecture_is_classified() -> None:
+    cls = classify(_cfg(model_type="llama", architectures=["LlamaForCausalLM"]))
     assert (cls.family, cls.uses_ssm_state) == ("dense", False)

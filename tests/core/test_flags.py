@@ -2,7 +2,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -159,13 +158,17 @@ def test_every_flag_kvdoctor_models_is_one_sglang_accepts() -> None:
 
 
 def test_the_generated_flag_list_is_what_the_script_reads_from_the_wheel() -> None:
+    """The option strings (read from the source) and each one's value grammar (read from SGLang's own parser,
+    so the script runs in SGLang's venv) regenerate to exactly the committed table."""
     source = next((p for p in SGLANG_SOURCES if (p / "srt" / "server_args.py").is_file()), None)
-    if source is None:
-        pytest.skip("no unpacked SGLang wheel here (pip download --no-deps sglang==0.5.23)")
+    python = ROOT / ".venv-sglang" / "bin" / "python"
+    if source is None or not python.is_file():
+        pytest.skip("SGLang 0.5.23 is not installed in .venv-sglang (make sglang-env)")
     script = ROOT / "scripts" / "sglang-server-flags.py"
-    out = subprocess.run(
-        [sys.executable, str(script), str(source)], capture_output=True, text=True, check=True, timeout=120
-    )
+    out = subprocess.run([str(python), str(script), str(source)], capture_output=True, text=True, timeout=300)
+    if out.returncode and "ModuleNotFoundError" in out.stderr:
+        pytest.skip(f"SGLang does not import here: {out.stderr.strip().splitlines()[-1:]}")
+    assert out.returncode == 0, out.stderr
     assert out.stdout == (ROOT / "kvdoctor" / "core" / "sglang_server_flags.py").read_text(encoding="utf-8")
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import psutil
@@ -20,6 +21,8 @@ ROUTER = f"{sys.executable} {STANDINS / 'router.py'}"
 KNOB = "KVDOCTOR_STANDIN_"
 # The kvdoctor CLI as a separate process (for tests that send it signals).
 KVDOCTOR = [sys.executable, "-c", "from kvdoctor.cli.app import main; main()"]
+# The ``deploy`` fixture (conftest): start a stand-in decode + router outside kvdoctor; their URLs by role.
+Deploy = Callable[..., dict[str, str]]
 
 
 def pd_args(out: Path, *extra: str) -> list[str]:

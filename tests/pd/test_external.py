@@ -4,64 +4,17 @@ from __future__ import annotations
 
 import contextlib
 import json
-import subprocess
-import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
 import psutil
 import pytest
 
-from kvdoctor.pd.ports import free_ports
-from tests.pd.helpers import STANDINS, invoke, pd_args, result_json
+from tests.pd.helpers import Deploy, invoke, pd_args, result_json
 
 pytestmark = pytest.mark.usefixtures("no_leftovers")
-
-Deploy = Callable[..., dict[str, str]]
-
-
-@pytest.fixture
-def deploy(tmp_path: Path) -> Iterator[Deploy]:
-    """Start a stand-in decode + router outside kvdoctor (as a cluster would run them)."""
-    procs: list[subprocess.Popen[bytes]] = []
-
-    def start(*decode_flags: str) -> dict[str, str]:
-        decode_port, router_port, prefill_port = free_ports(3)
-        decode = f"http://127.0.0.1:{decode_port}"
-        router = f"http://127.0.0.1:{router_port}"
-        commands = [
-            [
-                str(STANDINS / "server.py"),
-                "--model-path",
-                "m",
-                "--disaggregation-mode",
-                "decode",
-                "--port",
-                str(decode_port),
-                *decode_flags,
-            ],
-            [
-                str(STANDINS / "router.py"),
-                "--pd-disaggregation",
-                "--prefill",
-                f"http://127.0.0.1:{prefill_port}",
-                "--decode",
-                decode,
-                "--port",
-                str(router_port),
-            ],
-        ]
-        for command in commands:
-            log = (tmp_path / f"ext{len(procs)}.log").open("w")
-            procs.append(subprocess.Popen([sys.executable, *command], stdout=log, stderr=subprocess.STDOUT))
-        return {"decode": decode, "router": router}
-
-    yield start
-    for proc in procs:
-        proc.kill()
-        proc.wait()
 
 
 def test_external_deployment_is_evaluated_not_started(tmp_path: Path, deploy: Deploy) -> None:

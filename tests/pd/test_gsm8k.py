@@ -17,7 +17,7 @@ import pytest
 from kvdoctor._exceptions import InputError
 from kvdoctor.pd import gsm8k
 from kvdoctor.pd import http as gsm8k_http
-from tests.pd.helpers import GSM8K
+from tests.pd.helpers import GSM8K, invoke
 
 
 @pytest.mark.parametrize(
@@ -56,9 +56,11 @@ def test_select_excludes_the_shots_from_scoring() -> None:
     assert prompt.endswith(f"Question: {records[10].question}\nAnswer:")
 
 
-def test_select_caps_at_the_file_and_rejects_nonsense() -> None:
+def test_select_refuses_more_questions_than_follow_the_shots_and_rejects_nonsense() -> None:
     records = gsm8k.load_records(GSM8K)
-    assert len(gsm8k.select(records, 5, 5000)) == 1314
+    assert len(gsm8k.select(records, 5, 1314)) == 1314  # every question after the shots: allowed
+    with pytest.raises(InputError, match="holds only 1,314 questions after the 5 shots"):
+        gsm8k.select(records, 5, 1315)  # once capped silently at 1,314
     with pytest.raises(InputError):
         gsm8k.select(records, 1319, 1)
     with pytest.raises(InputError):
@@ -219,3 +221,23 @@ def test_a_tampered_bundled_copy_is_not_used(tmp_path: Path, monkeypatch: pytest
     (fake / "test.jsonl").write_text('{"question": "q", "answer": "#### 1"}\n')
     monkeypatch.setattr(gsm8k.resources, "files", lambda _pkg: tmp_path / "pkg")
     assert gsm8k.bundled_copy() is None
+
+
+@pytest.mark.parametrize(
+    ("name", "says"),
+    [("missing.jsonl", "cannot download GSM8K from"), ("bad.jsonl", "has sha256")],
+    ids=["http-404", "wrong-sha"],
+)
+def test_a_download_url_with_credentials_never_echoes_the_password(
+    served: tuple[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str, says: str
+) -> None:
+    """$KVDOCTOR_GSM8K_URL may carry credentials; the error names the URL (and httpx's 404 message
+    quotes it again) with the password masked, through the real CLI."""
+    url, _ = served
+    secret_url = url.replace("http://", "http://alice:s3cret@") + f"/{name}"
+    monkeypatch.setenv(gsm8k.CACHE_ENV, str(tmp_path / "cache"))
+    monkeypatch.setenv(gsm8k.URL_ENV, secret_url)
+    run = invoke(["pd-eval", "m", "--output-dir", str(tmp_path / "out")])
+    assert run.exit_code == 2, run.output
+    assert run.stderr.count("\n") == 1 and says in run.stderr
+    assert "alice:***@127.0.0.1" in run.stderr and "s3cret" not in run.stdout + run.stderr

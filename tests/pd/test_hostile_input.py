@@ -1,5 +1,7 @@
 """``kvdoctor pd-eval`` under hostile input: a foreign server on our port, malformed URLs, control
-characters in names and paths, SIGTERM while the reports are written.
+characters in names and paths, SIGTERM while the reports are written; misspelt or misplaced options
+(before and after ``--``, in every mode), a malformed or reset retraction counter, credentials in a
+URL, more questions than the data holds.
 
 Each test asserts the exact exit code and that nothing was lost (the foreign server still serves,
 no run directory appeared when nothing should start, no temp file stays, no process is left: the
@@ -9,6 +11,7 @@ no run directory appeared when nothing should start, no temp file stays, no proc
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import socket
@@ -20,10 +23,11 @@ from pathlib import Path
 
 import httpx
 import pytest
+from click.testing import Result
 
 from kvdoctor.pd import ports, render, supervisor, urls
 from kvdoctor.pd.ports import free_ports
-from tests.pd.helpers import KNOB, ROOT, STANDINS, invoke, pd_args, result_json, run_dir
+from tests.pd.helpers import KNOB, KVDOCTOR, ROOT, STANDINS, Deploy, invoke, pd_args, result_json, run_dir
 
 pytestmark = pytest.mark.usefixtures("no_leftovers")
 
@@ -192,15 +196,21 @@ def test_control_characters_never_reach_the_terminal(
 
 
 # kvdoctor as a separate process whose parquet writer blocks after its first bytes: SIGTERM then
-# arrives exactly while a report's temp file exists. argv[1]: "on", or "off" to switch the cleanup off.
+# arrives exactly while a report's temp file exists. argv[1]: "on", or "off" to switch the cleanup off
+# (both layers: the writer's own SIGTERM unwinding, and main's SIGTERM raised as ``Interrupted``).
 BLOCKING_PARQUET = [
     sys.executable,
     "-c",
     "import contextlib, pathlib, sys, time\n"
     "import pandas as pd\n"
+    "import os, signal\n"
     "import kvdoctor.report.atomic as atomic\n"
+    "def die(signum, frame):  # SIGTERM's default action, behind a handler: main's own SIGTERM layer stands aside\n"
+    "    signal.signal(signum, signal.SIG_DFL)\n"
+    "    os.kill(os.getpid(), signum)\n"
     "if sys.argv.pop(1) == 'off':\n"
     "    atomic.unwind_on_sigterm = contextlib.nullcontext\n"
+    "    signal.signal(signal.SIGTERM, die)\n"
     "ready = pathlib.Path(sys.argv.pop(1))\n"
     "def blocking(self, fh, *args, **kwargs):\n"
     "    fh.write(b'PAR1 half a table')\n"
@@ -240,3 +250,223 @@ def test_sigterm_while_writing_reports_leaves_no_temp_file(tmp_path: Path, clean
     assert code == 128 + signal.SIGTERM
     assert not any(name.endswith(".tmp") for name in left), left
     assert {"result.json", "questions.csv"} <= set(left) and "questions.parquet" not in left
+
+
+# --- kvdoctor's options before '--', the servers' flags after it ---------------------------------
+#
+# Click, told to pass unknown options on, once mixed them with the words after '--': a misspelt
+# `--treshold 0.99` went into SGLang's launch line, or was dropped against external servers (the gate
+# then ran at 0.80 and passed). Every word before '--' is kvdoctor's now, checked, in every mode.
+
+DEAD_URLS = ("--router-url", "http://127.0.0.1:9", "--decode-url", "http://127.0.0.1:9")
+MODES = {"dry-run": ("--dry-run",), "launch": (), "external": DEAD_URLS}
+
+
+def one_error_line(run: Result) -> str:
+    """The command's single stderr line (exit 2's contract), without its newline."""
+    assert run.stderr.count("\n") == 1 and run.stderr.startswith("kvdoctor: error: "), repr(run.stderr)
+    return run.stderr.rstrip("\n")
+
+
+@pytest.mark.parametrize("mode", list(MODES))
+@pytest.mark.parametrize(
+    ("words", "hint"),
+    [
+        (["--treshold", "0.99"], "unknown option --treshold: not a kvdoctor pd-eval option; did you mean --threshold?"),
+        (["--treshold=0.99"], "unknown option --treshold: not a kvdoctor pd-eval option; did you mean --threshold?"),
+        (["--thresh", "0.99"], "(abbreviations are not expanded); did you mean --threshold?"),  # a unique prefix
+        (["--num-question", "50"], "did you mean --num-questions?"),
+        (["--allow-no-retractions"], "did you mean --allow-no-retraction?"),
+        (["--parallell", "4"], "did you mean --parallel?"),
+        (["--threshold", "0.99", "--num-question", "50"], "unknown option --num-question"),  # after a valid value
+        (["--mem-fraction-static", "0.8"], "--mem-fraction-static is an SGLang server flag"),  # '--' forgotten
+        (["--enable-metric"], "did you mean --enable-metrics, an SGLang 0.5.23 server flag?"),
+    ],
+    ids=[
+        "typo",
+        "typo=",
+        "prefix",
+        "num-question",
+        "allow-no-retractions",
+        "parallell",
+        "after-a-value",
+        "sglang",
+        "near-sglang",
+    ],
+)
+def test_an_unknown_option_before_the_separator_is_refused_in_every_mode(
+    tmp_path: Path, mode: str, words: list[str], hint: str
+) -> None:
+    out = tmp_path / "out"
+    run = invoke(pd_args(out, *MODES[mode], *words))
+    assert run.exit_code == 2, run.output
+    assert hint in one_error_line(run)
+    assert not out.exists()  # refused before anything started or was written
+
+
+@pytest.mark.parametrize("words", [["--treshold", "0.99"], ["extra"]], ids=["typo", "stray-word"])
+def test_the_console_script_refuses_in_one_line(tmp_path: Path, words: list[str]) -> None:
+    """The same refusal through the installed entry point (``main``), not only Click's test runner."""
+    out = tmp_path / "out"
+    done = subprocess.run(
+        [*KVDOCTOR, *pd_args(out, "--dry-run"), *words], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.count("\n") == 1 and done.stderr.startswith("kvdoctor: error: ")
+    assert done.stdout == "" and not out.exists()
+
+
+@pytest.mark.parametrize("where", ["before MODEL", "after MODEL"])
+def test_options_are_checked_on_both_sides_of_model(tmp_path: Path, where: str) -> None:
+    args = pd_args(tmp_path / "out", "--dry-run")
+    good = ["--threshold", "0.42"]
+    if where == "before MODEL":
+        line = [args[0], *good, *args[1:]]
+        typo = [args[0], "--treshold", "0.42", *args[1:]]  # Click once made MODEL '--treshold'
+    else:
+        line = [*args, *good]
+        typo = [*args, "--treshold", "0.42"]
+    run = invoke(line)
+    assert run.exit_code == 0, run.output
+    assert "threshold 0.42" in run.stdout  # a valid option is applied wherever it stands
+    run = invoke(typo)
+    assert run.exit_code == 2
+    assert "unknown option --treshold" in one_error_line(run) and "did you mean --threshold?" in run.stderr
+
+
+@pytest.mark.parametrize("mode", list(MODES))
+def test_a_stray_word_before_the_separator_is_refused(tmp_path: Path, mode: str) -> None:
+    args = pd_args(tmp_path / "out", *MODES[mode])
+    run = invoke([*args[:2], "0.99", *args[2:]])
+    assert run.exit_code == 2, run.output
+    line = one_error_line(run)
+    assert "unexpected argument '0.99' after MODEL 'stand-in/model'" in line and "after '--'" in line
+
+
+def test_a_typo_after_the_separator_is_a_server_flag_and_the_server_refuses_it(tmp_path: Path) -> None:
+    """What follows '--' is the servers': a dry run shows it on both launch lines; SGLang (here the
+    stand-in, whose argparse is as strict) refuses it at start, so the run fails instead of passing."""
+    run = invoke([*pd_args(tmp_path / "plan", "--dry-run", "--json"), "--", "--treshold", "0.99"])
+    assert run.exit_code == 0, run.output
+    argvs = [step["argv"] for step in json.loads(run.stdout)["launch_plan"]["steps"]]
+    assert [("--treshold" in argv) for argv in argvs] == [True, True, False]
+    out = tmp_path / "out"
+    run = invoke([*pd_args(out), "--", "--treshold", "0.99"])
+    assert run.exit_code == 3, run.output
+    assert "unrecognized arguments: --treshold" in result_json(out)["message"]
+
+
+@pytest.mark.parametrize("mode", list(MODES))
+def test_a_kvdoctor_option_after_the_separator_is_refused(tmp_path: Path, mode: str) -> None:
+    out = tmp_path / "out"
+    run = invoke([*pd_args(out, *MODES[mode]), "--", "--threshold", "0.99"])
+    assert run.exit_code == 2, run.output
+    assert "--threshold after '--' is kvdoctor's own option: put it before '--'" in one_error_line(run)
+    assert not out.exists()
+
+
+def test_server_flags_cannot_reach_external_servers(tmp_path: Path) -> None:
+    """Against running servers nothing takes server flags: once dropped in silence, now refused; only
+    --served-model-name (the model name the requests carry) is read."""
+    out = tmp_path / "out"
+    run = invoke([*pd_args(out, *DEAD_URLS), "--", "--mem-fraction-static", "0.8"])
+    assert run.exit_code == 2, run.output
+    assert "--mem-fraction-static after '--' cannot reach a server" in one_error_line(run)
+    run = invoke([*pd_args(out, *DEAD_URLS, "--dry-run"), "--", "--served-model-name", "served"])
+    assert run.exit_code == 0, run.output
+
+
+def test_a_typo_cannot_switch_the_gate_off_against_external_servers(
+    tmp_path: Path, deploy: Deploy, knobs: Callable[..., None]
+) -> None:
+    """The issue's case: a 0.9-accuracy deployment, `--threshold 0.99` fails it (exit 1), and so does
+    `--threshold=0.99`; the typo `--treshold 0.99` once passed it at the default 0.80 (exit 0)."""
+    knobs(ACCURACY="0.9")
+    urls = deploy("--enable-metrics")
+    external = ("--router-url", urls["router"], "--decode-url", urls["decode"])
+    for spelling in (["--threshold", "0.99"], ["--threshold=0.99"]):
+        out = tmp_path / spelling[0].replace("=", "_")
+        run = invoke(pd_args(out, *external, *spelling))
+        assert run.exit_code == 1, run.output
+        assert result_json(out)["exit_reason"] == "accuracy_below_threshold"
+    out = tmp_path / "typo"
+    run = invoke(pd_args(out, *external, "--treshold", "0.99"))
+    assert run.exit_code == 2, run.output
+    assert "did you mean --threshold?" in one_error_line(run)
+    assert not out.exists()
+
+
+# --- the retraction counter: malformed or reset, named as such -----------------------------------
+
+
+@pytest.mark.parametrize(
+    ("served", "reason", "named"),
+    [
+        ("+Inf", "malformed_metric", "is +Inf, not a count"),  # once exit 3 internal_error OverflowError
+        ("NaN", "malformed_metric", "is NaN, not a count"),  # once "the decode pool was too large"
+        ("-1", "malformed_metric", "is -1, not a count"),
+        ("9,3", "retraction_counter_reset", "went backwards during the eval (9 before it, 3 after)"),
+    ],
+    ids=["inf", "nan", "negative", "decreasing"],
+)
+def test_a_malformed_or_reset_retraction_counter_is_named(
+    tmp_path: Path, knobs: Callable[..., None], served: str, reason: str, named: str
+) -> None:
+    knobs(DECODE_RETRACTED_METRIC=served)
+    out = tmp_path / "out"
+    run = invoke(pd_args(out))
+    data = result_json(out)
+    assert run.exit_code == 3, run.output  # the deployment's metrics failed, not a gate, not a kvdoctor bug
+    assert data["exit_reason"] == reason and data["exit_code"] == 3
+    assert "sglang:num_retracted_requests_total" in data["message"] and named in data["message"]
+    assert "too large" not in run.output and "OverflowError" not in run.output
+
+
+# --- credentials in URLs: refused, never echoed ---------------------------------------------------
+
+
+@pytest.mark.parametrize("option", ["--router-url", "--decode-url", "--prefill-url"])
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("http://alice:s3cret@127.0.0.1:80", "'http://alice:***@127.0.0.1:80': credentials"),
+        ("http://alice:s3cret@[::1", "'http://alice:***@[::1': not a valid URL"),  # too malformed to parse
+        ("https://s3cret@127.0.0.1:80", "'https://***@127.0.0.1:80': credentials"),  # a bare token
+    ],
+)
+def test_a_url_with_credentials_is_refused_without_echoing_the_secret(
+    tmp_path: Path, option: str, url: str, shown: str
+) -> None:
+    run = invoke(
+        [*pd_args(tmp_path / "out", "--allow-no-retraction"), "--router-url", "http://127.0.0.1:9", option, url]
+    )
+    assert run.exit_code == 2, run.output
+    assert f"{option} {shown}" in one_error_line(run)
+    assert "s3cret" not in run.stdout + run.stderr
+
+
+def test_masking_keeps_urls_without_credentials_whole() -> None:
+    assert urls.masked("http://h:80/a@b") == "http://h:80/a@b"  # an '@' in the path is no credential
+    assert urls.redact("GET 'http://u:p%40ss@h/x' (u:p@ss)", "http://u:p%40ss@h/x") == "GET 'http://u:***@h/x' (u:p@ss)"
+
+
+# --- more questions than the data holds ---------------------------------------------------------
+
+
+def with_questions(args: list[str], count: str) -> list[str]:
+    """ARGS with --num-questions COUNT instead of pd_args' 24 (a repeated option is refused on its own)."""
+    args[args.index("--num-questions") + 1] = count
+    return args
+
+
+@pytest.mark.parametrize("mode", list(MODES))
+def test_more_questions_than_follow_the_shots_are_refused(tmp_path: Path, mode: str) -> None:
+    """Once 5,000 asked meant 1,314 scored, in silence: less evidence than demanded, reported as a pass."""
+    out = tmp_path / "out"
+    run = invoke(with_questions(pd_args(out, *MODES[mode]), "5000"))
+    assert run.exit_code == 2, run.output
+    line = one_error_line(run)
+    assert "--num-questions 5000: the data holds only 1,314 questions after the 5 shots" in line
+    assert not out.exists()
+    run = invoke(with_questions(pd_args(out, "--dry-run"), "1314"))  # every question there is: fine
+    assert run.exit_code == 0 and "1314 questions" in run.stdout

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from kvdoctor.pd import metrics
 
 PAGE = """\
@@ -77,3 +79,24 @@ def test_probe_without_any_source_is_unknown() -> None:
     probe = metrics.RetractionProbe("http://127.0.0.1:9", None)
     probe.start()
     assert probe.finish() == metrics.RetractionCount(None, "none")
+
+
+@pytest.mark.parametrize(("value", "shown"), [("+Inf", "+Inf"), ("NaN", "NaN"), ("-3.0", "-3.0")])
+def test_a_counter_that_is_no_count_is_named_not_counted(value: str, shown: str) -> None:
+    """``int(inf)`` once raised OverflowError (a kvdoctor bug, exit 3 internal_error), and NaN compared as
+    0 ("no retraction: the pool was too large"): both are the server's malformed metric."""
+    page = PAGE.replace('tp_rank="1"} 7.0', f'tp_rank="1"}} {value}')
+    with pytest.raises(metrics.MalformedMetric) as caught:
+        metrics.from_prometheus(page)
+    assert caught.value.exit_code == 3 and caught.value.reason == "malformed_metric"
+    assert 'sglang:num_retracted_requests_total{engine_type="decode",' in str(caught.value)
+    assert f'tp_rank="1"}} is {shown}, not a count' in str(caught.value)
+
+
+def test_a_counter_that_went_backwards_is_a_reset_not_zero_retractions(monkeypatch: pytest.MonkeyPatch) -> None:
+    scrapes = iter([9, 3])
+    monkeypatch.setattr(metrics, "scrape", lambda *_: next(scrapes))
+    probe = metrics.RetractionProbe("http://decode", None)
+    probe.start()
+    with pytest.raises(metrics.CounterWentBackwards, match=r"went backwards during the eval \(9 before it, 3 after\)"):
+        probe.finish()

@@ -18,6 +18,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from kvdoctor._exceptions import Interrupted
 from kvdoctor.pd import reaper, signals, supervisor
 from kvdoctor.pd import run as run_mod
 from tests.pd.helpers import KVDOCTOR, ROOT, SERVER, invoke, pd_args, pid_alive, result_json
@@ -242,12 +243,21 @@ def wait_for(predicate: Callable[[], bool], timeout_s: float = 30.0) -> None:
         time.sleep(0.02)
 
 
-@pytest.mark.parametrize(("sig", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
-def test_signal_mid_eval_tears_down(tmp_path: Path, knobs: Callable[..., None], sig: signal.Signals, code: int) -> None:
+@pytest.mark.parametrize(
+    ("sig", "code", "line"),
+    [(signal.SIGINT, 130, "kvdoctor: interrupted"), (signal.SIGTERM, 143, "kvdoctor: terminated")],
+)
+def test_signal_mid_eval_tears_down(
+    tmp_path: Path, knobs: Callable[..., None], sig: signal.Signals, code: int, line: str
+) -> None:
+    """Teardown, result.json, the exit code, and the one stderr line every command ends a signal with
+    (pd-eval once printed none: its result table said "interrupted" on stdout only)."""
     knobs(DECODE_HANG_SECONDS="120", DECODE_HANG_AFTER="1")
     out = tmp_path / "out"
     cmd = [*KVDOCTOR, *pd_args(out)]
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    stderr = tmp_path / "stderr"
+    with stderr.open("w") as err:
+        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=err)
     try:
         # The eval is in flight once decode has taken a request after the smoke request.
         wait_for(lambda: any("request #2" in log.read_text() for log in out.glob("run-*/decode.log")))
@@ -261,3 +271,30 @@ def test_signal_mid_eval_tears_down(tmp_path: Path, knobs: Callable[..., None], 
     assert not any(pid_alive(p.pid) for p in started)
     data = result_json(out)
     assert data["exit_reason"] == "interrupted" and data["exit_code"] == code
+    lines = stderr.read_text().splitlines()
+    assert [x for x in lines if x.startswith("kvdoctor:")] == [line], lines
+
+
+@pytest.mark.parametrize(
+    ("raised", "code", "line"),
+    [
+        (KeyboardInterrupt(), 130, "kvdoctor: interrupted"),
+        (Interrupted(signal.SIGTERM), 143, "kvdoctor: terminated"),
+    ],
+    ids=["ctrl-c", "sigterm"],
+)
+def test_the_command_itself_says_it_was_interrupted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, raised: BaseException, code: int, line: str
+) -> None:
+    """The line comes from pd-eval, after its teardown and reports, not from an entry point that might
+    add it: driven in-process (no ``main``), a signal mid-run still ends with exactly that one line."""
+
+    def stopped(*_args: object) -> None:
+        raise raised
+
+    monkeypatch.setattr(run_mod, "_evaluate", stopped)
+    out = tmp_path / "out"
+    run = invoke(pd_args(out))
+    assert run.exit_code == code, run.output
+    assert [x for x in run.stderr.splitlines() if x.startswith("kvdoctor:")] == [line]
+    assert result_json(out)["exit_reason"] == "interrupted"

@@ -14,6 +14,7 @@ from kvdoctor.core.vllm.connectors import ConnectorVerdict, HybridManager, hybri
 from kvdoctor.core.vllm.flags import VllmFlags, parse_vllm_flags
 from kvdoctor.core.vllm.grouping import Group, kv_cache_groups
 from kvdoctor.core.vllm.hazards import VllmContext
+from kvdoctor.core.vllm.refusals import VllmRefusal, launch_refusals
 from kvdoctor.core.vllm.specs import ModelSpecs, SpecKind, build_specs
 
 SEVERITY_ORDER = {"error": 0, "warning": 1, "info": 2}
@@ -30,6 +31,7 @@ class VllmAnalysis:
     refusal_where: rules.Cite | None
     connector: ConnectorVerdict
     hazards: tuple[Hazard, ...]
+    refusals: tuple[VllmRefusal, ...] = ()  # start-up refusals (KVD114), as the hazards carry them
 
     @property
     def worst_severity(self) -> str | None:
@@ -262,10 +264,12 @@ def analyze_vllm_config(config: ModelConfig, flags: VllmFlags) -> VllmAnalysis:
     except GroupingRefused as exc:
         groups, refusal, where = None, str(exc), exc.where
     connector = verdict(flags, specs, None if groups is None else list(groups), refusal, where)
-    ctx = VllmContext(flags, specs, groups, refusal, hybrid, connector)
+    attention = any(s.kind is not SpecKind.MAMBA for s in specs.layers.values())
+    refusals = launch_refusals(config, flags, mla=specs.family is rules.Family.MLA, attention=attention)
+    ctx = VllmContext(flags, specs, groups, refusal, hybrid, connector, refusals, where)
     found = tuple(h for rule in registry.rules_for("vllm") for h in rule(ctx))
     found = tuple(sorted(found, key=lambda h: SEVERITY_ORDER[h.severity]))
-    return VllmAnalysis(config, flags, specs, hybrid, groups, refusal, where, connector, found)
+    return VllmAnalysis(config, flags, specs, hybrid, groups, refusal, where, connector, found, refusals)
 
 
 def analyze_vllm(model: str, argv: Sequence[str]) -> VllmAnalysis:

@@ -21,9 +21,10 @@ from pathlib import PurePath
 from typing import Any
 
 from kvdoctor._exceptions import FlagError
-from kvdoctor.core.flags import FlagVocabulary, Option, scan
+from kvdoctor.core.flags import FlagVocabulary, Option, check_values, scan
 from kvdoctor.core.vllm import rules
 from kvdoctor.core.vllm.server_flags import (
+    VLLM_FLAG_VALUES,
     VLLM_MULTI_VALUE,
     VLLM_OPTIONAL_VALUE,
     VLLM_SERVER_FLAGS,
@@ -130,6 +131,47 @@ def resolve_option(word: str, own_options: Collection[str] = ()) -> str:
     raise FlagError(f"unknown option {shown(word)}: neither kvdoctor's nor a vLLM {VLLM_VERSION} server flag{hint}")
 
 
+# The boolean flags kvdoctor models, by their field's flag: vLLM's EnableDisableAction pairs --enable-x with
+# --disable-x (and --disable-x with --enable-x), and still accepts BooleanOptionalAction's --no- spellings
+# of both (utils/argparse_utils.py:120-145, EnableDisableAction).
+BOOLEANS = {
+    "--enable-prefix-caching": "enable_prefix_caching",
+    "--disable-hybrid-kv-cache-manager": "disable_hybrid_kv_cache_manager",
+}
+_INVERSE = {"--enable-": "--disable-", "--disable-": "--enable-"}
+
+
+def _spellings(flag: str) -> dict[str, bool]:
+    """Every spelling of FLAG's field and the value each one sets."""
+    prefix = next(p for p in _INVERSE if flag.startswith(p))
+    inverse = _INVERSE[prefix] + flag.removeprefix(prefix)
+    return {flag: True, "--no-" + flag[2:]: False, inverse: False, "--no-" + inverse[2:]: True}
+
+
+BOOLEAN_SPELLINGS = {
+    spelling: (field, value)
+    for flag, field in BOOLEANS.items()
+    for spelling, value in _spellings(flag).items()
+    if spelling in VLLM_SERVER_FLAGS  # the spellings vLLM's parser registers
+}
+# The valued flags parse_vllm_flags reads itself (with its own messages); the scanner checks every other one.
+MODELLED = frozenset(
+    {
+        "--kv-cache-dtype",
+        "--dtype",
+        "--block-size",
+        "--tensor-parallel-size",
+        "-tp",
+        "--mamba-cache-dtype",
+        "--mamba-ssm-cache-dtype",
+        "--mamba-cache-mode",
+        "--kv-offloading-size",
+        "--kv-offloading-backend",
+        "--kv-transfer-config",
+        *BOOLEAN_SPELLINGS,
+    }
+)
+
 # vLLM's flag vocabulary for the shared scanner: its parser reads options as SGLang's does.
 VLLM = FlagVocabulary(
     "vLLM flags",
@@ -137,6 +179,8 @@ VLLM = FlagVocabulary(
     frozenset(VLLM_SWITCHES),
     frozenset(VLLM_MULTI_VALUE),
     frozenset(VLLM_OPTIONAL_VALUE),
+    VLLM_FLAG_VALUES,
+    MODELLED,
 )
 
 
@@ -239,10 +283,6 @@ def parse_kv_transfer_config(text: str) -> dict[str, Any]:
     return value
 
 
-def _bool_flag(option: Option) -> bool:
-    return not option.name.startswith("--no-")
-
-
 def parse_vllm_flags(argv: Sequence[str], *, own_options: Collection[str] = ()) -> VllmFlags:
     """Parse vLLM server flags (no MODEL) into ``VllmFlags``; unmodelled vLLM flags are kept."""
     found = scan(argv, own_options, VLLM)
@@ -253,8 +293,10 @@ def parse_vllm_flags(argv: Sequence[str], *, own_options: Collection[str] = ()) 
     not_modelled: list[str] = []
     kv_dtypes = tuple(rules.KV_DTYPE_BYTES)
     for o in options:
-        base = "--" + o.name[5:] if o.name.startswith("--no-") else o.name
-        if o.name == "--kv-cache-dtype":
+        if o.name in BOOLEAN_SPELLINGS:
+            name, value = BOOLEAN_SPELLINGS[o.name]
+            values[name] = value
+        elif o.name == "--kv-cache-dtype":
             values["kv_cache_dtype"] = _one(o)
             if values["kv_cache_dtype"] not in kv_dtypes:
                 not_modelled.append(f"{o.name} {values['kv_cache_dtype']}")
@@ -264,10 +306,6 @@ def parse_vllm_flags(argv: Sequence[str], *, own_options: Collection[str] = ()) 
             values["block_size"] = _positive_int(o)
         elif o.name in ("--tensor-parallel-size", "-tp"):
             values["tensor_parallel_size"] = _positive_int(o)
-        elif base == "--enable-prefix-caching":
-            values["enable_prefix_caching"] = _bool_flag(o)
-        elif base == "--disable-hybrid-kv-cache-manager":
-            values["disable_hybrid_kv_cache_manager"] = _bool_flag(o)
         elif o.name == "--mamba-cache-dtype":
             values["mamba_cache_dtype"] = _choice(o, rules.STATE_DTYPES)
         elif o.name == "--mamba-ssm-cache-dtype":
@@ -289,4 +327,5 @@ def parse_vllm_flags(argv: Sequence[str], *, own_options: Collection[str] = ()) 
             values["kv_transfer_config"] = parse_kv_transfer_config(_one(o))
         else:
             not_modelled.append(" ".join((o.name, *o.values)))
+    check_values([o for o in options if o.name in MODELLED], VLLM)  # vLLM's grammar, beyond kvdoctor's reading
     return VllmFlags(**values, not_modelled=tuple(not_modelled))

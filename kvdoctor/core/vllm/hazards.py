@@ -14,6 +14,7 @@ from kvdoctor.core.vllm import rules
 from kvdoctor.core.vllm.connectors import ConnectorVerdict, HybridManager, Status
 from kvdoctor.core.vllm.flags import VllmFlags
 from kvdoctor.core.vllm.grouping import Group
+from kvdoctor.core.vllm.refusals import VllmRefusal
 from kvdoctor.core.vllm.specs import ModelSpecs, SpecKind
 
 
@@ -27,6 +28,30 @@ class VllmContext:
     refusal: str | None
     hybrid: HybridManager
     connector: ConnectorVerdict
+    refusals: tuple[VllmRefusal, ...] = ()  # start-up refusals of the launch (refusals.launch_refusals)
+    refusal_where: rules.Cite | None = None  # where vLLM raises while planning the KV cache (``refusal``)
+
+
+def vllm_refuses(ctx: VllmContext) -> Iterator[Hazard]:
+    """A launch vLLM itself refuses at start-up, with its own message and where it raises (SGLang's
+    KVD014): a refusal of the parallel layout, or of planning the KV cache (the groups), which the
+    reason hazards (KVD101, KVD105) explain but which is always reported as what it is."""
+    for refusal in ctx.refusals:
+        yield Hazard(
+            ERROR,
+            "KVD114-VLLM-REFUSES",
+            f"vLLM {rules.VLLM_VERSION} refuses this launch at start-up: {refusal}",
+            str(refusal.where),
+        )
+    if ctx.refusal is not None:
+        where = f" ({ctx.refusal_where})" if ctx.refusal_where is not None else ""
+        yield Hazard(
+            ERROR,
+            "KVD114-VLLM-REFUSES",
+            f"vLLM {rules.VLLM_VERSION} refuses to plan the KV cache, so the server does not start: "
+            f"{ctx.refusal}{where}",
+            str(ctx.refusal_where) if ctx.refusal_where is not None else None,
+        )
 
 
 def connector_no_hybrid(ctx: VllmContext) -> Iterator[Hazard]:
@@ -132,6 +157,7 @@ def _has_kind(ctx: VllmContext, kind: SpecKind) -> bool:
 
 
 VLLM_RULES: tuple[Callable[[VllmContext], Iterator[Hazard]], ...] = (
+    vllm_refuses,
     connector_no_hybrid,
     hybrid_explicit_conflict,
     state_not_carried,

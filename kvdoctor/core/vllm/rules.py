@@ -113,8 +113,21 @@ LMCACHE_MP_ONE_GROUP = Cite(
     "distributed/kv_transfer/kv_connector/v1/lmcache_mp_connector.py", "70-83", "reformat_block_ids"
 )
 NIXL_CONV = Cite("distributed/kv_transfer/kv_connector/v1/nixl/base_worker.py", "674-712", "conv-state transfer")
-CONNECTOR_REGISTRY = Cite("distributed/kv_transfer/kv_connector/factory.py", "153-250", "register_connector")
+CONNECTOR_REGISTRY = Cite("distributed/kv_transfer/kv_connector/factory.py", "153-249", "register_connector")
 NVFP4_PACKING = Cite("utils/torch_utils.py", "542-544", "nvfp4_kv_cache_full_dim")
+# Start-up refusals of --tensor-parallel-size (hazard KVD114, core/vllm/refusals.py), in vLLM's words:
+# ModelConfig.verify_with_parallel_config (VllmConfig.__post_init__) divides the attention heads by TP;
+# QKVParallelLinear (every attention layer's QKV projection) splits the KV heads over TP, or replicates them
+# when there are fewer, with distributed/utils.py:divide, which asserts the division is exact.
+TP_HEADS = Cite("config/model.py", "1557-1564", "ModelConfig.verify_with_parallel_config")
+TP_HEADS_MESSAGE = "Total number of attention heads ({heads}) must be divisible by tensor parallel size ({tp})."
+TP_KV_HEADS = Cite("model_executor/layers/linear.py", "1064-1071", "QKVParallelLinear: divide")
+TP_KV_HEADS_MESSAGE = "{numerator} is not divisible by {denominator}"
+DIVIDE = Cite("distributed/utils.py", "51-55", "ensure_divisibility")
+
+# HFConfigParser.parse builds the config with AutoConfig.from_pretrained (after _CONFIG_REGISTRY): an unknown
+# model_type raises (the names: model_types.py).
+CONFIG_LOADER = Cite("transformers_utils/config.py", "443-452", "HFConfigParser.parse: AutoConfig.from_pretrained")
 
 
 class Carries(str, Enum):
@@ -128,7 +141,7 @@ class Carries(str, Enum):
 
 @dataclass(frozen=True)
 class ConnectorRule:
-    """One registered connector (factory.py:153-250): its class, HMA support, and what it moves."""
+    """One registered connector (factory.py:153-249): its class, HMA support, and what it moves."""
 
     name: str
     module: str  # under vllm/distributed/kv_transfer/kv_connector/v1/

@@ -15,9 +15,12 @@ from enum import Enum
 
 from kvdoctor._exceptions import ConfigError, FlagError, UnknownModelError
 from kvdoctor.core.config import ModelConfig
+from kvdoctor.core.model_types import check_model_type
 from kvdoctor.core.vllm import rules
 from kvdoctor.core.vllm.architectures import VLLM_ARCHITECTURES
 from kvdoctor.core.vllm.flags import VllmFlags
+from kvdoctor.core.vllm.model_types import VLLM_MODEL_TYPES
+from kvdoctor.core.vllm.server_flags import VLLM_VERSION
 
 Shape = tuple[int, ...]
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "uint8": 1, "float8_e4m3fn": 1, "float8_e5m2": 1}
@@ -117,6 +120,9 @@ def classify(cfg: ModelConfig) -> rules.Family:
             f"{cfg.source}: architecture '{arch or '?'}' is not one vLLM {rules.RULES_REVISION} "
             "registers (model_executor/models/registry.py)"
         )
+    check_model_type(
+        cfg, VLLM_MODEL_TYPES, f"vLLM {VLLM_VERSION}", f"vllm/{rules.CONFIG_LOADER.path}:{rules.CONFIG_LOADER.lines}"
+    )
     family = rules.FAMILIES.get(arch)
     if family is None:
         modelled = ", ".join(sorted(rules.FAMILIES))

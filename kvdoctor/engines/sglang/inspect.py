@@ -32,6 +32,7 @@ from kvdoctor.engines.sglang import _pools, _runtime
 from kvdoctor.engines.sglang._planes import planes_of
 
 DRIFT_CODE = "KVD015-RULES-DRIFT"
+REFUSES_CODE = "KVD014-SGLANG-REFUSES"  # the rule model's own code for a launch SGLang refuses
 TINY = _pools.PoolPlan(rows=2, pages=4, page_size=1)
 
 
@@ -317,9 +318,28 @@ class Beside:
     kvdoctor_refusal: str | None = None
 
     def hazards(self) -> list[Hazard]:
-        """One ``KVD015-RULES-DRIFT`` error hazard per disagreement (gated by ``--strict``, like any error)."""
+        """One ``KVD015-RULES-DRIFT`` error hazard per disagreement (gated by ``--strict``, like any error),
+        and the installed SGLang's own refusal as a ``KVD014-SGLANG-REFUSES`` error when the rule model
+        did not already report one: a launch the installed server refuses never passes."""
         version = self.live.info.version
-        return [Hazard(ERROR, DRIFT_CODE, drift_message(d, version)) for d in self.drifts]
+        found = [Hazard(ERROR, DRIFT_CODE, drift_message(d, version)) for d in self.drifts]
+        refusal = self.live.refusal
+        if refusal is not None and not self.ours.get("refuses"):
+            found.append(
+                Hazard(
+                    ERROR,
+                    REFUSES_CODE,
+                    f"the installed SGLang {version} refuses this launch ({refusal.stage}): {refusal.message}",
+                )
+            )
+        return found
+
+    def refused_by_both(self) -> str | None:
+        """SGLang's refusal when kvdoctor's rules refused the input too (then the input is malformed: exit 2)."""
+        refusal = self.live.refusal
+        if self.kvdoctor_refusal is None or refusal is None:
+            return None
+        return f"SGLang {self.live.info.version} refuses it too ({refusal.stage}): {refusal.message}"
 
     def rows(self) -> list[tuple[str, Any, Any, bool | None]]:
         """(field, kvdoctor, SGLang, agree) for every field either side answered; agree None: not asked."""

@@ -15,18 +15,23 @@ Each disagreement is a ``KVD115-VLLM-DRIFT`` error.
 
 from __future__ import annotations
 
+import types
 from dataclasses import dataclass, field
 from typing import Any
 
 from kvdoctor._exceptions import EngineUnavailable
 from kvdoctor.core.hazards import ERROR, Hazard
+from kvdoctor.core.vllm import rules
 from kvdoctor.core.vllm.analysis import VllmAnalysis, VllmAnswersFacts, VllmCheck, VllmGroupAnswer
 from kvdoctor.core.vllm.connectors import Status
+from kvdoctor.core.vllm.refusals import total_kv_heads
 from kvdoctor.core.vllm.specs import LayerSpec, SpecKind
 from kvdoctor.engines import EngineInfo
 from kvdoctor.engines.vllm import _runtime as rt
 
 OFFLOADING_CONFIG = "vllm.distributed.kv_transfer.kv_connector.v1.offloading.config"
+REFUSES_CODE = "KVD114-VLLM-REFUSES"
+NONE = "none"
 
 
 @dataclass(frozen=True)
@@ -45,14 +50,18 @@ class VllmAnswers:
     info: EngineInfo
     checks: list[Check] = field(default_factory=list)
     groups: list[dict[str, Any]] | None = None
+    refusals: list[str] = field(default_factory=list)  # what vLLM's own start-up checks raised
+    rule_refuses: bool = False  # the rule model reported a start-up refusal (KVD114) itself
 
     @property
     def drifts(self) -> list[Check]:
         return [c for c in self.checks if not c.agree]
 
     def hazards(self) -> list[Hazard]:
-        """One ``KVD115-VLLM-DRIFT`` error hazard per question vLLM answers differently."""
-        return [
+        """One ``KVD115-VLLM-DRIFT`` error hazard per question vLLM answers differently, and what the
+        installed vLLM refuses as a ``KVD114-VLLM-REFUSES`` error when the rule model reported no
+        refusal itself: a launch the installed server refuses never passes."""
+        found = [
             Hazard(
                 ERROR,
                 "KVD115-VLLM-DRIFT",
@@ -60,6 +69,12 @@ class VllmAnswers:
             )
             for c in self.drifts
         ]
+        if self.refusals and not self.rule_refuses:
+            found += [
+                Hazard(ERROR, REFUSES_CODE, f"the installed vLLM {self.info.version} refuses this launch: {r}")
+                for r in self.refusals
+            ]
+        return found
 
     def facts(self) -> VllmAnswersFacts:
         """vLLM's answers as ``inspect``'s typed result carries them (its ``--json`` key ``vllm``)."""
@@ -162,9 +177,58 @@ def _status_of(spec: Any, block_size: int, offloading: Any) -> str:
     return Status.WINDOW.value if window is not None and not isinstance(spec, iface.MambaSpec) else Status.CARRIED.value
 
 
+def parallel_refusals(a: VllmAnalysis) -> list[str]:
+    """What vLLM's own start-up checks of ``--tensor-parallel-size`` raise for this model:
+    ``ModelConfig.verify_with_parallel_config`` (run on a stand-in model config that carries the
+    config's head counts, and a parallel config of this TP width alone), and ``distributed.utils.divide``
+    as ``QKVParallelLinear`` calls it on the KV heads (split over TP, or replicated when fewer)."""
+    tp = a.flags.tensor_parallel_size
+    if tp <= 1:
+        return []
+    model = rt.load("vllm.config.model")
+    dist = rt.load("vllm.distributed.utils")
+    heads = a.config.get("num_attention_heads")
+    heads = heads if isinstance(heads, int) else 0
+    kv = total_kv_heads(a.config)
+    mla = a.specs.family is rules.Family.MLA
+    arch = types.SimpleNamespace(total_num_attention_heads=heads, total_num_kv_heads=kv)
+    stand_in = types.SimpleNamespace(
+        model_arch_config=arch, use_mla=mla, multimodal_config=None, get_total_num_kv_heads=lambda: kv
+    )
+    parallel = types.SimpleNamespace(
+        enable_hc_sp=False,
+        tensor_parallel_size=tp,
+        enable_expert_parallel=False,
+        pipeline_parallel_size=1,
+        decode_context_parallel_size=1,
+        world_size_across_dp=tp,
+    )
+    found: list[str] = []
+    try:
+        model.ModelConfig.verify_with_parallel_config(stand_in, parallel)
+    except ValueError as exc:
+        found.append(str(exc))
+    attention = any(s.kind is not SpecKind.MAMBA for s in a.specs.layers.values())
+    if attention and not mla and kv > 0:
+        try:
+            dist.divide(tp, kv) if tp >= kv else dist.divide(kv, tp)
+        except AssertionError as exc:
+            found.append(str(exc))
+    return found
+
+
 def beside(a: VllmAnalysis) -> VllmAnswers:
     """Ask the installed vLLM; ``EngineUnavailable`` when it cannot be imported."""
     answers = VllmAnswers(rt.engine_info())
+    answers.refusals = parallel_refusals(a)
+    answers.rule_refuses = bool(a.refusals) or a.refusal is not None
+    answers.checks.append(
+        Check(
+            "start-up refusals (tensor parallel)",
+            "; ".join(r.message for r in a.refusals) or NONE,
+            "; ".join(answers.refusals) or NONE,
+        )
+    )
     mamba = mamba_state(a)
     specs = {name: vllm_spec(s, a.flags.kv_cache_dtype, mamba) for name, s in a.specs.layers.items()}
     for name, rule_spec in a.specs.layers.items():
@@ -184,7 +248,7 @@ def beside(a: VllmAnalysis) -> VllmAnswers:
             Check("KV cache groups", "refused" if a.groups is None else f"{len(a.groups)} groups", "refused")
         )
         answers.groups = None
-        del exc
+        answers.refusals.append(f"get_kv_cache_groups raises {type(exc).__name__}: {exc}")
         return answers
     ours = [_group_text(g.kind.value, g.spec.block_size, g.spec.page_size_bytes, g.layer_names) for g in a.groups or ()]
     theirs = [

@@ -8,7 +8,9 @@ Behaviour knobs (see common.py for the env naming): ACCURACY (fraction answered 
 UNHEALTHY_PROBES (503 for the first N health probes), NEVER_HEALTHY, HANG_SECONDS (each
 generation after the first HANG_AFTER waits this long), ESCAPE=setsid|daemon|daemon-noenv with
 ESCAPE_PIDFILE, IGNORE_SIGTERM, DATA, NEVER_LISTEN (stay alive without ever binding the port: a
-server still loading its model), INFO_HANG_SECONDS (``/server_info`` answers this late).
+server still loading its model), INFO_HANG_SECONDS (``/server_info`` answers this late),
+RETRACTED_METRIC (decode: the retraction counter's value on successive ``/metrics`` scrapes, comma
+separated, the last repeating: ``+Inf``, ``NaN``, ``-1``, or ``9,3`` for a counter that went backwards).
 """
 
 from __future__ import annotations
@@ -86,6 +88,8 @@ class State:
         self.crash_after = int(knobs.number("CRASH_AFTER", 0))
         self.hang_s = knobs.number("HANG_SECONDS", 0.0)
         self.hang_after = int(knobs.number("HANG_AFTER", 0))
+        self.metric_values = [v for v in knobs.raw("RETRACTED_METRIC").split(",") if v] if self.is_decode else []
+        self.scrapes = 0
 
     @property
     def is_decode(self) -> bool:
@@ -138,10 +142,15 @@ class State:
             "# TYPE sglang:num_retracted_requests_total counter",
         ]
         engine = "decode" if self.is_decode else "prefill"
+        with self.lock:
+            scrape, self.scrapes = self.scrapes, self.scrapes + 1
+        value = str(float(self.retracted))
+        if self.metric_values:  # a malformed or reset counter, as the knob says
+            value = self.metric_values[min(scrape, len(self.metric_values) - 1)]
         # Like SGLang: the sample exists only from the first retraction on (.labels().inc()).
-        for rank in range(self.args.tp_size if self.retracted else 0):
+        for rank in range(self.args.tp_size if self.retracted or self.metric_values else 0):
             labels = f'engine_type="{engine}",model_name="{self.model}",moe_ep_rank="0",pp_rank="0",tp_rank="{rank}"'
-            lines.append(f"sglang:num_retracted_requests_total{{{labels}}} {float(self.retracted)}")
+            lines.append(f"sglang:num_retracted_requests_total{{{labels}}} {value}")
             lines.append(f"sglang:num_retracted_requests_created{{{labels}}} 1.7e9")
         lines += [
             "# HELP sglang:num_retracted_reqs The number of retracted requests.",
