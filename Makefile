@@ -2,7 +2,7 @@
 PY ?= python3
 INSTALL = $(PY) -m pip install -q -c constraints/cpu.txt -e
 
-.PHONY: demo test test-only lint sglang-env test-sglang vllm-env test-vllm
+.PHONY: demo test test-only lint sglang-env test-sglang vllm-env test-vllm server-env server-apt test-server consistency-matrix
 
 ## Install, then run the main job on a built-in default (CPU, no GPU needed).
 demo:
@@ -56,3 +56,38 @@ $(VLLM_VENV)/.installed: constraints/vllm.txt pyproject.toml
 ## The vLLM suite: vLLM's own spec classes, get_kv_cache_groups and connector classes, in .venv-vllm/.
 test-vllm: vllm-env
 	VLLM_TARGET_DEVICE=cpu $(VLLM_VENV)/bin/python -m pytest -q -p no:cacheprovider -m vllm tests/vllm
+
+## The real-server environment (kvdoctor consistency): .venv-server/ with the engine set of
+## constraints/sglang.txt (torch 2.14.1) plus what SGLang's HTTP server, Mooncake-over-TCP PD and the
+## router import (constraints/sglang-server.txt), sglang==0.5.23 without its CUDA-only dependencies, and
+## kvdoctor itself (editable). Mooncake's library links libibverbs even for TCP: the apt step installs it
+## (skipped when the libraries are already there). About 6.7 GB.
+SERVER_VENV ?= .venv-server
+server-env: server-apt $(SERVER_VENV)/.installed
+
+server-apt:
+	@if ldconfig -p | grep -q libibverbs.so.1 && ldconfig -p | grep -q librdmacm.so.1; then \
+		echo "libibverbs1 and librdmacm1 present"; \
+	else \
+		apt-get update && apt-get install -y libibverbs1 librdmacm1; \
+	fi
+
+$(SERVER_VENV)/.installed: constraints/sglang.txt constraints/sglang-server.txt pyproject.toml
+	$(PY) -m venv $(SERVER_VENV)
+	echo '*' > $(SERVER_VENV)/.gitignore
+	$(SERVER_VENV)/bin/python -m pip install -q -r constraints/sglang.txt -r constraints/sglang-server.txt
+	$(SERVER_VENV)/bin/python -m pip install -q --no-deps sglang==$(SGLANG_VERSION)
+	$(SERVER_VENV)/bin/python -m pip install -q --no-deps -e .
+	touch $@
+
+## Real SGLang servers on this machine (tests marked `server`, in .venv-server/): minutes each. CI runs the
+## chosen few (Llama PD green and red under drop-kv, LFM2 single green); `matrix` tests run in consistency-matrix.
+test-server: server-env
+	$(SERVER_VENV)/bin/python -m pytest -q -p no:cacheprovider -m "server and not matrix" tests/consistency
+
+## Every model x topology x fault kvdoctor consistency runs on CPU (long; not part of CI): every real-server
+## test (LFM2 PD with missing-mamba, LFM2 PD's issue-21 expected red), then Llama on one server.
+CONSISTENCY_OUT ?= kvdoctor-out/consistency
+consistency-matrix: server-env
+	$(SERVER_VENV)/bin/python -m pytest -q -p no:cacheprovider -m server tests/consistency
+	$(SERVER_VENV)/bin/kvdoctor consistency llama-3.1-8b --topology single --shrink --device cpu --output-dir $(CONSISTENCY_OUT)

@@ -17,6 +17,7 @@ with startup_guard():  # Ctrl-C while typer and the commands import: one line, e
         bench_mxfp8,
         bench_pd_eval,
         bench_roundtrip,
+        consistency,
         drift,
         inspect_cmd,
         pd_eval,
@@ -67,6 +68,7 @@ def _root(
 app.command("inspect", context_settings=PASSTHROUGH)(inspect_cmd.inspect)
 app.command("roundtrip", context_settings=PASSTHROUGH)(roundtrip.roundtrip)
 app.command("pd-eval", cls=pd_eval.PdEvalCommand, context_settings=PASSTHROUGH)(pd_eval.pd_eval)
+app.command("consistency", context_settings={"allow_extra_args": True})(consistency.consistency)
 app.command("drift")(drift.drift)
 app.command("schema")(schema_cmd.schema)
 app.add_typer(bench, name="bench")

@@ -27,6 +27,7 @@ class ReportKind(str, Enum):
     ROUNDTRIP = "roundtrip"
     PD_EVAL = "pd-eval"
     DRIFT = "drift"
+    CONSISTENCY = "consistency"
 
 
 def _load(name: str) -> dict[str, Any]:

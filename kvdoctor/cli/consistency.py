@@ -1,0 +1,178 @@
+"""``kvdoctor consistency MODEL [options] [-- SGLANG FLAGS]``: a real SGLang deployment under forced
+retraction against a roomy reference, every greedy token compared.
+
+Exit codes: 0 every token identical with retraction proven; 1 a divergence above the noise floor, or a
+guard with no teeth (no retraction, a retracting reference, degenerate output, a stand-in called);
+2 bad input (including a model SGLang cannot run on this device, named with SGLang's file:line);
+3 the deployment failed; 130/143 after Ctrl-C/SIGTERM (everything started was stopped).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from kvdoctor.cli.errors import exit_on_error
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from kvdoctor.consistency.deploy import Deployment
+    from kvdoctor.consistency.result import ConsistencyResult
+    from kvdoctor.consistency.run import Prepared
+
+DEFAULT_OUTPUT_DIR = Path("kvdoctor-out/consistency")
+MAX_SHOWN = 12  # diverging requests listed on the terminal (all are in the JSON)
+
+
+def consistency(
+    ctx: typer.Context,
+    model: str = typer.Argument(..., help="Model directory, bundled fixture name (e.g. llama-3.1-8b) or HF id."),
+    shrink: bool = typer.Option(False, "--shrink", help="Make the config tiny (2-4 layers, every layer kind kept)."),
+    topology: str = typer.Option("single", "--topology", help="single: one server each; pd: prefill+decode+router."),
+    device: str = typer.Option("cpu", "--device", help="cpu or cuda."),
+    inject: str | None = typer.Option(
+        None, "--inject", help="A fault applied inside the pressured decode server (pd only)."
+    ),
+    requests: int = typer.Option(32, "--requests", help="Prompts (seeded random token ids)."),
+    prompt_tokens: int = typer.Option(32, "--prompt-tokens", help="Tokens per prompt."),
+    max_new_tokens: int = typer.Option(64, "--max-new-tokens", help="Greedy tokens per request."),
+    concurrency: int = typer.Option(32, "--concurrency", help="Requests in flight (the same for every run)."),
+    seed: int = typer.Option(0, "--seed", help="Seeds the prompts and the random checkpoint."),
+    output_dir: Annotated[
+        Path, typer.Option("--output-dir", help="Run directories and the checkpoint cache go here.")
+    ] = DEFAULT_OUTPUT_DIR,
+    timeout: float = typer.Option(1800.0, "--timeout", help="Seconds for the whole run."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print the launch plan and stop."),
+    json_out: bool = typer.Option(
+        False, "--json", help="Print the result as JSON (schema: kvdoctor schema consistency)."
+    ),
+    junit_path: Annotated[Path | None, typer.Option("--junit", help="Write JUnit XML, one case per gate.")] = None,
+) -> None:
+    """Launch SGLang twice on the same model and prompts, a roomy reference and a pressured deployment that
+    must retract, and compare every greedy token. SGLang flags after `--` go to every server."""
+    with exit_on_error():
+        from rich.console import Console
+
+        from kvdoctor._exceptions import InputError
+        from kvdoctor.cli.verdict import print_verdict
+        from kvdoctor.consistency import report
+        from kvdoctor.consistency.run import ConsistencyOptions, plan_for, prepare, run
+        from kvdoctor.consistency.workload import Workload
+        from kvdoctor.pd.plan import LaunchPlan, render
+        from kvdoctor.report import serialize
+        from kvdoctor.report.preflight import check_outputs
+        from kvdoctor.report.verdicts import errors_published, publish
+
+        extra = tuple(ctx.args)
+        if extra and not extra[0].startswith("-"):
+            raise InputError(f"unexpected argument {extra[0]!r} (SGLang flags go after --)")
+        options = ConsistencyOptions(
+            model=model,
+            shrink=shrink,
+            topology=topology,
+            device=device,
+            inject=inject,
+            workload=Workload(requests, prompt_tokens, max_new_tokens, concurrency, seed),
+            output_dir=output_dir,
+            timeout_s=timeout,
+            extra_args=extra,
+            junit_path=junit_path,
+        )
+        console = Console(stderr=json_out)
+        if not dry_run:
+            check_outputs(junit_path=junit_path, output_dir=output_dir)
+        with errors_published("consistency", report.TITLE, junit_path=None if dry_run else junit_path):
+            prepared = prepare(options)
+            preview = plan_for(prepared, "<checkpoint>" if prepared.real_weights is None else model, None)
+            if dry_run:
+                steps = LaunchPlan(model, "consistency", preview.steps, None, external=False)
+                if json_out:
+                    print(serialize.dumps({"deployment": preview.to_dict(), "enablers": preview.enablers}), end="")
+                else:
+                    console.print(render(steps), markup=False, highlight=False, soft_wrap=True)
+                return
+            _print_head(console, prepared, preview)
+            result = run(prepared, notify=lambda phase, msg: _event(console, phase, msg))
+        _print_result(console, result)
+        document = report.json_document(result)
+        if result.run_dir:  # the run's own record, beside its logs
+            serialize.write(Path(result.run_dir) / "result.json", document)
+        if json_out:
+            print(serialize.dumps(document), end="")
+        publish("consistency", report.cases(result), report.summary(result), junit_path=junit_path)
+        print_verdict(console, report.verdict(result), result.summary_line())
+        if result.exit_code:
+            raise typer.Exit(result.exit_code)
+
+
+def _event(console: Console, phase: str, message: str) -> None:
+    console.print(f"[{phase}] {message}", markup=False, highlight=False, soft_wrap=True)
+
+
+def _print_head(console: Console, prepared: Prepared, preview: Deployment) -> None:
+    o = prepared.options
+    kind = prepared.kind
+    w = o.workload
+    p = console.print
+    shrunk = ", shrunk" if o.shrink else ""
+    p(f"kvdoctor consistency: {o.model} ({kind.family}{shrunk}) · {o.topology} · {o.device}", markup=False)
+    p(
+        f"workload: {w.requests} prompts × {w.prompt_tokens} token ids (seed {w.seed}), greedy, {w.max_new_tokens} new "
+        f"tokens, {w.concurrency} in flight, logprobs on; pools: reference {preview.reference_pool:,} tokens, "
+        f"pressured {preview.pressured_pool:,} tokens",
+        markup=False,
+        soft_wrap=True,
+    )
+    enablers = preview.enablers
+    if enablers:
+        p("CPU enablers (changes kvdoctor makes so SGLang runs here; none applies on a GPU):", markup=False)
+        for e in enablers:
+            p(f"  - {e.name} [{e.where}]: {e.why}", markup=False, soft_wrap=True)
+    if o.inject:
+        p(f"fault: --inject {o.inject} inside decode-pressured (site hook on Req.offload_kv_cache)", markup=False)
+
+
+def _print_result(console: Console, result: ConsistencyResult) -> None:
+    r = result
+    p = console.print
+    if r.weights_digest:
+        p(f"weights sha256: {r.weights_digest} (every server loads {r.model_dir})", markup=False, soft_wrap=True)
+    for role, secs in r.launch_s.items():
+        p(f"launch: {role} ready in {secs:.0f} s", markup=False)
+    for b in r.bursts:
+        p(
+            f"run: {b.name}: {b.output_tokens} tokens in {b.wall_s:.1f} s ({b.tokens_per_s:.0f} tok/s), median "
+            f"{b.median_distinct_tokens:g} distinct of {b.median_length:g}",
+            markup=False,
+        )
+    if r.retractions:
+        p(f"retractions: {r.retractions} (from {r.retraction_source})", markup=False)
+    if r.noise_floor:
+        p(r.noise_floor["sentence"], markup=False, soft_wrap=True)
+    red = [d for d in r.requests if d.diverged]
+    for d in red[:MAX_SHOWN]:
+        margin = f", reference top-2 margin {d.ref_margin:.3g}" if d.ref_margin is not None else ""
+        noise = " (within the noise floor)" if d.within_noise else ""
+        p(
+            f"  request {d.index}: identical for {d.identical_prefix} tokens, then {d.ref_token} → {d.got_token}"
+            f"{margin}; max |Δlogprob| before it {d.max_abs_dlogprob:.2g}{noise}",
+            markup=False,
+        )
+    if len(red) > MAX_SHOWN:
+        p(f"  … {len(red) - MAX_SHOWN} more diverging requests in the JSON", markup=False)
+    if r.fault is not None:
+        f = r.fault
+        p(
+            f"fault {f.name} in {f.role}: installed {f.installed}, {f.backups} backups and {f.restores} restores "
+            f"through it" + (f"; refused: {f.refused}" if f.refused else ""),
+            markup=False,
+        )
+    for warning in r.warnings:
+        p(f"warning: {warning}", markup=False, soft_wrap=True)
+    for g in r.gates:
+        p(f"gate {g.name}: {'pass' if g.passed else 'FAIL'}: {g.message}", markup=False, soft_wrap=True)
+    if r.exit_code not in (0, 1) and r.message:
+        p(r.message, markup=False, soft_wrap=True)

@@ -1,0 +1,9 @@
+"""``kvdoctor consistency``: a real SGLang deployment under forced retraction, every greedy token checked.
+
+Modules, one concept each: ``workload`` (seeded token-id prompts), ``compare`` (token-by-token diffs and
+the noise floor), ``gates`` (the verdict), ``shrink`` (a tiny config keeping every layer kind),
+``checkpoint`` (a seeded random checkpoint and offline tokenizer, cached), ``runnable`` (what SGLang
+cannot run on CPU, with its file:line), ``deploy`` (the launch plans, built on ``kvdoctor.pd.plan``),
+``client`` (``/generate`` with logprobs), ``run`` (orchestration on ``kvdoctor.pd.supervisor``) and
+``result`` (the report).
+"""

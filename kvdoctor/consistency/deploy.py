@@ -1,0 +1,308 @@
+"""The two deployments of a consistency run, as launch plans built on pd-eval's ``kvdoctor.pd.plan``.
+
+A *reference* (a roomy pool: nothing retracts) and a *pressured* deployment (a pool sized from
+kvdoctor's own sizing, ``kvdoctor.pd.prediction.default_pool_tokens``: a quarter of the workload's
+peak demand, so retraction must happen). Both get the same model directory, flags, scheduler knobs
+(``SGLANG_INIT_NEW_TOKEN_RATIO=0.05 --schedule-conservativeness 0.05``) and concurrency; only
+``--max-total-tokens`` differs. Pure data: ``--dry-run`` prints exactly what starts.
+
+- ``single``: two servers, ``reference`` and ``pressured`` (retraction by recompute).
+- ``pd``: one prefill shared by both (its work is identical for both), a decode and a mini-lb router
+  per deployment; retraction happens on the pressured decode, which backs the state up and restores it.
+  The prefill and each decode/router pair come from ``kvdoctor.pd.plan.build``, as pd-eval's do.
+
+On a CPU the plan adds SGLang's CPU path and its CPU-only flags (each an *enabler*, named in the
+report); on a GPU none of them applies.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from kvdoctor._exceptions import InputError
+from kvdoctor.consistency.workload import Workload
+from kvdoctor.pd import plan, prediction
+from kvdoctor.pd.presets import Preset
+
+TOPOLOGIES = ("single", "pd")
+DEVICES = ("cpu", "cuda")
+ROOMY_MIN = 8192
+ROOMY_FACTOR = 4
+MAMBA_SLOTS = 64  # --max-mamba-cache-size for recurrent models: 0.3 of a CPU box's memory is far too many
+CPU_FLAGS = (
+    "--device",
+    "cpu",
+    "--attention-backend",
+    "torch_native",
+    "--dtype",
+    "float32",
+    "--mem-fraction-static",
+    "0.3",
+    "--grammar-backend",
+    "none",
+)
+PRESSURE_FLAGS = ("--schedule-conservativeness", "0.05")
+# Every server gets --sleep-on-idle: an idle SGLang scheduler otherwise spins (measured: ~40% of a core each
+# on CPU), and the deployment not being measured would halve the other's throughput on a small machine.
+PRESSURE_ENV = {"SGLANG_INIT_NEW_TOKEN_RATIO": "0.05"}
+CPU_DECODE_FLAGS = ("--disaggregation-decode-retraction-backup", "cpu_tensor", "--num-reserved-decode-tokens", "8")
+CPU_PREFILL_FLAGS = ("--disable-overlap-schedule",)
+# Flags the plan decides; after -- they would change what is compared.
+OWNED_FLAGS = {
+    "--max-total-tokens": "kvdoctor sizes both pools (reference roomy, pressured tight)",
+    "--model-path": "the model is the positional MODEL (its random checkpoint when it has no weights)",
+    "--load-format": "dummy weights give degenerate output (a two-token cycle); kvdoctor writes a seeded checkpoint",
+    "--schedule-conservativeness": "the pressured deployment needs 0.05 to retract",
+    "--enable-metrics": "kvdoctor turns it on (retractions are read from /metrics)",
+}
+
+
+@dataclass(frozen=True)
+class Enabler:
+    """A change kvdoctor makes so SGLang runs on this machine; printed in the header and the JSON."""
+
+    name: str
+    where: str  # the roles it applies to
+    why: str
+
+
+@dataclass(frozen=True)
+class Deployment:
+    topology: str
+    steps: tuple[plan.Step, ...]
+    reference_url: str  # where the reference's requests go (its server, or its router)
+    pressured_url: str
+    reference_metrics: str  # whose /metrics counts the reference's retractions
+    pressured_metrics: str
+    reference_pool: int
+    pressured_pool: int
+    enablers: tuple[Enabler, ...] = ()
+    injected_role: str | None = None
+
+    def step(self, role: str) -> plan.Step:
+        return next(s for s in self.steps if s.role == role)
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "topology": self.topology,
+            "reference_pool_tokens": self.reference_pool,
+            "pressured_pool_tokens": self.pressured_pool,
+            "reference_url": self.reference_url,
+            "pressured_url": self.pressured_url,
+            "injected_role": self.injected_role,
+            "steps": [
+                {"role": s.role, "argv": list(s.argv), "env": dict(s.env), "url": s.url, "health_path": s.health_path}
+                for s in self.steps
+            ],
+        }
+
+
+@dataclass(frozen=True)
+class DeployOptions:
+    model_dir: str
+    topology: str
+    device: str
+    workload: Workload
+    has_recurrent: bool
+    host: str = "127.0.0.1"
+    launcher: str = plan.DEFAULT_LAUNCHER
+    router_launcher: str = plan.DEFAULT_ROUTER_LAUNCHER
+    extra_args: tuple[str, ...] = ()
+    inject: str | None = None
+    stand_in_dir: str | None = None  # put on the servers' PYTHONPATH (CPU, no real sgl_kernel)
+    site_hook_dir: str | None = None
+    inherited_pythonpath: str = ""
+    log_env: Mapping[str, str] = field(default_factory=dict)  # the stand-in and hook logs
+
+
+def pools(w: Workload) -> tuple[int, int]:
+    """(reference, pressured) ``--max-total-tokens``: roomy, and pd-eval's quarter-of-peak bound."""
+    tight = prediction.default_pool_tokens(w.per_request_tokens, w.peak_tokens)
+    roomy = max(ROOMY_MIN, ROOMY_FACTOR * w.peak_tokens)
+    roomy = math.ceil(roomy / prediction.POOL_ALIGN) * prediction.POOL_ALIGN
+    return roomy, tight
+
+
+def check_extra_args(args: Sequence[str]) -> None:
+    plan.check_extra_args(args)
+    for flag, why in OWNED_FLAGS.items():
+        if any(a == flag or a.startswith(flag + "=") for a in args):
+            raise InputError(f"{flag} after -- is not allowed: {why}")
+
+
+def enablers(o: DeployOptions) -> tuple[Enabler, ...]:
+    if o.device != "cpu":
+        return ()
+    servers = "every server"
+    out = [
+        Enabler("SGLANG_USE_CPU_ENGINE=1", servers, "is_cpu() is False without it (srt/utils/common.py:221-224)"),
+        Enabler(
+            " ".join(CPU_FLAGS),
+            servers,
+            "CPU device; the x86 default backend is intel_amx (srt/arg_groups/platform_hook.py:158-172); float32 "
+            "keeps near-tied random-weight logits from flipping",
+        ),
+    ]
+    if o.stand_in_dir:
+        out.append(
+            Enabler(
+                "sgl_kernel import-only stand-in (kvdoctor/engines/sglang/cpu_shims)",
+                servers,
+                "SGLang imports sgl_kernel on its CPU path (kernels/ops/kvcache/cache_move.py:9-10) and the registry "
+                "has only CUDA wheels; every stand-in function raises if called, and the run fails if one was",
+            )
+        )
+    if o.has_recurrent:
+        out.append(Enabler("TRITON_INTERPRET=1", servers, "the ShortConv state goes through Triton kernels"))
+        out.append(Enabler(f"--max-mamba-cache-size {MAMBA_SLOTS}", servers, "bounds the recurrent-state pool"))
+    if o.topology == "pd":
+        out += [
+            Enabler(
+                "--disaggregation-transfer-backend mooncake_tcp, MC_FORCE_TCP=1, SGLANG_HOST_IP=127.0.0.1",
+                "prefill, decodes",
+                "no RDMA device; loopback only",
+            ),
+            Enabler(
+                "--disaggregation-decode-retraction-backup cpu_tensor",
+                "decodes",
+                "the inferred host_pool pins host memory through CUDA (srt/mem_cache/pool_host/common.py:147)",
+            ),
+            Enabler("--num-reserved-decode-tokens 8", "decodes", "the default 512 eats a small pool; warm-up hangs"),
+            Enabler(
+                "--disable-overlap-schedule",
+                "prefill",
+                "overlap records a CUDA event (srt/disaggregation/prefill.py:1495-1497)",
+            ),
+            Enabler(
+                "MooncakeKVSender.supports_host_tensor_indices = False (run-time patch, site hook)",
+                "prefill",
+                "the host-index send pins memory and records a CUDA event (srt/disaggregation/prefill.py:1746-1761); "
+                "this changes SGLang's behaviour on CPU",
+            ),
+        ]
+    return tuple(out)
+
+
+def _env(o: DeployOptions, *, patches: Sequence[str] = (), inject: bool = False) -> dict[str, str]:
+    env: dict[str, str] = {**PRESSURE_ENV, **o.log_env}
+    if o.device == "cpu":
+        env["SGLANG_USE_CPU_ENGINE"] = "1"
+        if o.has_recurrent:
+            env["TRITON_INTERPRET"] = "1"
+    if o.topology == "pd":
+        env |= {"MC_FORCE_TCP": "1", "SGLANG_HOST_IP": o.host}
+    path = [p for p in (o.site_hook_dir, o.stand_in_dir, o.inherited_pythonpath) if p]
+    if path:
+        env["PYTHONPATH"] = ":".join(path)
+    if patches:
+        env["KVDOCTOR_PATCHES"] = ",".join(patches)
+    if inject and o.inject:
+        env["KVDOCTOR_INJECT"] = o.inject
+    return env
+
+
+def _server_flags(o: DeployOptions) -> tuple[str, ...]:
+    flags: tuple[str, ...] = CPU_FLAGS if o.device == "cpu" else ()
+    flags += ("--enable-metrics", "--sleep-on-idle", *PRESSURE_FLAGS)
+    if o.has_recurrent:
+        flags += ("--max-mamba-cache-size", str(MAMBA_SLOTS))
+    return flags
+
+
+def build(o: DeployOptions, ports: Sequence[int]) -> Deployment:
+    """The plan; PORTS are free ports (2 for single, 6 for pd)."""
+    if o.topology not in TOPOLOGIES:
+        raise InputError(f"--topology must be one of {', '.join(TOPOLOGIES)}, got {o.topology!r}")
+    if o.device not in DEVICES:
+        raise InputError(f"--device must be one of {', '.join(DEVICES)}, got {o.device!r}")
+    check_extra_args(o.extra_args)
+    if o.inject and o.topology != "pd":
+        raise InputError(
+            f"--inject {o.inject} needs --topology pd: only PD decode backs a retracted request's state up and "
+            "restores it (srt/managers/schedule_batch.py:2375-2386); a single server retracts by recompute"
+        )
+    roomy, tight = pools(o.workload)
+    return (_single if o.topology == "single" else _pd)(o, list(ports), roomy, tight)
+
+
+def _single(o: DeployOptions, ports: list[int], roomy: int, tight: int) -> Deployment:
+    launcher = plan.split_command("--launcher", o.launcher)
+    steps = []
+    for role, pool, port in (("reference", roomy, ports[0]), ("pressured", tight, ports[1])):
+        argv = (
+            *launcher,
+            "--model-path",
+            o.model_dir,
+            *_server_flags(o),
+            "--max-total-tokens",
+            str(pool),
+            *o.extra_args,
+            "--host",
+            o.host,
+            "--port",
+            str(port),
+        )
+        steps.append(plan.Step(role, argv, plan.base_url(o.host, port), "/health", _env(o)))
+    ref, press = steps
+    return Deployment(
+        "single", tuple(steps), ref.url, press.url, ref.url, press.url, roomy, tight, enablers(o), injected_role=None
+    )
+
+
+def _pd(o: DeployOptions, ports: list[int], roomy: int, tight: int) -> Deployment:
+    prefill_port, bootstrap, ref_decode, press_decode, ref_router, press_router = ports[:6]
+    cpu = o.device == "cpu"
+
+    def preset(pool: int) -> Preset:
+        return Preset(
+            name="consistency",
+            source="kvdoctor consistency",
+            common=_server_flags(o),
+            prefill_tail=(*(CPU_PREFILL_FLAGS if cpu else ()), "--max-total-tokens", str(roomy)),
+            decode_tail=(*(CPU_DECODE_FLAGS if cpu else ()), "--max-total-tokens", str(pool)),
+            mini_lb=True,
+        )
+
+    def one(pool: int, decode: int, router: int) -> plan.LaunchPlan:
+        return plan.build(
+            plan.PlanOptions(
+                model=o.model_dir,
+                preset=preset(pool),
+                transfer_backend="mooncake_tcp" if cpu else "mooncake",
+                launcher=o.launcher,
+                router_launcher=o.router_launcher,
+                mini_lb=True,
+                host=o.host,
+                extra_args=o.extra_args,
+            ),
+            plan.Ports(prefill=prefill_port, decode=decode, router=router, bootstrap=bootstrap, router_metrics=0),
+        )
+
+    ref, press = one(roomy, ref_decode, ref_router), one(tight, press_decode, press_router)
+    prefill = ref.step("prefill")
+    assert prefill is not None and prefill == press.step("prefill"), "both deployments share one prefill"
+    steps = [dataclasses.replace(prefill, env=_env(o, patches=("mooncake-host-indices",) if cpu else ()))]
+    for name, launch in (("reference", ref), ("pressured", press)):
+        decode = launch.step("decode")
+        assert decode is not None
+        steps.append(dataclasses.replace(decode, role=f"decode-{name}", env=_env(o, inject=name == "pressured")))
+    for name, launch in (("reference", ref), ("pressured", press)):
+        router = launch.step("router")
+        assert router is not None
+        steps.append(dataclasses.replace(router, role=f"router-{name}"))
+    by = {s.role: s for s in steps}
+    return Deployment(
+        "pd",
+        tuple(steps),
+        by["router-reference"].url,
+        by["router-pressured"].url,
+        by["decode-reference"].url,
+        by["decode-pressured"].url,
+        roomy,
+        tight,
+        enablers(o),
+        injected_role="decode-pressured" if o.inject else None,
+    )

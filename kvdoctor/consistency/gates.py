@@ -1,0 +1,134 @@
+"""The verdict of a consistency run: every gate is a named condition with its value and reason.
+
+Red when the pressured run's tokens diverge from the reference above the noise floor, and red
+("guard has no teeth") whenever the comparison could not have caught a lost state: the pressured run
+retracted nothing, the reference retracted something (it is no unpressured reference), the
+retraction count is unknown, the reference output is degenerate (a model that barely depends on its
+input cannot show lost state), the reference does not even agree with itself, or a stand-in function
+ran (the tokens were not all SGLang's own work).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from kvdoctor.consistency.compare import NoiseFloor, RequestDiff
+
+# A degenerate reference: fewer distinct tokens per request than this share of its length (median).
+# Measured: --load-format dummy gave 2 of 32 (a two-token cycle); a std-0.02 random checkpoint 59 of 64.
+MIN_DISTINCT_SHARE = 0.25
+# More reference requests than this share diverging between two identical deployments: too noisy.
+MAX_NOISY_SHARE = 0.25
+
+
+@dataclass(frozen=True)
+class Gate:
+    name: str
+    passed: bool
+    reason: str  # "passed" or why not (diverged, no_teeth, degenerate, noisy_reference, stand_in_called)
+    message: str
+
+
+def tokens(diffs: Sequence[RequestDiff], noise: NoiseFloor) -> Gate:
+    red = [d for d in diffs if d.diverged and not d.within_noise]
+    same = sum(not d.diverged for d in diffs)
+    excused = sum(d.within_noise for d in diffs)
+    tail = f" ({excused} more within the noise floor)" if excused else ""
+    if not red:
+        return Gate("tokens", True, "passed", f"{same}/{len(diffs)} requests identical to the reference{tail}")
+    first = min(red, key=lambda d: (d.position or 0, d.index))
+    margin = f", reference top-2 margin {first.ref_margin:.3g}" if first.ref_margin is not None else ""
+    return Gate(
+        "tokens",
+        False,
+        "diverged",
+        f"{len(red)}/{len(diffs)} requests diverge from the reference above the noise floor{tail}; first: "
+        f"request {first.index} at token {first.position} ({_tok(first.ref_token)} → {_tok(first.got_token)}{margin})",
+    )
+
+
+def logprobs(drift: dict[str, object], total: int, noise_max: float) -> Gate:
+    """Bitwise-equal logprobs, as vLLM's preemption test requires: a restored state that moves the logprobs
+    of identical tokens far beyond the reference's own repeat is not the reference's state (measured: a
+    ShortConv state dropped from LFM2's backup moves them by 1.5e-3 and flips no token, its conv window being
+    two tokens)."""
+    drifted = list(drift["requests"])  # type: ignore[call-overload]
+    if not drifted:
+        return Gate("logprobs", True, "passed", f"max |Δlogprob| {drift['max']:.2g} within {drift['threshold']:.2g}")
+    return Gate(
+        "logprobs",
+        False,
+        "logprob_drift",
+        f"logprobs drift in {len(drifted)}/{total} requests before any token diverges: max |Δlogprob| "
+        f"{drift['max']:.2g} against the noise floor's {noise_max:.2g} (threshold {drift['threshold']:.2g}): "
+        "the restored state is not bitwise the reference's",
+    )
+
+
+def pressure(pressured: int | None, reference: int | None, source: str) -> Gate:
+    if pressured is None or reference is None:
+        return Gate(
+            "pressure",
+            False,
+            "no_teeth",
+            f"guard has no teeth: the retraction count is unknown (source: {source}); nothing proves a retraction ran",
+        )
+    if pressured == 0:
+        return Gate(
+            "pressure",
+            False,
+            "no_teeth",
+            "guard has no teeth: the pressured run retracted nothing, so no state was ever backed up and restored",
+        )
+    if reference > 0:
+        return Gate(
+            "pressure",
+            False,
+            "no_teeth",
+            f"guard has no teeth: the reference retracted {reference} request(s); it is no unpressured reference",
+        )
+    return Gate("pressure", True, "passed", f"pressured run retracted {pressured}, the reference 0 ({source})")
+
+
+def sensitivity(median_distinct: float, median_length: float) -> Gate:
+    if median_length <= 0:
+        return Gate("sensitivity", False, "degenerate", "guard has no teeth: the reference generated no tokens")
+    share = median_distinct / median_length
+    text = f"reference median {median_distinct:g} distinct tokens in {median_length:g}"
+    if share < MIN_DISTINCT_SHARE:
+        return Gate(
+            "sensitivity",
+            False,
+            "degenerate",
+            f"guard has no teeth: {text} (degenerate output barely depends on its input and cannot show lost state)",
+        )
+    return Gate("sensitivity", True, "passed", text)
+
+
+def noise(floor: NoiseFloor) -> Gate:
+    if floor.requests and floor.count / floor.requests > MAX_NOISY_SHARE:
+        return Gate(
+            "noise-floor",
+            False,
+            "noisy_reference",
+            f"{floor.sentence()}: more than {MAX_NOISY_SHARE:.0%} of the reference disagrees with itself, so "
+            "a divergence cannot be attributed (compare at the same concurrency, in float32)",
+        )
+    return Gate("noise-floor", True, "passed", floor.sentence())
+
+
+def stand_in(calls: Sequence[str], used: bool) -> Gate:
+    if calls:
+        return Gate(
+            "stand-in-unused",
+            False,
+            "stand_in_called",
+            f"the sgl_kernel stand-in was called ({', '.join(sorted(set(calls)))}): the run is not SGLang's own work",
+        )
+    text = "no sgl_kernel stand-in function was called" if used else "no stand-in in use"
+    return Gate("stand-in-unused", True, "passed", text)
+
+
+def _tok(token: int | None) -> str:
+    return "end" if token is None else str(token)

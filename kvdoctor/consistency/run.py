@@ -1,0 +1,370 @@
+"""One consistency run, end to end, on pd-eval's deployment floor.
+
+prepare (config → runnable? → shrink → workload → options; nothing starts) → run: a fresh run
+directory (``kvdoctor.pd.rundir``), the seeded checkpoint (cached), the plan (``deploy``), every
+process under one ``kvdoctor.pd.supervisor.Supervisor`` (new sessions, subreaper, teardown on every
+path), health through ``wait_healthy``, retractions from ``/metrics`` through
+``kvdoctor.pd.metrics.RetractionProbe``, one ``kvdoctor.pd.deadline.Deadline`` for the whole run;
+then the reference twice (the noise floor) and the pressured deployment once, every token compared.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kvdoctor._exceptions import DeploymentError, InputError, Interrupted
+from kvdoctor.consistency import checkpoint, compare, deploy, gates, runnable
+from kvdoctor.consistency.client import generate_all
+from kvdoctor.consistency.compare import Generation
+from kvdoctor.consistency.result import (
+    EXIT_DEPLOYMENT,
+    EXIT_GATE,
+    EXIT_PASS,
+    Burst,
+    ConsistencyResult,
+    FaultReport,
+)
+from kvdoctor.consistency.shrink import shrink as shrink_config
+from kvdoctor.consistency.workload import Workload, prompts
+from kvdoctor.pd import ports as pd_ports
+from kvdoctor.pd import rundir
+from kvdoctor.pd.deadline import Deadline
+from kvdoctor.pd.metrics import RetractionProbe
+from kvdoctor.pd.signals import SignalLatch, signals_raise
+from kvdoctor.pd.supervisor import Supervisor
+
+STANDIN_LOG = "stand-in-calls.log"
+HOOK_LOG = "site-hook.log"
+PROBE_TIMEOUT_S = 10.0
+MAX_UNSHRUNK_HIDDEN = 1024  # a random checkpoint of a config wider than this is too big to write
+
+
+@dataclass(frozen=True)
+class ConsistencyOptions:
+    model: str
+    shrink: bool = False
+    topology: str = "single"
+    device: str = "cpu"
+    inject: str | None = None
+    workload: Workload = field(default_factory=Workload)
+    output_dir: Path = Path("kvdoctor-out/consistency")
+    host: str = "127.0.0.1"
+    timeout_s: float = 1800.0
+    request_timeout_s: float = 600.0
+    grace_s: float = 10.0
+    extra_args: tuple[str, ...] = ()
+    junit_path: Path | None = None
+
+
+@dataclass
+class Prepared:
+    options: ConsistencyOptions
+    config: dict[str, Any]
+    kind: runnable.ModelKind
+    real_weights: Path | None  # a model directory with its own safetensors (used as is)
+    stand_in: bool
+    vocab_size: int
+    prompts: list[list[int]] = field(default_factory=list)
+
+
+def _has_weights(model: str) -> Path | None:
+    path = Path(model).expanduser()
+    return path if path.is_dir() and any(path.glob("*.safetensors")) else None
+
+
+def stand_in_needed(device: str) -> bool:
+    """The stand-in goes on the servers' path only on CPU and only when no real sgl_kernel is installed."""
+    return device == "cpu" and importlib.util.find_spec("sgl_kernel") is None
+
+
+def prepare(o: ConsistencyOptions) -> Prepared:
+    """Everything decided before anything starts; ``InputError`` (exit 2) for what the user must fix."""
+    from kvdoctor.core.config import load_config
+    from kvdoctor.engines.sglang import live_faults
+
+    o.workload.check()
+    for name, value in (("--timeout", o.timeout_s), ("--request-timeout", o.request_timeout_s)):
+        if not value > 0:
+            raise InputError(f"{name} must be > 0 seconds, got {value}")
+    if o.topology not in deploy.TOPOLOGIES:
+        raise InputError(f"--topology must be one of {', '.join(deploy.TOPOLOGIES)}, got {o.topology!r}")
+    if o.device not in deploy.DEVICES:
+        raise InputError(f"--device must be one of {', '.join(deploy.DEVICES)}, got {o.device!r}")
+    deploy.check_extra_args(o.extra_args)
+    loaded = load_config(o.model)
+    top = dict(loaded.top)
+    kind = runnable.classify(top, loaded.source)
+    if o.device == "cpu":
+        runnable.check_cpu(kind, o.model)
+    weights = None if o.shrink else _has_weights(o.model)
+    config = shrink_config(top) if o.shrink else top
+    if o.inject:
+        live_faults.check(o.inject, has_recurrent=kind.has_recurrent, has_swa=kind.has_swa)
+        if o.topology != "pd":
+            deploy.build(_deploy_options(o, kind, "<model>", False, {}), [0] * 6)  # raises the InputError
+    vocab = config.get("vocab_size") or (config.get("text_config") or {}).get("vocab_size")
+    if not isinstance(vocab, int):
+        raise InputError(f"{loaded.source}: no integer vocab_size to draw prompt token ids from")
+    hidden = config.get("hidden_size") or (config.get("text_config") or {}).get("hidden_size") or 0
+    if weights is None and not o.shrink and int(hidden) > MAX_UNSHRUNK_HIDDEN:
+        raise InputError(
+            f"{o.model} has no weights here (no *.safetensors) and hidden_size {hidden}: pass --shrink for a tiny "
+            "seeded random checkpoint, or a model directory with its weights"
+        )
+    return Prepared(o, config, kind, weights, stand_in_needed(o.device), vocab, prompts(o.workload, vocab))
+
+
+def _deploy_options(
+    o: ConsistencyOptions, kind: runnable.ModelKind, model_dir: str, stand_in: bool, log_env: dict[str, str]
+) -> deploy.DeployOptions:
+    from kvdoctor.engines.sglang.cpu_shims import SHIM_DIR
+
+    hook = Path(SHIM_DIR).parent / "site_hook"
+    needs_hook = o.inject is not None or (o.topology == "pd" and o.device == "cpu")
+    return deploy.DeployOptions(
+        model_dir=model_dir,
+        topology=o.topology,
+        device=o.device,
+        workload=o.workload,
+        has_recurrent=kind.has_recurrent,
+        host=o.host,
+        extra_args=o.extra_args,
+        inject=o.inject,
+        stand_in_dir=str(SHIM_DIR) if stand_in else None,
+        site_hook_dir=str(hook) if needs_hook else None,
+        inherited_pythonpath=os.environ.get("PYTHONPATH", ""),
+        log_env=log_env,
+    )
+
+
+def plan_for(prepared: Prepared, model_dir: str, run_dir: Path | None) -> deploy.Deployment:
+    o = prepared.options
+    base = run_dir if run_dir is not None else Path("<run-dir>")
+    log_env = {"KVDOCTOR_STANDIN_LOG": str(base / STANDIN_LOG), "KVDOCTOR_HOOK_LOG": str(base / HOOK_LOG)}
+    count = 2 if o.topology == "single" else 6
+    free = pd_ports.free_ports(count, host=o.host) if run_dir is not None else list(range(30000, 30000 + count))
+    return deploy.build(_deploy_options(o, prepared.kind, model_dir, prepared.stand_in, log_env), free)
+
+
+Notify = Callable[[str, str], None]
+
+
+def run(prepared: Prepared, *, notify: Notify | None = None) -> ConsistencyResult:
+    """Build or reuse the checkpoint, deploy, send, compare, tear down. Never raises for deployment trouble."""
+    say = notify or (lambda _phase, _msg: None)
+    o = prepared.options
+    result = ConsistencyResult(
+        model=o.model,
+        family=prepared.kind.family,
+        topology=o.topology,
+        device=o.device,
+        shrunk=o.shrink,
+        workload=o.workload.to_dict(),
+    )
+    began = time.monotonic()
+    run_dir = rundir.create(o.output_dir)
+    result.run_dir = str(run_dir)
+    say("prepare", f"run directory: {run_dir}")
+    if prepared.real_weights is not None:
+        model_dir = str(prepared.real_weights)
+        result.weights_digest = checkpoint.weights_digest(prepared.real_weights)
+    else:
+        say("checkpoint", "writing (or reusing) the seeded random checkpoint")
+        ckpt = checkpoint.ensure(prepared.config, o.workload.seed, o.output_dir)
+        model_dir = str(ckpt.path)
+        result.checkpoint = ckpt.to_dict()
+        result.weights_digest = ckpt.weights_digest
+        how = "reused" if ckpt.cached else f"built in {ckpt.build_s:.1f} s"
+        say("checkpoint", f"{ckpt.path} ({how}); weights sha256 {ckpt.weights_digest[:16]}…")
+    result.model_dir = model_dir
+    deployment = plan_for(prepared, model_dir, run_dir)
+    result.deployment = deployment.to_dict()
+    result.cpu_enablers = [{"name": e.name, "where": e.where, "why": e.why} for e in deployment.enablers]
+    result.stand_in = {"used": prepared.stand_in, "log": str(run_dir / STANDIN_LOG), "calls": []}
+    if o.inject:
+        result.fault = FaultReport(o.inject, deployment.injected_role or "")
+    deadline = Deadline(o.timeout_s)
+    supervisor: Supervisor | None = None
+    try:
+        with signals_raise() as latch, Supervisor(run_dir, grace_s=o.grace_s, latch=latch) as supervisor:
+            _deploy_and_compare(prepared, deployment, supervisor, latch, deadline, result, say)
+    except DeploymentError as exc:
+        result.passed, result.exit_code = False, EXIT_DEPLOYMENT
+        result.exit_reason = getattr(exc, "reason", "deployment_failed")
+        result.message = str(exc)
+    except (Interrupted, KeyboardInterrupt) as exc:
+        signum = exc.signum if isinstance(exc, Interrupted) else 2
+        result.passed, result.exit_code, result.exit_reason = False, 128 + signum, "interrupted"
+        result.message = f"interrupted by {exc or 'SIGINT'}; every started process was stopped"
+    except Exception as exc:  # CI must get result.json and exit 3, never a traceback
+        result.passed, result.exit_code, result.exit_reason = False, EXIT_DEPLOYMENT, "internal_error"
+        result.message = f"kvdoctor failed during the run: {type(exc).__name__}: {exc}"
+    if supervisor is not None and supervisor.survivors:
+        result.survivors = list(supervisor.survivors)
+        result.message += f"; still running after teardown (stop them by hand): {', '.join(supervisor.survivors)}"
+        if result.exit_code in (EXIT_PASS, EXIT_GATE):
+            result.passed, result.exit_code, result.exit_reason = False, EXIT_DEPLOYMENT, "processes_survived"
+    _read_hook_logs(run_dir, result)
+    result.wall_s = time.monotonic() - began
+    return result
+
+
+def _read_hook_logs(run_dir: Path, result: ConsistencyResult) -> None:
+    """What the servers' stand-in and site hook recorded; a stand-in call or a refused fault turns the run red."""
+    calls_path = run_dir / STANDIN_LOG
+    calls = calls_path.read_text(encoding="utf-8").split("\n") if calls_path.exists() else []
+    result.stand_in["calls"] = [c.split(" ", 1)[-1] for c in calls if c.strip()]
+    hook_path = run_dir / HOOK_LOG
+    events = (
+        [line.split(" ", 2) for line in hook_path.read_text(encoding="utf-8").splitlines()]
+        if hook_path.exists()
+        else []
+    )
+    patched = sorted({e[2] for e in events if len(e) > 2 and e[1] == "patched"})
+    result.stand_in["site_hook_patches"] = patched
+    if result.fault is not None:
+        f = result.fault
+        f.installed = any(e[1] == "fault-installed" for e in events if len(e) > 1)
+        f.backups = sum(e[1] == "fault-offload" for e in events if len(e) > 1)
+        f.restores = sum(e[1] == "fault-restore" for e in events if len(e) > 1)
+        refused = [e[2] for e in events if len(e) > 2 and e[1] == "fault-refused"]
+        f.refused = refused[0] if refused else None
+    failed = [" ".join(e[2:]) for e in events if len(e) > 1 and e[1] == "hook-failed"]
+    if result.exit_code in (EXIT_PASS, EXIT_GATE):
+        if result.stand_in["calls"]:
+            gate = gates.stand_in(result.stand_in["calls"], True)
+            result.gates = [g for g in result.gates if g.name != gate.name] + [gate]
+        if failed:
+            result.gates.append(
+                gates.Gate("site-hook", False, "site_hook_failed", f"kvdoctor's site hook failed: {failed[0]}")
+            )
+        _settle(result)
+
+
+def _settle(result: ConsistencyResult) -> None:
+    failed = [g for g in result.gates if not g.passed]
+    result.passed = not failed
+    result.exit_code = EXIT_GATE if failed else EXIT_PASS
+    result.exit_reason = failed[0].reason if failed else "passed"
+    result.message = "; ".join(g.message for g in result.gates)
+
+
+def _deploy_and_compare(
+    prepared: Prepared,
+    deployment: deploy.Deployment,
+    supervisor: Supervisor,
+    latch: SignalLatch,
+    deadline: Deadline,
+    result: ConsistencyResult,
+    say: Notify,
+) -> None:
+    o = prepared.options
+    started: dict[str, tuple[Any, float]] = {}
+    # Every process starts at once (start-up is mostly imports, which overlap), then each is waited for in
+    # plan order: servers first, routers last (a mini-lb is ready only once its servers are).
+    for step in deployment.steps:
+        managed = supervisor.start(step.role, step.argv, step.env)
+        result.logs[step.role] = str(managed.log_path)
+        started[step.role] = (managed, time.monotonic())
+        say("launch", f"{step.role}: started (pid {managed.pid}, log {managed.log_path})")
+    for step in deployment.steps:
+        managed, t0 = started[step.role]
+        say("launch", f"{step.role}: waiting until GET {step.url}{step.health_path} answers")
+        supervisor.wait_healthy(managed, step.url + step.health_path, deadline.at)
+        result.launch_s[step.role] = round(time.monotonic() - t0, 1)
+        say("launch", f"{step.role}: healthy after {result.launch_s[step.role]:.0f} s")
+    watchdog = supervisor.check_alive
+
+    def burst(name: str, url: str, work: list[list[int]], w: Workload) -> tuple[list[Generation], Burst]:
+        say("send", f"{name}: {len(work)} requests, {w.concurrency} in flight, {w.max_new_tokens} new tokens each")
+        t0 = time.perf_counter()
+        with latch.deferred():
+            gens = asyncio.run(
+                generate_all(
+                    url,
+                    work,
+                    w,
+                    request_timeout_s=o.request_timeout_s,
+                    time_left_s=deadline.left(),
+                    what=f"the {name} run",
+                    watchdog=watchdog,
+                )
+            )
+        wall = time.perf_counter() - t0
+        out = sum(len(g.tokens) for g in gens)
+        measured = Burst(
+            name,
+            url,
+            round(wall, 2),
+            out,
+            round(out / wall, 1) if wall > 0 else 0.0,
+            compare.median_distinct(gens),
+            compare.median_length(gens),
+        )
+        say("send", f"{name}: {out} tokens in {wall:.1f} s ({measured.tokens_per_s:.0f} tok/s)")
+        return gens, measured
+
+    def probe(url: str, role: str) -> RetractionProbe:
+        p = RetractionProbe(url, Path(result.logs[role]))
+        deadline.call(lambda: p.start(deadline.request_timeout(PROBE_TIMEOUT_S)), what="/metrics", watchdog=watchdog)
+        return p
+
+    def finish(p: RetractionProbe) -> tuple[int | None, str]:
+        count = deadline.call(
+            lambda: p.finish(deadline.request_timeout(PROBE_TIMEOUT_S)), what="/metrics", watchdog=watchdog
+        )
+        return count.value, count.source
+
+    ref_role = "reference" if o.topology == "single" else "decode-reference"
+    press_role = "pressured" if o.topology == "single" else "decode-pressured"
+    warm = Workload(1, o.workload.prompt_tokens, 4, 1, o.workload.seed)
+    for url in (deployment.reference_url, deployment.pressured_url):  # a router may answer /health and not route
+        burst("warm-up", url, prompts(warm, prepared.vocab_size)[:1], warm)
+    ref_probe = probe(deployment.reference_metrics, ref_role)
+    ref1, b1 = burst("reference", deployment.reference_url, prepared.prompts, o.workload)
+    ref2, b2 = burst("reference-repeat", deployment.reference_url, prepared.prompts, o.workload)
+    ref_count, ref_source = finish(ref_probe)
+    press_probe = probe(deployment.pressured_metrics, press_role)
+    got, b3 = burst("pressured", deployment.pressured_url, prepared.prompts, o.workload)
+    press_count, press_source = finish(press_probe)
+    result.bursts = [b1, b2, b3]
+    result.retractions = {"reference": ref_count, "pressured": press_count}
+    result.retraction_source = press_source if press_source == ref_source else f"{ref_source}/{press_source}"
+    say("compare", f"retractions: reference {ref_count}, pressured {press_count} (from {result.retraction_source})")
+    evaluate(result, ref1, ref2, got, stand_in_used=prepared.stand_in)
+
+
+def evaluate(
+    result: ConsistencyResult,
+    ref: list[Generation],
+    repeat: list[Generation],
+    got: list[Generation],
+    *,
+    stand_in_used: bool,
+) -> None:
+    """Compare, then set the gates and the outcome (pure: the unit tests drive it with made-up runs)."""
+    floor = compare.noise_floor(ref, repeat)
+    diffs = compare.against(ref, got, floor)
+    result.noise_floor = {**floor.to_dict(), "sentence": floor.sentence()}
+    result.requests = diffs
+    result.total = len(diffs)
+    result.identical = sum(not d.diverged for d in diffs)
+    result.gates = [
+        gates.tokens(diffs, floor),
+        gates.pressure(
+            result.retractions.get("pressured"), result.retractions.get("reference"), result.retraction_source
+        ),
+        gates.sensitivity(compare.median_distinct(ref), compare.median_length(ref)),
+        gates.noise(floor),
+        gates.stand_in(result.stand_in.get("calls", []), stand_in_used),
+    ]
+    result.logprob_drift = compare.drift(diffs, floor)
+    result.gates.insert(1, gates.logprobs(result.logprob_drift, len(diffs), floor.max_abs_dlogprob))
+    _settle(result)

@@ -1,0 +1,60 @@
+"""The workload both deployments get: seeded random token-id prompts, greedy, fixed length.
+
+Token ids, not text: a random-weight model has no language, and ids make the prompt exact whatever
+tokenizer the server loads. Ids below ``FIRST_ID`` are left out (the offline tokenizer's special
+tokens: pad, bos, eos, unk), so no prompt contains an end-of-sequence token.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import asdict, dataclass
+
+from kvdoctor._exceptions import InputError
+
+FIRST_ID = 4
+
+
+@dataclass(frozen=True)
+class Workload:
+    requests: int = 32
+    prompt_tokens: int = 32
+    max_new_tokens: int = 64
+    concurrency: int = 32
+    seed: int = 0
+    top_logprobs: int = 2  # the reference's top-2 margin at a divergence needs two
+
+    def check(self) -> None:
+        for name, value in (
+            ("--requests", self.requests),
+            ("--prompt-tokens", self.prompt_tokens),
+            ("--max-new-tokens", self.max_new_tokens),
+            ("--concurrency", self.concurrency),
+        ):
+            if value < 1:
+                raise InputError(f"{name} must be >= 1, got {value}")
+
+    @property
+    def in_flight(self) -> int:
+        return min(self.requests, self.concurrency)
+
+    @property
+    def per_request_tokens(self) -> int:
+        return self.prompt_tokens + self.max_new_tokens
+
+    @property
+    def peak_tokens(self) -> int:
+        return self.in_flight * self.per_request_tokens
+
+    def to_dict(self) -> dict[str, int]:
+        return asdict(self)
+
+
+def prompts(workload: Workload, vocab_size: int) -> list[list[int]]:
+    """``requests`` prompts of ``prompt_tokens`` ids each, the same for the same seed and vocabulary."""
+    if vocab_size <= FIRST_ID:
+        raise InputError(f"vocab_size {vocab_size} leaves no ordinary token ids (ids below {FIRST_ID} are special)")
+    rng = random.Random(workload.seed)
+    return [
+        [rng.randrange(FIRST_ID, vocab_size) for _ in range(workload.prompt_tokens)] for _ in range(workload.requests)
+    ]

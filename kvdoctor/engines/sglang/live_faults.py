@@ -1,0 +1,84 @@
+"""``--inject`` faults inside a running SGLang decode server (``kvdoctor consistency``).
+
+The round trip's faults (:mod:`kvdoctor.engines.sglang._faults`) wrap the pools of an
+:class:`EnginePools` kvdoctor built itself. A live server builds its own pools, so here the same
+wrappers are applied to the *server's* pool objects, found where SGLang hands them to a retraction:
+``Req.offload_kv_cache(req_to_token_pool, token_to_kv_pool_allocator)``
+(``srt/managers/schedule_batch.py:2109-2128``), which PD decode calls for every request it retracts
+with a ``cpu_tensor`` backup. The first call installs the fault on those objects (instance attributes,
+never an edit of SGLang's files); every later backup and restore runs through it.
+
+One fault exists only here: ``drop-kv`` (the restore brings nothing of the full-attention KV back),
+the KV counterpart of ``drop-swa`` for dense models, which have no recurrent state to lose.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from types import SimpleNamespace
+from typing import Any
+
+from kvdoctor._exceptions import InputError
+
+# name -> (summary, what the model must have: "recurrent", "swa" or "kv")
+LIVE_FAULTS: dict[str, tuple[str, str]] = {
+    "missing-mamba": (
+        "the KV pool's CPU copy leaves the recurrent state behind while the caller trusts it",
+        "recurrent",
+    ),
+    "double-mamba": ("the pool and the caller both copy the recurrent state", "recurrent"),
+    "host-pool-on-ssm": ("the backup moves KV pages only (no recurrent-state sidecar)", "recurrent"),
+    "restore-order": ("the recurrent state is loaded one restore late (after the request ran again)", "recurrent"),
+    "drop-swa": ("the restore brings the full-attention KV back but not the sliding-window KV", "swa"),
+    "drop-kv": ("the restore brings nothing of the full-attention KV back", "kv"),
+}
+NEEDS_TEXT = {
+    "recurrent": "recurrent (conv/temporal) state",
+    "swa": "a sliding-window KV sub-pool",
+    "kv": "an attention KV pool",
+}
+
+
+def check(name: str, *, has_recurrent: bool, has_swa: bool) -> None:
+    """Refuse (exit 2) a fault the model cannot show: it would pass green having changed nothing."""
+    if name not in LIVE_FAULTS:
+        raise InputError(f"unknown fault '{name}' for a live server; choose one of {', '.join(LIVE_FAULTS)}")
+    need = LIVE_FAULTS[name][1]
+    have = {"recurrent": has_recurrent, "swa": has_swa, "kv": True}[need]
+    if not have:
+        raise InputError(f"--inject {name} needs {NEEDS_TEXT[need]}; this model has none")
+
+
+def live_pools(req_to_token_pool: Any, allocator: Any) -> SimpleNamespace:
+    """The server's pools in the shape :mod:`._faults` reads (``kv_pool``, ``mamba_pool``, ``sub_pools``)."""
+    kv = allocator.get_kvcache()
+    sub_pools = {"full": getattr(kv, "full_kv_pool", kv)}
+    if getattr(kv, "swa_kv_pool", None) is not None:
+        sub_pools["swa"] = kv.swa_kv_pool
+    return SimpleNamespace(kv_pool=kv, mamba_pool=getattr(req_to_token_pool, "mamba_pool", None), sub_pools=sub_pools)
+
+
+@dataclass
+class Installed:
+    name: str
+    deferred: list[Callable[[], None]]
+
+
+def install(name: str, req_to_token_pool: Any, allocator: Any) -> Installed:
+    """Apply fault NAME to the server's pools; raises RuntimeError when the pools lack its target."""
+    from kvdoctor.engines.sglang._faults import ENGINE_FAULTS, FaultState
+    from kvdoctor.engines.sglang._instruments import Patches
+
+    pools = live_pools(req_to_token_pool, allocator)
+    patches = Patches()  # never closed: the fault lives as long as the server
+    state = FaultState()
+    if name == "drop-kv":
+        patches.set(pools.sub_pools["full"], "load_cpu_copy", lambda *a, **kw: None)
+        return Installed(name, state.deferred)
+    fault = ENGINE_FAULTS[name]
+    reason = fault.needs(pools)  # type: ignore[arg-type]
+    if reason:
+        raise RuntimeError(f"--inject {name} needs {reason}; the server's pools have none")
+    fault.install(patches, pools, state)  # type: ignore[arg-type]
+    return Installed(name, state.deferred)

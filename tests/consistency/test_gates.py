@@ -1,0 +1,88 @@
+"""The verdict: red on divergence above the noise floor and whenever the guard has no teeth."""
+
+from __future__ import annotations
+
+import pytest
+
+from kvdoctor.consistency import gates
+from kvdoctor.consistency.compare import Generation
+from kvdoctor.consistency.result import ConsistencyResult
+from kvdoctor.consistency.run import evaluate
+
+
+def run(tokens: list[list[int]]) -> list[Generation]:
+    return [Generation(tuple(t), tuple([-1.0] * len(t)), tuple([0.2] * len(t))) for t in tokens]
+
+
+REF = [list(range(10 * i, 10 * i + 16)) for i in range(8)]
+
+
+def result(pressured: int | None = 3, reference: int | None = 0) -> ConsistencyResult:
+    r = ConsistencyResult("m", "dense", "single", "cpu", True, {})
+    r.retractions = {"reference": reference, "pressured": pressured}
+    r.retraction_source = "metrics"
+    r.stand_in = {"used": True, "calls": []}
+    return r
+
+
+def test_identical_tokens_with_retraction_pass() -> None:
+    r = result()
+    evaluate(r, run(REF), run(REF), run(REF), stand_in_used=True)
+    assert r.exit_code == 0 and r.passed and r.identical == r.total == 8
+
+
+def test_one_diverging_token_turns_the_run_red_and_names_it() -> None:
+    got = [list(t) for t in REF]
+    got[5][7] = 999
+    r = result()
+    evaluate(r, run(REF), run(REF), run(got), stand_in_used=True)
+    assert r.exit_code == 1 and r.exit_reason == "diverged"
+    first = r.first_divergence
+    assert first is not None and (first.index, first.position, first.got_token) == (5, 7, 999)
+    assert "request 5 at token 7" in r.gates[0].message
+
+
+@pytest.mark.parametrize(
+    ("pressured", "reference", "needle"),
+    [(0, 0, "retracted nothing"), (4, 1, "reference retracted 1"), (None, 0, "unknown")],
+)
+def test_a_guard_without_teeth_is_red_even_when_every_token_matches(
+    pressured: int | None, reference: int | None, needle: str
+) -> None:
+    r = result(pressured, reference)
+    evaluate(r, run(REF), run(REF), run(REF), stand_in_used=True)
+    assert r.exit_code == 1 and r.exit_reason == "no_teeth"
+    assert needle in next(g for g in r.gates if g.name == "pressure").message
+
+
+def test_degenerate_reference_output_is_red() -> None:
+    cycle = [[930, 251] * 8 for _ in range(8)]
+    r = result()
+    evaluate(r, run(cycle), run(cycle), run(cycle), stand_in_used=True)
+    assert r.exit_code == 1 and r.exit_reason == "degenerate"
+
+
+def test_a_reference_that_disagrees_with_itself_too_often_is_red() -> None:
+    noisy = [[*t[:3], 7777, *t[4:]] for t in REF[:4]] + REF[4:]  # half the requests differ on repeat
+    r = result()
+    evaluate(r, run(REF), run(noisy), run(REF), stand_in_used=True)
+    assert r.exit_code == 1 and r.exit_reason == "noisy_reference"
+
+
+def test_a_stand_in_call_is_red() -> None:
+    gate = gates.stand_in(["sgl_kernel.copy_all_layer_kv_cache_cpu"], True)
+    assert not gate.passed and gate.reason == "stand_in_called" and "copy_all_layer_kv_cache_cpu" in gate.message
+    assert gates.stand_in([], True).passed
+
+
+def test_identical_tokens_with_drifting_logprobs_are_red() -> None:
+    ref = run(REF)
+    got = [Generation(g.tokens, tuple(x - 0.003 for x in g.logprobs), g.margins) for g in ref]
+    r = result()
+    evaluate(r, ref, ref, got, stand_in_used=True)
+    assert r.identical == r.total and r.exit_code == 1 and r.exit_reason == "logprob_drift"
+    assert r.logprob_drift is not None and r.logprob_drift["requests"] == list(range(8))
+    tiny = [Generation(g.tokens, tuple(x - 5e-6 for x in g.logprobs), g.margins) for g in ref]
+    ok = result()
+    evaluate(ok, ref, ref, tiny, stand_in_used=True)  # 5e-6: float32 noise of a recompute, measured 6e-6
+    assert ok.exit_code == 0

@@ -1,0 +1,104 @@
+"""Real SGLang 0.5.23 servers on this machine (``make test-server``, in .venv-server/; minutes each).
+
+CI's chosen few (``make test-server`` in ``.ci/run``): a shrunk Llama over PD must be identical under forced
+retraction, and red with an injected KV fault inside its decode; a shrunk LFM2 must be identical on one server.
+Marked ``matrix`` (``make consistency-matrix`` only): LFM2 over PD with the recurrent state dropped from its
+retraction backup (red), and LFM2 over PD without a fault, an expected red (issue 21) that makes the former
+prove nothing the latter does not. A small workload keeps each run to a few minutes on 2 cores.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytestmark = pytest.mark.server
+
+WORKLOAD = ("--requests", "16", "--prompt-tokens", "16", "--max-new-tokens", "48", "--concurrency", "16")
+# LFM2 runs its conv through Triton's interpreter (~8 tok/s here): a smaller workload where it suffices.
+SMALL = ("--requests", "8", "--prompt-tokens", "16", "--max-new-tokens", "32", "--concurrency", "8")
+TIMEOUT_S = 900
+
+
+def consistency(
+    tmp_root: Path, model: str, *args: str, workload: tuple[str, ...] = WORKLOAD
+) -> tuple[int, dict[str, Any]]:
+    kvdoctor = Path(sys.executable).with_name("kvdoctor")
+    out = Path(os.environ.get("KVDOCTOR_CONSISTENCY_OUT", str(tmp_root)))
+    argv = [str(kvdoctor), "consistency", model, "--shrink", "--device", "cpu", "--json", "--output-dir", str(out)]
+    done = subprocess.run(
+        [*argv, *workload, *args], capture_output=True, text=True, timeout=TIMEOUT_S + 60, check=False
+    )
+    sys.stderr.write(done.stderr[-4000:])
+    assert done.stdout, done.stderr[-2000:]
+    return done.returncode, json.loads(done.stdout)
+
+
+def assert_clean(doc: dict[str, Any]) -> None:
+    """SGLang's own code did all the work, and every process is gone."""
+    assert doc["stand_in"]["used"] and doc["stand_in"]["calls"] == []
+    assert doc["survivors"] == []
+    assert doc["weights_digest"] and doc["checkpoint"]["weights_digest"] == doc["weights_digest"]
+
+
+@pytest.fixture(scope="module")
+def out(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("consistency")
+
+
+def test_llama_pd_is_identical_under_forced_retraction(out: Path) -> None:
+    code, doc = consistency(out, "llama-3.1-8b", "--topology", "pd")
+    assert code == 0, doc["message"]
+    assert doc["retractions"]["pressured"] > 0 and doc["retractions"]["reference"] == 0
+    assert doc["identical"] == doc["total"] == 16
+    assert_clean(doc)
+    assert "MooncakeKVSender.supports_host_tensor_indices=False" in doc["stand_in"]["site_hook_patches"]
+
+
+def test_llama_pd_with_the_kv_dropped_on_restore_is_red(out: Path) -> None:
+    code, doc = consistency(out, "llama-3.1-8b", "--topology", "pd", "--inject", "drop-kv")
+    assert code == 1 and doc["exit_reason"] == "diverged", doc["message"]
+    assert doc["fault"]["installed"] and doc["fault"]["backups"] > 0 and doc["fault"]["restores"] > 0
+    assert doc["identical"] < doc["total"]
+    assert_clean(doc)
+
+
+def test_lfm2_single_is_identical_under_forced_retraction(out: Path) -> None:
+    code, doc = consistency(out, "lfm2-1.2b", "--topology", "single")
+    assert code == 0, doc["message"]
+    assert doc["retractions"]["pressured"] > 0 and doc["identical"] == doc["total"]
+    assert_clean(doc)
+
+
+@pytest.mark.matrix  # long, and red without a fault too (issue 21): make consistency-matrix
+def test_lfm2_pd_with_the_recurrent_state_left_out_of_the_backup_is_red(out: Path) -> None:
+    """Measured (8 requests, 2 retractions): the fault ran in both backups and restores; LFM2's ShortConv
+    window is two tokens, so the lost state flips no greedy token here, but it moves the logprobs of the
+    retracted requests by ~1.5e-3 against a noise floor of 5e-7: red by the logprobs gate."""
+    code, doc = consistency(out, "lfm2-1.2b", "--topology", "pd", "--inject", "missing-mamba", workload=SMALL)
+    assert code == 1 and doc["exit_reason"] in ("diverged", "logprob_drift"), doc["message"]
+    assert doc["fault"]["installed"] and doc["fault"]["backups"] > 0 and doc["fault"]["restores"] > 0
+    assert doc["retractions"]["pressured"] > 0 and doc["noise_floor"]["diverged_requests"] == 0
+    assert_clean(doc)
+
+
+@pytest.mark.matrix  # long, and red without a fault too (issue 21): make consistency-matrix
+def test_lfm2_pd_under_a_tight_decode_pool_shows_issue_21(out: Path) -> None:
+    """EXPECTED RED, issue 21 (not yet attributed; kept until fixed or shown to be kvdoctor's). With no
+    fault, a tight PD decode pool gives LFM2's retracted requests the signature of a lost conv state:
+    measured 7 retractions, logprobs drifting by 1e-4 to 3e-3 (noise floor 5e-7) and 2/16 requests diverging
+    at near-ties, the same signature as --inject missing-mamba; LFM2 on one server (retraction by
+    recompute, 6e-6) and Llama over PD (1e-6) stay at the noise floor. If this fails because the run is
+    clean, the bug is fixed: move LFM2 PD to the green tests."""
+    code, doc = consistency(out, "lfm2-1.2b", "--topology", "pd")
+    assert doc["retractions"]["pressured"] > 0 and doc["retractions"]["reference"] == 0
+    assert doc["noise_floor"]["diverged_requests"] == 0
+    assert code == 1 and doc["exit_reason"] in ("diverged", "logprob_drift"), "issue 21 not seen: LFM2 PD is clean"
+    assert doc["logprob_drift"]["requests"] or doc["identical"] < doc["total"]
+    assert_clean(doc)
