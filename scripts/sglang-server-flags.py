@@ -31,6 +31,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from table_literals import literal, values_lines  # scripts/table_literals.py, a sibling
+
 VALUE_ACTIONS = frozenset({"store", "append", "extend"})
 
 
@@ -139,14 +141,14 @@ def _field_arity(inner: ast.AST, arg: ast.Call | None) -> str:
         return _action_arity(arg)
     nargs = _nargs(arg) if arg is not None else None
     type_parser = _keyword(arg, "type_parser") if arg is not None else None
-    if _is_list(inner) and type_parser is None and not _is_literal(inner):
+    if _is_list(inner) and type_parser is None and not _isliteral(inner):
         return _nargs_arity(nargs, MANY)
     if _is_bool(inner):
         return SWITCH
     return _nargs_arity(nargs, ONE)
 
 
-def _is_literal(node: ast.AST) -> bool:
+def _isliteral(node: ast.AST) -> bool:
     node = _unwrap_optional(node)
     return isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name) and node.value.id == "Literal"
 
@@ -260,10 +262,6 @@ def _type_kind(action: object) -> str:
     return f"custom:{name}"
 
 
-def _literal(value: object) -> object:
-    return value if isinstance(value, (str, int, float, bool)) or value is None else str(value)
-
-
 def value_table() -> dict[str, tuple[str, object, object]]:
     """option string -> (type kind, nargs, choices), from SGLang's own parser."""
     import argparse
@@ -275,40 +273,11 @@ def value_table() -> dict[str, tuple[str, object, object]]:
     table: dict[str, tuple[str, object, object]] = {}
     for option, action in parser._option_string_actions.items():
         nargs = action.nargs  # argparse's own store_const/store_true actions set 0 themselves
-        choices = None if action.choices is None else tuple(_literal(c) for c in action.choices)
+        choices = None if action.choices is None else tuple(literal(c) for c in action.choices)
         if choices is not None and not isinstance(action.choices, (list, tuple)):  # a set: no order to keep
             choices = tuple(sorted(choices, key=str))
         table[option] = (_type_kind(action) if nargs != 0 else "switch", nargs, choices)
     return table
-
-
-def _lit(value: object) -> str:
-    """VALUE as ruff formats a literal: strings in double quotes, tuples with their trailing comma."""
-    import json
-
-    if isinstance(value, tuple):
-        inner = ", ".join(_lit(v) for v in value)
-        return f"({inner},)" if len(value) == 1 else f"({inner})"
-    return json.dumps(value) if isinstance(value, str) else repr(value)
-
-
-def values_lines(name: str, doc: list[str], table: dict[str, tuple[str, object, object]]) -> list[str]:
-    """``NAME: dict[str, ValueGrammar] = {...}`` laid out as ``ruff format`` lays it out (line length 120)."""
-    lines = [*(f"# {d}" for d in doc), f"{name}: dict[str, ValueGrammar] = {{"]
-    for option in sorted(table):
-        kind, nargs, choices = table[option]
-        one = f"    {_lit(option)}: ({_lit(kind)}, {_lit(nargs)}, {_lit(choices)}),"
-        if len(one) <= 120:
-            lines.append(one)
-            continue
-        lines += [f"    {_lit(option)}: (", f"        {_lit(kind)},", f"        {_lit(nargs)},"]
-        inline = f"        {_lit(choices)},"
-        if len(inline) <= 120 or not isinstance(choices, tuple):
-            lines.append(inline)
-        else:
-            lines += ["        (", *(f"            {_lit(c)}," for c in choices), "        ),"]
-        lines.append("    ),")
-    return [*lines, "}"]
 
 
 def main(root_arg: str) -> None:

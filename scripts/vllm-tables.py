@@ -27,6 +27,8 @@ import ast
 import sys
 from pathlib import Path
 
+from table_literals import literal, values_lines  # scripts/table_literals.py, a sibling
+
 HELP = frozenset({"-h", "--help"})
 
 
@@ -67,10 +69,6 @@ def _kind(converter: object) -> str:
     return f"custom:{name}"
 
 
-def _literal(value: object) -> object:
-    return value if isinstance(value, (str, int, float, bool)) or value is None else str(value)
-
-
 def value_table(parser: object) -> dict[str, tuple[str, object, object]]:
     """option string -> (type kind, nargs, choices) for every option string the parser accepts."""
     table: dict[str, tuple[str, object, object]] = {}
@@ -80,40 +78,11 @@ def value_table(parser: object) -> dict[str, tuple[str, object, object]]:
         nargs = action.nargs
         if nargs not in (None, 0, "?", "+", "*"):
             raise SystemExit(f"{option}: nargs={nargs!r}, which kvdoctor's scanner does not read")
-        choices = None if action.choices is None else tuple(_literal(c) for c in action.choices)
+        choices = None if action.choices is None else tuple(literal(c) for c in action.choices)
         if choices is not None and not isinstance(action.choices, (list, tuple)):  # a set: no order to keep
             choices = tuple(sorted(choices, key=str))
         table[option] = ("switch" if nargs == 0 else _kind(action.type), nargs, choices)
     return table
-
-
-def _lit(value: object) -> str:
-    """VALUE as ruff formats a literal: strings in double quotes, tuples with their trailing comma."""
-    import json
-
-    if isinstance(value, tuple):
-        inner = ", ".join(_lit(v) for v in value)
-        return f"({inner},)" if len(value) == 1 else f"({inner})"
-    return json.dumps(value) if isinstance(value, str) else repr(value)
-
-
-def values_lines(name: str, doc: list[str], table: dict[str, tuple[str, object, object]]) -> list[str]:
-    """``NAME: dict[str, ValueGrammar] = {...}`` laid out as ``ruff format`` lays it out (line length 120)."""
-    lines = [*(f"# {d}" for d in doc), f"{name}: dict[str, ValueGrammar] = {{"]
-    for option in sorted(table):
-        kind, nargs, choices = table[option]
-        one = f"    {_lit(option)}: ({_lit(kind)}, {_lit(nargs)}, {_lit(choices)}),"
-        if len(one) <= 120:
-            lines.append(one)
-            continue
-        lines += [f"    {_lit(option)}: (", f"        {_lit(kind)},", f"        {_lit(nargs)},"]
-        inline = f"        {_lit(choices)},"
-        if len(inline) <= 120 or not isinstance(choices, tuple):
-            lines.append(inline)
-        else:
-            lines += ["        (", *(f"            {_lit(c)}," for c in choices), "        ),"]
-        lines.append("    ),")
-    return [*lines, "}"]
 
 
 def version(root: Path) -> str:
