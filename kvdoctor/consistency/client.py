@@ -14,10 +14,10 @@ from typing import Any
 
 import httpx
 
-from kvdoctor._exceptions import EvalTimeout, MalformedReply, RequestFailed
+from kvdoctor._exceptions import MalformedReply, RequestFailed
 from kvdoctor.consistency.compare import Generation
 from kvdoctor.consistency.workload import Workload
-from kvdoctor.pd.client import RETRIES, _watch, make_client
+from kvdoctor.pd.client import RETRIES, make_client, run_watched
 
 
 def body(prompt: Sequence[int], w: Workload) -> dict[str, Any]:
@@ -93,20 +93,13 @@ async def generate_all(
         for index in pending:
             results[index] = await generate(http, prompts[index], w)
 
-    work = asyncio.gather(*(worker() for _ in range(workers)))
-    watcher = asyncio.ensure_future(_watch(watchdog))
     try:
-        finished, _ = await asyncio.wait({work, watcher}, timeout=time_left_s, return_when=asyncio.FIRST_COMPLETED)
-        if not finished:
-            raise EvalTimeout(f"{what} did not finish within the run's --timeout")
-        if watcher in finished:
-            watcher.result()
-        if work.exception() is not None and watchdog is not None:
-            watchdog()
-        work.result()
+        await run_watched(
+            asyncio.gather(*(worker() for _ in range(workers))),
+            watchdog,
+            time_left_s,
+            f"{what} did not finish within the run's --timeout",
+        )
         return [r for r in results if r is not None]
     finally:
-        for task in (work, watcher):
-            task.cancel()
-        await asyncio.gather(work, watcher, return_exceptions=True)
         await http.aclose()

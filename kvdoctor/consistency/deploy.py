@@ -93,10 +93,7 @@ class Deployment:
             "reference_url": self.reference_url,
             "pressured_url": self.pressured_url,
             "injected_role": self.injected_role,
-            "steps": [
-                {"role": s.role, "argv": list(s.argv), "env": dict(s.env), "url": s.url, "health_path": s.health_path}
-                for s in self.steps
-            ],
+            "steps": [s.to_dict() for s in self.steps],
         }
 
 

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import httpx
 
@@ -163,24 +164,45 @@ async def complete_all(
             if on_done is not None:
                 on_done(index, done)
 
-    work = asyncio.gather(*(worker(n) for n in range(workers)))
-    watcher = asyncio.ensure_future(_watch(watchdog))
+    # Read only when the eval ran out of time, which needs a TIME_LEFT_S: without one there is no budget to name.
+    budget = f"--timeout {run_timeout_s:g} s" if run_timeout_s else f"{time_left_s or 0:g} s"
     try:
-        finished, _ = await asyncio.wait({work, watcher}, timeout=time_left_s, return_when=asyncio.FIRST_COMPLETED)
-        if not finished:
-            budget = f"--timeout {run_timeout_s:g} s" if run_timeout_s else f"{time_left_s:g} s"
-            raise EvalTimeout(f"{what} did not finish within {budget}")
-        if watcher in finished:
-            watcher.result()  # re-raises what the watchdog raised
-        if work.exception() is not None and watchdog is not None:
-            watchdog()  # a dead server explains a failed request better than the request
-        work.result()
+        await run_watched(
+            asyncio.gather(*(worker(n) for n in range(workers))),
+            watchdog,
+            time_left_s,
+            f"{what} did not finish within {budget}",
+        )
         return [r for r in results if r is not None]
     finally:
-        for task in (work, watcher):
-            task.cancel()
-        await asyncio.gather(work, watcher, return_exceptions=True)
         await asyncio.gather(*(c.aclose() for c in clients), return_exceptions=True)
+
+
+async def run_watched(
+    work: Awaitable[Any], watchdog: Callable[[], None] | None, time_left_s: float | None, timeout_message: str
+) -> None:
+    """Await WORK (the gathered workers of one eval) beside WATCHDOG, called every 0.1 s, within TIME_LEFT_S.
+
+    The first to end decides: the watchdog's exception (a server died) stops the work at once; a failed
+    request is explained by the watchdog first when it has something to say (a dead server explains a
+    failed request better than the request); no end in time is ``EvalTimeout(timeout_message)``. Both
+    tasks are cancelled and awaited on every path. pd-eval's GSM8K client and consistency's share it.
+    """
+    task = asyncio.ensure_future(work)
+    watcher = asyncio.ensure_future(_watch(watchdog))
+    try:
+        finished, _ = await asyncio.wait({task, watcher}, timeout=time_left_s, return_when=asyncio.FIRST_COMPLETED)
+        if not finished:
+            raise EvalTimeout(timeout_message)
+        if watcher in finished:
+            watcher.result()  # re-raises what the watchdog raised
+        if task.exception() is not None and watchdog is not None:
+            watchdog()
+        task.result()
+    finally:
+        for pending in (task, watcher):
+            pending.cancel()
+        await asyncio.gather(task, watcher, return_exceptions=True)
 
 
 async def _watch(watchdog: Callable[[], None] | None) -> None:

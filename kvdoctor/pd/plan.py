@@ -53,6 +53,16 @@ class Step:
     health_path: str
     env: Mapping[str, str] = field(default_factory=dict)
 
+    def to_dict(self) -> dict[str, object]:
+        """The step as a launch plan lists it in JSON (pd-eval's ``launch_plan``, consistency's ``deployment``)."""
+        return {
+            "role": self.role,
+            "argv": list(self.argv),
+            "env": dict(self.env),
+            "url": self.url,
+            "health_path": self.health_path,
+        }
+
 
 @dataclass(frozen=True)
 class LaunchPlan:
@@ -77,10 +87,7 @@ class LaunchPlan:
             "preset": self.preset,
             "external": self.external,
             "bootstrap_port": self.bootstrap_port,
-            "steps": [
-                {"role": s.role, "argv": list(s.argv), "env": dict(s.env), "url": s.url, "health_path": s.health_path}
-                for s in self.steps
-            ],
+            "steps": [s.to_dict() for s in self.steps],
         }
 
 
