@@ -142,6 +142,21 @@ class Interrupted(BaseException):
         super().__init__(signal.Signals(signum).name)
         self.signum = signum
 
+    @staticmethod
+    def word(signum: int) -> str:
+        """What a run SIGNUM stopped says it was: ``interrupted`` (Ctrl-C), ``terminated`` (SIGTERM), or
+        ``stopped by SIGHUP``; the stderr line, the JUnit error case and the step summary all use it."""
+        if signum == signal.SIGINT:
+            return "interrupted"
+        if signum == signal.SIGTERM:
+            return "terminated"
+        return f"stopped by {signal.Signals(signum).name}"
+
+    @staticmethod
+    def exit_code_for(signum: int) -> int:
+        """128 + SIGNUM, what a shell reports for a process that signal stopped (130, 143)."""
+        return 128 + signum
+
 
 class MalformedReply(ValueError):
     """A 200 reply that is not the JSON shape SGLang answers with."""

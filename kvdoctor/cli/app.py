@@ -153,9 +153,9 @@ def _run(argv: list[str]) -> int:
 
         rich_utils.rich_format_error(exc)
         code = exc.exit_code
-    except typer.Abort:
-        print("kvdoctor: aborted", file=sys.stderr)
-        code = 1
+    except typer.Abort:  # typer's main() raises it for an EOF (its Ctrl-C is the silent Exit(130) below)
+        say("kvdoctor: error: aborted (end of input)")  # no verdict was reached: exit 1 would read "a gate failed"
+        code = 2
     except (KvdoctorError, Interrupted, KeyboardInterrupt) as exc:  # outside every command's exit_on_error
         if debug_enabled():
             raise

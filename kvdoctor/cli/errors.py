@@ -28,8 +28,6 @@ from kvdoctor._exceptions import InternalError, Interrupted, KvdoctorError, one_
 
 INTERRUPTED_EXIT = 130
 INTERRUPTED_LINE = "kvdoctor: interrupted"
-TERMINATED_EXIT = 143
-TERMINATED_LINE = "kvdoctor: terminated"
 
 # What this process last told the user on stderr (or, for a quiet exit, would have): the reason a run
 # that did not finish gives in its JUnit error case (``kvdoctor.report.verdicts.unfinished``).
@@ -65,11 +63,7 @@ def error_line(exc: KvdoctorError) -> str | None:
 
 def signal_exit(signum: int) -> tuple[str, int]:
     """The line and exit code of a run a signal stopped: 130 for Ctrl-C, 143 for SIGTERM, 128+N otherwise."""
-    if signum == signal.SIGINT:
-        return INTERRUPTED_LINE, INTERRUPTED_EXIT
-    if signum == signal.SIGTERM:
-        return TERMINATED_LINE, TERMINATED_EXIT
-    return f"kvdoctor: stopped by {signal.Signals(signum).name}", 128 + signum
+    return f"kvdoctor: {Interrupted.word(signum)}", Interrupted.exit_code_for(signum)
 
 
 def _terminated(signum: int, _frame: object) -> None:

@@ -187,7 +187,7 @@ def _with_sglang(model: str, argv: list[str], arch: GpuArch, request_tokens: int
         answers = beside(None, model, argv, arch, kvdoctor_refusal=str(exc))
         both = answers.refused_by_both()
         if both is not None:  # both refuse the input: malformed (exit 2), never a report that passes
-            raise type(exc)(f"{exc}; {both}") from None
+            raise InputError(f"{exc}; {both}") from None
         refused = RefusedInspectReport(
             model=ModelSource(model), hazards=tuple(answers.hazards()), sglang=answers.answers()
         )

@@ -87,9 +87,10 @@ def check_server_words(words: Sequence[str], own_options: Collection[str]) -> No
     """After ``--``: an option only kvdoctor defines (``-- --threshold 0.99``) would go to SGLang, which
     does not have it (or, worse, reads it as the flag it abbreviates: ``--api`` as ``--api-key``); it is
     kvdoctor's, so it belongs before ``--``. Options SGLang spells exactly (``--host``) are SGLang's here,
-    and those the plan sets (``--tp``) are left to ``plan.check_extra_args``, which names kvdoctor's own."""
+    and those the plan sets (``--tp``) are left to ``plan.check_extra_args``, which names kvdoctor's own.
+    Every other word is held to SGLang's flags and their values (``plan.server_flag_names``)."""
     from kvdoctor.core.sglang_server_flags import SGLANG_SERVER_FLAGS
-    from kvdoctor.pd.plan import PLAN_FLAGS
+    from kvdoctor.pd.plan import PLAN_FLAGS, server_flag_names
 
     for word in words:
         name = word.partition("=")[0]
@@ -98,6 +99,8 @@ def check_server_words(words: Sequence[str], own_options: Collection[str]) -> No
                 f"{shown(name)} after '--' is kvdoctor's own option: put it before '--' "
                 f"(what follows '--' goes to the servers; {USAGE})"
             )
+    # SGLang's flags and values, did-you-mean over both sides; the plan's own (``--tp``) are named by the plan
+    server_flag_names(words, tuple(o for o in own_options if o not in PLAN_FLAGS))
 
 
 READ_FROM_SERVER_WORDS = ("--served-model-name",)  # what the requests name as the model, even against running servers

@@ -116,11 +116,28 @@ def split_command(option: str, command: str) -> list[str]:
     return words
 
 
-def check_extra_args(args: Sequence[str]) -> None:
-    """Reject server flags after ``--`` that the plan already sets, naming the option to use."""
+def server_flag_names(args: Sequence[str], own_options: Sequence[str] = ()) -> frozenset[str]:
+    """The SGLang flags the server words ARGS set, as SGLang's argparse reads them (``core.flags.scan``:
+    a unique prefix expanded, each value held to the flag's type and choices). An unknown flag (with a
+    did-you-mean), a bad value, one of kvdoctor's own options (OWN_OPTIONS) or a stray word is refused
+    here, exit 2, before anything starts: the same check ``inspect`` makes of the same words."""
+    from kvdoctor.core.flags import SGLANG, check_values, scan
+
+    found = scan(args, own_options)
+    check_values(found.options, SGLANG)  # the flags kvdoctor models too: no parse_flags reads these words
+    if found.positionals:
+        raise InputError(f"unexpected word {found.positionals[0]!r} after --: SGLang's launch line takes only flags")
+    return frozenset(option.name for option in found.options)
+
+
+def check_extra_args(args: Sequence[str], own_options: Sequence[str] = ()) -> frozenset[str]:
+    """Reject server flags after ``--`` that SGLang refuses or that the plan already sets (abbreviated
+    too: ``--disaggregation-mo``), naming the option to use; returns the flags ARGS set."""
+    names = server_flag_names(args, own_options)
     for flag, instead in PLAN_FLAGS.items():
-        if _has(args, flag):
+        if flag in names:
             raise InputError(f"{flag} after -- would contradict the launch plan; use kvdoctor's {instead} instead")
+    return names
 
 
 def base_url(host: str, port: int) -> str:
@@ -136,7 +153,7 @@ def build(options: PlanOptions, ports: Ports) -> LaunchPlan:
     decode_url = base_url(o.host, ports.decode)
     router_url = base_url(o.host, ports.router)
     bound: tuple[str, ...] = ()
-    user_bound = _has(o.extra_args, "--max-total-tokens")
+    user_bound = "--max-total-tokens" in server_flag_names(o.extra_args)
     if not p.bounds_pool and o.pool_tokens is not None and not user_bound:
         bound = ("--max-total-tokens", str(o.pool_tokens))
     transfer = ("--disaggregation-transfer-backend", o.transfer_backend)
@@ -212,10 +229,6 @@ def render(plan: LaunchPlan) -> str:
         env = " ".join(f"{k}={shlex.quote(v)}" for k, v in step.env.items())
         lines.append((env + " " if env else "") + shlex.join(step.argv))
     return "\n".join(lines)
-
-
-def _has(args: Sequence[str], flag: str) -> bool:
-    return any(a == flag or a.startswith(flag + "=") for a in args)
 
 
 def flag_value(args: Sequence[str], flag: str) -> str | None:

@@ -174,17 +174,15 @@ def forget() -> None:
 
 def run_error(exc: BaseException) -> tuple[int, str]:
     """The exit code and the words of a run that EXC stopped before its verdict."""
-    if isinstance(exc, KeyboardInterrupt):
-        return 128 + signal.SIGINT, _stopped_by(signal.SIGINT)
-    if isinstance(exc, Interrupted):
-        return 128 + exc.signum, _stopped_by(exc.signum)
+    if isinstance(exc, (KeyboardInterrupt, Interrupted)):
+        signum = exc.signum if isinstance(exc, Interrupted) else signal.SIGINT
+        return Interrupted.exit_code_for(signum), _stopped_by(signum)
     error = exc if isinstance(exc, KvdoctorError) else InternalError.wrap(exc)
     return error.exit_code, printable(error)
 
 
 def _stopped_by(signum: int) -> str:
-    word = "interrupted" if signum == signal.SIGINT else "terminated"
-    return f"{word} ({signal.Signals(signum).name}) before the run finished"
+    return f"{Interrupted.word(signum)} ({signal.Signals(signum).name}) before the run finished"
 
 
 def _publish_error(run: _Run, exit_code: int, message: str) -> None:

@@ -120,3 +120,20 @@ def test_a_sigterm_the_parent_ignores_stays_ignored() -> None:
         "sys.exit(0 if signal.getsignal(signal.SIGTERM) is signal.SIG_IGN else 1)"
     )
     assert subprocess.run([sys.executable, "-c", code], timeout=60).returncode == 0
+
+
+def test_an_abort_is_exit_2_and_one_line_never_a_failed_gate(monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    """typer raises Abort for an EOF at a prompt: no verdict was reached, so it is never exit 1 ("a gate
+    failed"), and it says so in kvdoctor's one line."""
+    import types
+
+    import typer
+
+    from kvdoctor.cli import app as entry
+
+    def main(**_kw: object) -> int:
+        raise typer.Abort()
+
+    monkeypatch.setattr(entry.typer.main, "get_command", lambda _app: types.SimpleNamespace(main=main))
+    assert entry._run([]) == 2
+    assert capsys.readouterr().err == "kvdoctor: error: aborted (end of input)\n"

@@ -11,7 +11,6 @@ no run directory appeared when nothing should start, no temp file stays, no proc
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import signal
 import socket
@@ -343,17 +342,55 @@ def test_a_stray_word_before_the_separator_is_refused(tmp_path: Path, mode: str)
     assert "unexpected argument '0.99' after MODEL 'stand-in/model'" in line and "after '--'" in line
 
 
-def test_a_typo_after_the_separator_is_a_server_flag_and_the_server_refuses_it(tmp_path: Path) -> None:
-    """What follows '--' is the servers': a dry run shows it on both launch lines; SGLang (here the
-    stand-in, whose argparse is as strict) refuses it at start, so the run fails instead of passing."""
-    run = invoke([*pd_args(tmp_path / "plan", "--dry-run", "--json"), "--", "--treshold", "0.99"])
-    assert run.exit_code == 0, run.output
-    argvs = [step["argv"] for step in json.loads(run.stdout)["launch_plan"]["steps"]]
-    assert [("--treshold" in argv) for argv in argvs] == [True, True, False]
+@pytest.mark.parametrize("mode", ["dry-run", "launch"])
+def test_a_typo_after_the_separator_is_refused_before_anything_starts(tmp_path: Path, mode: str) -> None:
+    """What follows '--' is SGLang's, and checked as inspect checks it (SGLang 0.5.23's flags, their values):
+    a misspelt server flag is exit 2 with a did-you-mean before any server starts, never a launch line
+    carrying it (a dry run that shows it and exits 0 would be a green plan SGLang refuses)."""
     out = tmp_path / "out"
-    run = invoke([*pd_args(out), "--", "--treshold", "0.99"])
-    assert run.exit_code == 3, run.output
-    assert "unrecognized arguments: --treshold" in result_json(out)["message"]
+    extra = ("--dry-run", "--json") if mode == "dry-run" else ()
+    run = invoke([*pd_args(out, *extra), "--", "--treshold", "0.99"])
+    assert run.exit_code == 2, run.output
+    line = one_error_line(run)
+    assert "unknown option --treshold" in line and "did you mean --threshold?" in line
+    assert not out.exists() and run.stdout == ""
+
+
+@pytest.mark.parametrize(
+    ("words", "expected"),
+    [
+        (["--mem-fraction-static", "abc"], "invalid float value: 'abc'"),
+        (["--mem-fraction-static=abc"], "invalid float value: 'abc'"),
+        (["--kv-cache-dtype", "fp9"], "invalid choice: 'fp9'"),
+        (["--not-an-sglang-flag", "1"], "unknown option --not-an-sglang-flag"),
+        (["--kv-cache-dtype", "fp8_e4m3", "stray"], "unexpected word 'stray' after --"),
+    ],
+    ids=["bad-float", "bad-float-equals", "bad-choice", "unknown", "stray-word"],
+)
+def test_a_server_word_sglang_refuses_is_exit_2_before_launch(tmp_path: Path, words: list[str], expected: str) -> None:
+    out = tmp_path / "out"
+    run = invoke([*pd_args(out, "--dry-run", "--json"), "--", *words])
+    assert run.exit_code == 2, run.output
+    assert expected in one_error_line(run)
+    assert run.stdout == ""
+
+
+@pytest.mark.parametrize(
+    ("words", "flag"),
+    [
+        (["--disaggregation-mo", "decode"], "--disaggregation-mode"),
+        (["--tensor-parallel", "4"], "--tensor-parallel-size"),
+        (["--tp-si", "4"], "--tp-size"),
+        (["--base-gpu", "3"], "--base-gpu-id"),
+        (["--disaggregation-bootstrap", "9000"], "--disaggregation-bootstrap-port"),
+    ],
+)
+def test_an_abbreviated_plan_flag_after_the_separator_is_refused(tmp_path: Path, words: list[str], flag: str) -> None:
+    """SGLang's argparse expands a unique prefix: `-- --disaggregation-mo decode` would turn the prefill
+    into a second decode server behind a plan that says otherwise. It is the plan's flag, abbreviated."""
+    run = invoke([*pd_args(tmp_path / "out", "--dry-run", "--json"), "--", *words])
+    assert run.exit_code == 2, run.output
+    assert f"{flag} after -- would contradict the launch plan" in one_error_line(run)
 
 
 @pytest.mark.parametrize("mode", list(MODES))

@@ -157,11 +157,13 @@ def test_router_crash_mid_eval(tmp_path: Path, knobs: Callable[..., None]) -> No
     assert "router exited" in result_json(tmp_path)["message"]
 
 
-def test_unknown_flag_in_plan_is_caught_by_the_standin(tmp_path: Path) -> None:
-    # The stand-in rejects flags SGLang does not have, so a misspelt plan cannot pass.
+def test_unknown_flag_in_plan_is_refused_before_the_servers_start(tmp_path: Path) -> None:
+    # A flag SGLang does not have never reaches a launch line: kvdoctor refuses it (exit 2) before the
+    # stand-in (whose argparse would refuse it too, exit 3) is ever started; no run directory is made.
     run = invoke([*pd_args(tmp_path), "--", "--not-an-sglang-flag", "1"])
-    assert run.exit_code == 3
-    assert "unrecognized arguments: --not-an-sglang-flag" in result_json(tmp_path)["message"]
+    assert run.exit_code == 2, run.output
+    assert "unknown option --not-an-sglang-flag" in run.stderr
+    assert not list(tmp_path.glob("run-*"))
 
 
 def test_extra_server_flags_reach_both_roles(tmp_path: Path) -> None:

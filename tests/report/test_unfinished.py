@@ -92,3 +92,21 @@ def test_another_suite_publishing_does_not_close_the_run(tmp_path: Path) -> None
     verdicts.publish("kvdoctor.pd_eval", [junit.Case("gate", junit.PASSED)], "", junit_path=other)
     verdicts.unfinished(130, None)
     assert isinstance(only_case(report)[1], Error)
+
+
+@pytest.mark.parametrize(
+    ("signum", "word", "code"),
+    [
+        (signal.SIGINT, "interrupted", 130),
+        (signal.SIGTERM, "terminated", 143),
+        (signal.SIGHUP, "stopped by SIGHUP", 129),
+    ],
+)
+def test_every_report_names_a_signal_as_stderr_does(signum: int, word: str, code: int) -> None:
+    """The stderr line and the JUnit error case read one wording (``Interrupted.word``): a SIGHUP run is
+    never "terminated" in its JUnit file while stderr says "stopped by SIGHUP"."""
+    from kvdoctor.cli.errors import signal_exit
+
+    assert signal_exit(signum) == (f"kvdoctor: {word}", code)
+    exit_code, message = verdicts.run_error(Interrupted(signum))
+    assert exit_code == code and message.startswith(f"{word} ({signal.Signals(signum).name})")
