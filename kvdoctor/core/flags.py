@@ -33,39 +33,23 @@ from kvdoctor.core.sglang_server_flags import (
 )
 from kvdoctor.text import shown
 
-# arg_groups/fields/model.py:197-221, disagg.py:95-108, exec_.py:483-519.
-KV_CACHE_DTYPES = (
-    "auto",
-    "fp8_e5m2",
-    "fp8_e4m3",
-    "mxfp8",
-    "bf16",
-    "bfloat16",
-    "nvfp4",
-    "fp4_mx_block16",
-)
-DISAGGREGATION_MODES = ("null", "prefill", "decode")
-RETRACTION_BACKUPS = ("cpu_tensor", "host_pool", "none")
-STATE_DTYPES = ("float32", "bfloat16", "float16")
-MAMBA_RADIX_STRATEGIES = ("auto", "no_buffer", "extra_buffer", "extra_buffer_lazy")
-# arg_groups/fields/memory.py: hicache_storage_backend, hicache_host_memory_mode.
-HICACHE_STORAGE_BACKENDS = (
-    "file",
-    "sim",
-    "mooncake",
-    "npu_memcache",
-    "hf3fs",
-    "nixl",
-    "aibrix",
-    "dynamic",
-    "eic",
-    "simm",
-    "mori",
-    "shm",
-    "tensorcast",
-    "seaweedfs",
-)
-HICACHE_HOST_MEMORY_MODES = ("cache", "buffer_only")
+
+def _choices(flag: str) -> tuple[str, ...]:
+    """FLAG's choices as SGLang's own parser lists them (the generated value table: one source, no copy)."""
+    choices = SGLANG_FLAG_VALUES[flag][2]
+    if choices is None:  # the generated table changed under the parser: a kvdoctor bug, caught at import
+        raise RuntimeError(f"{flag} has no choices in the SGLang {SGLANG_VERSION} value table")
+    return tuple(str(c) for c in choices)
+
+
+# arg_groups/fields/model.py:197-221, disagg.py:95-108, exec_.py:483-519, memory.py (read from the parser).
+KV_CACHE_DTYPES = _choices("--kv-cache-dtype")
+DISAGGREGATION_MODES = _choices("--disaggregation-mode")
+RETRACTION_BACKUPS = _choices("--disaggregation-decode-retraction-backup")
+STATE_DTYPES = _choices("--mamba-ssm-dtype")
+MAMBA_RADIX_STRATEGIES = _choices("--mamba-radix-cache-strategy")
+HICACHE_STORAGE_BACKENDS = _choices("--hicache-storage-backend")
+HICACHE_HOST_MEMORY_MODES = _choices("--hicache-host-memory-mode")
 
 
 @dataclass(frozen=True)
