@@ -32,11 +32,11 @@ ValueGrammar = tuple[str, "int | str | None", "tuple[object, ...] | None"]
 CUSTOM = "custom:"  # a converter kvdoctor does not restate: values pass unchecked (still "not modelled")
 OPTIONAL = "optional:"  # vLLM's optional_type(T): "" and "None" mean None, anything else is T's
 # sglang/srt/utils/common.py:3394-3429 (human_readable_int): SI k M G T (decimals allowed) or IEC Ki Mi Gi Ti.
-_SGLANG_HUMAN = re.compile(r"(\d+(?:\.\d+)?)(Ki|Mi|Gi|Ti|k|M|G|T)")
+SGLANG_HUMAN = re.compile(r"(\d+(?:\.\d+)?)(Ki|Mi|Gi|Ti|k|M|G|T)")
 # vllm/utils/argparse_utils.py:30-74 (human_readable_int): k m g t decimal, K M G T binary (whole numbers).
 _VLLM_HUMAN = re.compile(r"(\d+(?:\.\d+)?)([kKmMgGtT])")
-_SI = {"k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12}
-_IEC = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
+SI = {"k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12}
+IEC = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
 
 
 class _Refused(ValueError):
@@ -45,15 +45,15 @@ class _Refused(ValueError):
 
 def _sglang_human_int(text: str) -> int:
     value = text.strip()
-    match = _SGLANG_HUMAN.fullmatch(value)
+    match = SGLANG_HUMAN.fullmatch(value)
     if match is None:
         return int(value)
     number, suffix = match.groups()
     if suffix.endswith("i"):
         if "." in number:
             raise _Refused(f"Decimals are not allowed with IEC suffixes like '{suffix}'")
-        return int(number) * _IEC[suffix]
-    return int(Decimal(number) * _SI[suffix])
+        return int(number) * IEC[suffix]
+    return int(Decimal(number) * SI[suffix])
 
 
 def _vllm_human_int(text: str) -> int:
@@ -65,8 +65,8 @@ def _vllm_human_int(text: str) -> int:
     if suffix.isupper():
         if "." in number:
             raise _Refused(f"Decimals are not allowed with binary suffixes like {suffix}")
-        return int(number) * _IEC[suffix + "i"]
-    return int(float(number) * _SI[suffix.upper() if suffix != "k" else suffix])
+        return int(number) * IEC[suffix + "i"]
+    return int(float(number) * SI[suffix.upper() if suffix != "k" else suffix])
 
 
 def _vllm_human_int_or_auto(text: str) -> int:

@@ -22,7 +22,7 @@ from pathlib import PurePath
 
 from kvdoctor._exceptions import FlagError
 from kvdoctor.core import rules
-from kvdoctor.core.flag_values import ValueCheck, ValueGrammar
+from kvdoctor.core.flag_values import IEC, SGLANG_HUMAN, SI, ValueCheck, ValueGrammar
 from kvdoctor.core.sglang_server_flags import (
     SGLANG_FLAG_VALUES,
     SGLANG_MULTI_VALUE,
@@ -154,21 +154,18 @@ def _non_negative_int(text: str) -> int:
     return value
 
 
-_SI = {"k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12}
-_IEC = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
-
-
 def _human_int(text: str) -> int:
-    """SGLang's human_readable_int (utils/common.py:3394): 64k, 1.5M, 64Ki; then > 0."""
-    match = re.fullmatch(r"(\d+(?:\.\d+)?)(Ki|Mi|Gi|Ti|k|M|G|T)", text.strip())
+    """SGLang's human_readable_int (utils/common.py:3394; its grammar in ``flag_values``): 64k, 1.5M, 64Ki;
+    then, as kvdoctor reads a token count, a positive whole number."""
+    match = SGLANG_HUMAN.fullmatch(text.strip())
     if match is None:
         return _positive_int(text)
     number, suffix = match.groups()
-    if suffix in _IEC:
+    if suffix in IEC:
         if "." in number:
             raise argparse.ArgumentTypeError(f"decimals are not allowed with IEC suffixes, got {text}")
-        return int(number) * _IEC[suffix]
-    value = float(number) * _SI[suffix]
+        return int(number) * IEC[suffix]
+    value = float(number) * SI[suffix]
     if value != int(value) or value <= 0:
         raise argparse.ArgumentTypeError(f"must be a positive whole number of tokens, got {text}")
     return int(value)
