@@ -1,9 +1,10 @@
-"""Regenerate kvdoctor/core/sglang_architectures.py from an unpacked SGLang wheel, and
-kvdoctor/core/sglang_model_types.py from the installed SGLang.
+"""Regenerate kvdoctor/core/sglang/_generated/architectures.py from an unpacked SGLang wheel, and
+kvdoctor/core/sglang/_generated/model_types.py from the installed SGLang.
 
 Usage: pip download --no-deps sglang==X -d /tmp/w && unzip -q /tmp/w/*.whl -d /tmp/w/src
-       python scripts/sglang-architectures.py /tmp/w/src/sglang > kvdoctor/core/sglang_architectures.py
-       .venv-sglang/bin/python scripts/sglang-architectures.py model-types > kvdoctor/core/sglang_model_types.py
+       python scripts/sglang-architectures.py /tmp/w/src/sglang > kvdoctor/core/sglang/_generated/architectures.py
+       .venv-sglang/bin/python scripts/sglang-architectures.py model-types \
+           > kvdoctor/core/sglang/_generated/model_types.py
 The first reads only the names each model module registers as ``EntryClass``. The second asks the
 installed SGLang which ``model_type`` its config loader accepts: importing
 ``sglang.srt.utils.hf_transformers.common`` registers SGLang's own config classes (``_CONFIG_REGISTRY``

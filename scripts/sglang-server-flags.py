@@ -1,7 +1,7 @@
-"""Regenerate kvdoctor/core/sglang_server_flags.py from SGLang's source and its own parser.
+"""Regenerate kvdoctor/core/sglang/_generated/server_flags.py from SGLang's source and its own parser.
 
 Usage: .venv-sglang/bin/python scripts/sglang-server-flags.py .venv-sglang/lib/python3.11/site-packages/sglang \
-           > kvdoctor/core/sglang_server_flags.py
+           > kvdoctor/core/sglang/_generated/server_flags.py
 (the source may also be an unpacked wheel: pip download --no-deps sglang==X; the Python must import that SGLang).
 
 SGLang (0.5.23) builds its server parser in two places, both read here with ``ast``:

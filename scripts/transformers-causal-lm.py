@@ -1,6 +1,7 @@
-"""Regenerate kvdoctor/core/transformers_causal_lm.py from the transformers SGLang pins.
+"""Regenerate kvdoctor/core/sglang/_generated/transformers_causal_lm.py from the transformers SGLang pins.
 
-Usage: .venv-sglang/bin/python scripts/transformers-causal-lm.py > kvdoctor/core/transformers_causal_lm.py
+Usage: .venv-sglang/bin/python scripts/transformers-causal-lm.py \
+           > kvdoctor/core/sglang/_generated/transformers_causal_lm.py
 
 SGLang serves an architecture it does not register through its Transformers backend
 (``TransformersForCausalLM``, appended by ``ModelRegistry._normalize_archs``), which exists for every

@@ -1,9 +1,11 @@
 """Regenerate kvdoctor's vLLM data modules from an unpacked vLLM wheel (and, for the flags, vLLM's own parser).
 
 Usage: pip download --no-deps vllm==X -d /tmp/w && unzip -q /tmp/w/*.whl 'vllm/*.py' -d /tmp/w/src
-       .venv-vllm/bin/python scripts/vllm-tables.py flags /tmp/w/src/vllm > kvdoctor/core/vllm/server_flags.py
-       python scripts/vllm-tables.py architectures /tmp/w/src/vllm > kvdoctor/core/vllm/architectures.py
-       PY_WITH_TRANSFORMERS scripts/vllm-tables.py model-types /tmp/w/src/vllm > kvdoctor/core/vllm/model_types.py
+       .venv-vllm/bin/python scripts/vllm-tables.py flags /tmp/w/src/vllm \
+           > kvdoctor/core/vllm/_generated/server_flags.py
+       python scripts/vllm-tables.py architectures /tmp/w/src/vllm > kvdoctor/core/vllm/_generated/architectures.py
+       PY_WITH_TRANSFORMERS scripts/vllm-tables.py model-types /tmp/w/src/vllm \
+           > kvdoctor/core/vllm/_generated/model_types.py
 
 ``flags``: every option string ``vllm serve``'s own parser accepts (``entrypoints/common/cli_args.py:
 make_arg_parser`` on ``FlexibleArgumentParser``, imported: run it in .venv-vllm), with its arity and value

@@ -18,9 +18,9 @@ from dataclasses import asdict, dataclass, field
 import torch
 
 from kvdoctor.bench.timing import time_call
-from kvdoctor.core import rules
-from kvdoctor.core.analysis import Analysis
-from kvdoctor.core.policy import backup_carries
+from kvdoctor.core.sglang import rules
+from kvdoctor.core.sglang.analysis import Analysis
+from kvdoctor.core.sglang.policy import backup_carries
 from kvdoctor.state.host_copy import CopyLedger, Mover
 from kvdoctor.state.pools import (
     Plane,

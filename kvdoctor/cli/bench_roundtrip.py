@@ -86,7 +86,7 @@ def bench_roundtrip(
     SGLang server flags may follow MODEL; with none, the Inkling MXFP8 decode setup is used.
     """
     with exit_on_error():
-        from kvdoctor.core.analysis import analyze
+        from kvdoctor.core.sglang.analysis import analyze
 
         refuse_unsupported_engine(engine, "bench roundtrip", (Engine.KVDOCTOR, Engine.SGLANG))
         line = launch_line(ctx, model, default_model="inkling-small")

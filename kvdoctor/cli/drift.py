@@ -81,7 +81,7 @@ def drift(
 
 def run_header(result: DriftReport, exit_code: int) -> RunHeader:
     """The shared header: the engine is the installed SGLang compared against; the rules are kvdoctor's."""
-    from kvdoctor.core.rules import RULES_REVISION
+    from kvdoctor.core.sglang.rules import RULES_REVISION
     from kvdoctor.report.envelope import EngineRef, header
 
     engine = EngineRef("sglang", result.engine.version, result.engine.path)

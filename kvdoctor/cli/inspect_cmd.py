@@ -53,8 +53,8 @@ def inspect(
         return inspect_vllm(
             ctx, model, server=server, engine=engine, json_output=json_output, strict=strict, junit_path=junit_path
         )
-    from kvdoctor.core.analysis import analyze
-    from kvdoctor.core.inspect_result import inspect_report
+    from kvdoctor.core.sglang.analysis import analyze
+    from kvdoctor.core.sglang.inspect_result import inspect_report
 
     with exit_on_error():
         from kvdoctor.report.preflight import check_outputs
@@ -109,7 +109,7 @@ def publish_inspect(
     hazards are the run's ``warnings`` and the verdict is ``warn``. JUnit and the summary fail exactly
     when the exit code does.
     """
-    from kvdoctor.core.inspect_result import ungated
+    from kvdoctor.core.sglang.inspect_result import ungated
     from kvdoctor.report import verdicts
     from kvdoctor.report.envelope import document, header
 
@@ -150,7 +150,7 @@ def publish_inspect(
 
 def _render(report: Any, console: Any) -> None:
     from kvdoctor.cli import render_inspect
-    from kvdoctor.core.inspect_result import InspectReport
+    from kvdoctor.core.sglang.inspect_result import InspectReport
     from kvdoctor.core.vllm.analysis import VllmReport
 
     if isinstance(report, VllmReport):  # --server vllm: its own tables (kvdoctor/cli/inspect_vllm.py)
@@ -172,8 +172,8 @@ def _render(report: Any, console: Any) -> None:
 def _with_sglang(model: str, argv: list[str], arch: GpuArch, request_tokens: int, concurrent: int) -> Run:
     """kvdoctor's result, SGLang's live answers beside it, and a KVD015 hazard per disagreement."""
     from kvdoctor._exceptions import InputError
-    from kvdoctor.core.analysis import analyze
-    from kvdoctor.core.inspect_result import (
+    from kvdoctor.core.sglang.analysis import analyze
+    from kvdoctor.core.sglang.inspect_result import (
         InspectBesideReport,
         ModelSource,
         RefusedInspectReport,

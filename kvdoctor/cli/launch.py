@@ -1,7 +1,7 @@
 """MODEL and the SGLang server flags of a command that takes them (inspect, roundtrip, bench roundtrip).
 
 Click hands the command its MODEL argument and, in order, every word it did not recognise; kvdoctor
-reads them back as one launch line (``kvdoctor.core.flags.parse_launch_line``), so MODEL may come
+reads them back as one launch line (``kvdoctor.core.sglang.flags.parse_launch_line``), so MODEL may come
 first, after the flags, as ``--model-path``, or inside a pasted ``python -m sglang.launch_server``
 or ``sglang serve`` command. Unknown options get a did-you-mean over kvdoctor's own options too.
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import typer
 
-from kvdoctor.core.flags import LaunchLine, parse_launch_line
+from kvdoctor.core.sglang.flags import LaunchLine, parse_launch_line
 
 
 def own_options(ctx: typer.Context) -> tuple[str, ...]:

@@ -1,6 +1,6 @@
 """The installed server's answers beside kvdoctor's (``inspect --engine sglang``), as a table.
 
-Reads the typed :class:`~kvdoctor.core.inspect_result.SglangAnswers`; every value is printed as a
+Reads the typed :class:`~kvdoctor.core.sglang.inspect_result.SglangAnswers`; every value is printed as a
 person writes it (``–``, yes/no, shapes as ``4x128``) and through ``safe`` (SGLang's messages, paths
 and class names are outside text). Every column folds: nothing is cut with "…" at 80 columns.
 """
@@ -15,7 +15,7 @@ from rich.text import Text
 
 from kvdoctor.cli.layout import fits_whole, kv_table
 from kvdoctor.cli.text import safe
-from kvdoctor.core.inspect_result import SglangAnswers
+from kvdoctor.core.sglang.inspect_result import SglangAnswers
 from kvdoctor.report.units import human
 
 

@@ -21,8 +21,8 @@ from rich.text import Text
 
 from kvdoctor.cli.layout import fits_whole, kv_table
 from kvdoctor.cli.text import safe
-from kvdoctor.core.hazards import Hazard
-from kvdoctor.core.inspect_result import ComponentRow, InspectReport
+from kvdoctor.core.sglang.hazards import Hazard
+from kvdoctor.core.sglang.inspect_result import ComponentRow, InspectReport
 from kvdoctor.report.units import NONE, format_bytes, human, yes_no
 
 SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}

@@ -28,7 +28,7 @@ from kvdoctor.state.choices import Device, FaultName
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from kvdoctor.core.flags import LaunchLine
+    from kvdoctor.core.sglang.flags import LaunchLine
     from kvdoctor.report.envelope import EngineRef, RunHeader
     from kvdoctor.state.run import ComponentRow, EngineUsed, ModelUsed, RoundtripOptions, RoundtripResult
 
@@ -331,7 +331,7 @@ def roundtrip(
 
                 first = "import torch and SGLang"
             else:
-                from kvdoctor.core.analysis import analyze
+                from kvdoctor.core.sglang.analysis import analyze
 
                 analysis = analyze(line.model, line.server_argv, platform=gpu_arch.platform())  # pure: no torch
 

@@ -2,7 +2,7 @@
 
 Refused before anything starts (exit 2, ``NotRunnableHere``): a deployment that is known to die at
 import would only burn minutes and end in exit 3. The families come from kvdoctor's rule model
-(``kvdoctor.core.families``); the reasons and places were measured on SGLang 0.5.23 with
+(``kvdoctor.core.sglang.families``); the reasons and places were measured on SGLang 0.5.23 with
 ``SGLANG_USE_CPU_ENGINE=1`` (``/work/shared/reference/real-servers-on-cpu.md``). On a GPU nothing here
 applies.
 """
@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kvdoctor._exceptions import NotRunnableHere
-from kvdoctor.core.rules import Cite
+from kvdoctor.core.sglang.rules import Cite
 
 MAMBA2 = (
     "its Mamba2 layers need causal_conv1d_fn, defined only for CUDA/NPU/XPU",
@@ -57,7 +57,7 @@ def classify(config: dict[str, object], source: str) -> ModelKind:
     import json
 
     from kvdoctor.core.config import parse_config
-    from kvdoctor.core.families import classify as families_classify
+    from kvdoctor.core.sglang.families import classify as families_classify
 
     cls = families_classify(parse_config(json.dumps(config), source))
     return ModelKind(cls.family, cls.uses_ssm_state, cls.is_hybrid_swa)

@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from kvdoctor._exceptions import ConfigError
-from kvdoctor.core import rules, validate
+from kvdoctor.core import validate
+from kvdoctor.core.sglang import rules
 from kvdoctor.text import shown
 
 # SGLang's ``get_hf_text_config`` looks for the language model's config under these keys, in

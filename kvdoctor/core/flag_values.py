@@ -1,6 +1,6 @@
 """Is a server flag's value one the server's own argparse accepts? The value grammar of every flag.
 
-The generated flag tables (``sglang_server_flags.py``, ``vllm/server_flags.py``) record, for every
+The generated flag tables (``sglang/_generated/server_flags.py``, ``vllm/_generated/server_flags.py``) record, for every
 option string, what its ``argparse`` action converts the value with (its ``type``), how many values
 it takes (``nargs``) and its ``choices``, read from the server's own parser. A value the server's
 parser refuses (``--mem-fraction-static abc``, ``--max-model-len=abc``, a choice not offered) must not

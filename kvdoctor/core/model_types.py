@@ -4,8 +4,8 @@ SGLang (``get_config``) and vLLM (``transformers_utils/config.py``) both turn ``
 config object through transformers' ``AutoConfig``, after registering their own config classes; a
 ``model_type`` neither knows makes ``AutoConfig.from_pretrained`` raise, so the server does not
 start. Read leniently, such a config would be analysed by its architecture alone and pass. The
-known names are data generated from each server's own loader (``sglang_model_types.py``,
-``vllm/model_types.py``); this module only looks them up, and a refusal is exit 2 naming the file,
+known names are data generated from each server's own loader (``sglang/_generated/model_types.py``,
+``vllm/_generated/model_types.py``); this module only looks them up, and a refusal is exit 2 naming the file,
 the field and, where one is close, the model type meant.
 """
 

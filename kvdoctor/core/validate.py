@@ -27,15 +27,15 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from kvdoctor._exceptions import ConfigError
-from kvdoctor.core import rules
+from kvdoctor.core.sglang import rules
 from kvdoctor.text import shown
 
 if TYPE_CHECKING:
     from kvdoctor.core.config import ModelConfig
-    from kvdoctor.core.families import Classification
-    from kvdoctor.core.flags import ServerFlags
-    from kvdoctor.core.policy import Platform, PoolLayout
-    from kvdoctor.core.spec import StateSpec
+    from kvdoctor.core.sglang.families import Classification
+    from kvdoctor.core.sglang.flags import ServerFlags
+    from kvdoctor.core.sglang.policy import Platform, PoolLayout
+    from kvdoctor.core.sglang.spec import StateSpec
 
 # Reading bounds: a real config.json is a few KiB and nests 3-4 levels deep.
 MAX_CONFIG_BYTES = 16 * 2**20
@@ -388,7 +388,7 @@ def _flag_refusals(cfg: ModelConfig, flags: ServerFlags, cls: Classification) ->
 
 def _model_refusals(cfg: ModelConfig, flags: ServerFlags, spec: StateSpec, derived_context: int) -> list[Refusal]:
     """Refusals of the model stage: the context length, and TP against the attention heads."""
-    from kvdoctor.core import geometry  # geometry reads configs, which this module validates first
+    from kvdoctor.core.sglang import geometry  # geometry reads configs, which this module validates first
 
     found: list[Refusal] = []
     if spec.classification.is_dsv4 and flags.disable_hybrid_swa_memory:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
-from kvdoctor.core.policy import Platform
+from kvdoctor.core.sglang.policy import Platform
 
 __all__ = ["Engine", "EngineInfo", "GpuArch", "Server"]
 

@@ -59,7 +59,7 @@ def check_own_words(model: str, leftovers: Sequence[str], own_options: Collectio
 
 def unknown_option(word: str, own_options: Collection[str]) -> InputError:
     """The one-line refusal of an option before ``--`` that pd-eval does not define."""
-    from kvdoctor.core.sglang_server_flags import SGLANG_SERVER_FLAGS, SGLANG_VERSION
+    from kvdoctor.core.sglang._generated.server_flags import SGLANG_SERVER_FLAGS, SGLANG_VERSION
 
     name = word.partition("=")[0]
     if name in SGLANG_SERVER_FLAGS:
@@ -89,7 +89,7 @@ def check_server_words(words: Sequence[str], own_options: Collection[str]) -> No
     kvdoctor's, so it belongs before ``--``. Options SGLang spells exactly (``--host``) are SGLang's here,
     and those the plan sets (``--tp``) are left to ``plan.check_extra_args``, which names kvdoctor's own.
     Every other word is held to SGLang's flags and their values (``plan.server_flag_names``)."""
-    from kvdoctor.core.sglang_server_flags import SGLANG_SERVER_FLAGS
+    from kvdoctor.core.sglang._generated.server_flags import SGLANG_SERVER_FLAGS
     from kvdoctor.pd.plan import PLAN_FLAGS, server_flag_names
 
     for word in words:

@@ -121,7 +121,7 @@ def server_flag_names(args: Sequence[str], own_options: Sequence[str] = ()) -> f
     a unique prefix expanded, each value held to the flag's type and choices). An unknown flag (with a
     did-you-mean), a bad value, one of kvdoctor's own options (OWN_OPTIONS) or a stray word is refused
     here, exit 2, before anything starts: the same check ``inspect`` makes of the same words."""
-    from kvdoctor.core.flags import SGLANG, check_values, scan
+    from kvdoctor.core.sglang.flags import SGLANG, check_values, scan
 
     found = scan(args, own_options)
     check_values(found.options, SGLANG)  # the flags kvdoctor models too: no parse_flags reads these words

@@ -5,7 +5,7 @@ holds its whole prompt plus the tokens it generates. Peak demand is therefore
 ``min(parallel, questions) × (prompt tokens + max_new_tokens)``. Prompt tokens are estimated
 from characters at ``CHARS_PER_TOKEN`` (≈ 4 for English text under BPE tokenizers of the Llama /
 GPT families; GSM8K is plain English with digits), because a tokenizer is not available before
-launch. The pool capacity comes from ``kvdoctor.core.analysis`` (the sizing ``inspect`` reports,
+launch. The pool capacity comes from ``kvdoctor.core.sglang.analysis`` (the sizing ``inspect`` reports,
 which also names the retraction backup backend) when it can load the model's config, else from
 the decode server's ``--max-total-tokens``.
 
@@ -144,7 +144,7 @@ def _capacity(
 ) -> tuple[int | None, str, str | None, int | None, tuple[int | None, int | None]]:
     """(pool tokens, where from, backup backend, requests that fit, (SWA tokens, mamba slots)) from
     the core analysis when it can size the model, else the pool size from the flag."""
-    from kvdoctor.core.analysis import analyze
+    from kvdoctor.core.sglang.analysis import analyze
 
     try:
         analysis = analyze(model, list(server_args))

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from kvdoctor._exceptions import InputError
-from kvdoctor.core.rules import RULES_REVISION
+from kvdoctor.core.sglang.rules import RULES_REVISION
 from kvdoctor.pd.gate import FAILED, PASSED, SKIPPED
 from kvdoctor.pd.result import EXIT_DEPLOYMENT, EXIT_GATE, EXIT_PASS, DryRunReport, PdEvalResult
 from kvdoctor.report import envelope, github, junit, records, serialize, verdicts

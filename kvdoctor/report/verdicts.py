@@ -64,7 +64,7 @@ def inspect_cases(report: Any, *, gated: bool = True) -> list[junit.Case]:
 def inspect_rows(report: Any, *, gated: bool = True) -> list[github.Row]:
     """Step-summary rows for ``inspect``'s typed result: the model's facts, then one row per hazard
     (an ungated error or a warning is a passing row whose value says so)."""
-    from kvdoctor.core.inspect_result import InspectReport
+    from kvdoctor.core.sglang.inspect_result import InspectReport
     from kvdoctor.core.vllm.analysis import VllmReport
 
     rows = []

@@ -22,8 +22,8 @@ from dataclasses import dataclass
 import torch
 
 from kvdoctor._exceptions import InputError
-from kvdoctor.core.analysis import Analysis
-from kvdoctor.core.geometry import AttentionGeometry
+from kvdoctor.core.sglang.analysis import Analysis
+from kvdoctor.core.sglang.geometry import AttentionGeometry
 from kvdoctor.state.host_copy import HostArena
 from kvdoctor.state.pools import TORCH_DTYPES, Geometry, PoolSizes, plan_sizes, storage_dtype
 

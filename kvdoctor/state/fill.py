@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from kvdoctor.core.spec import KVDtype
+from kvdoctor.core.sglang.spec import KVDtype
 from kvdoctor.state.pools import KVSubPool, Plane, Pools, Request, token_slots
 
 # The fp8 element each plain-fp8 --kv-cache-dtype stores as bytes (anything else: e4m3fn).

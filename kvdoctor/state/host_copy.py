@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from kvdoctor.core import rules
+from kvdoctor.core.sglang import rules
 from kvdoctor.state.pools import MambaPool, Plane, Pools
 
 # chunk -> plane name -> host bytes (layers, units, unit_bytes)

@@ -25,10 +25,10 @@ from dataclasses import dataclass
 import torch
 
 from kvdoctor._exceptions import InputError
-from kvdoctor.core import rules
-from kvdoctor.core.analysis import Analysis
-from kvdoctor.core.geometry import AttentionGeometry, RecurrentGeometry
-from kvdoctor.core.policy import PoolLayout
+from kvdoctor.core.sglang import rules
+from kvdoctor.core.sglang.analysis import Analysis
+from kvdoctor.core.sglang.geometry import AttentionGeometry, RecurrentGeometry
+from kvdoctor.core.sglang.policy import PoolLayout
 
 PADDING_SLOT = 0
 TORCH_DTYPES = {

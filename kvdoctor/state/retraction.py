@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from kvdoctor.core.policy import PoolLayout
+from kvdoctor.core.sglang.policy import PoolLayout
 from kvdoctor.state.host_copy import (
     CopyLedger,
     CopyPolicy,

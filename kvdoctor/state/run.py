@@ -18,9 +18,9 @@ import pandas as pd
 import torch
 
 from kvdoctor._exceptions import InputError
-from kvdoctor.core import rules
-from kvdoctor.core.analysis import Analysis
-from kvdoctor.core.policy import backup_carries
+from kvdoctor.core.sglang import rules
+from kvdoctor.core.sglang.analysis import Analysis
+from kvdoctor.core.sglang.policy import backup_carries
 from kvdoctor.report.envelope import EngineRef
 from kvdoctor.state import diff as diff_mod
 from kvdoctor.state.budget import check_budget, retracted_for

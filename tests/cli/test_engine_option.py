@@ -67,7 +67,7 @@ def test_sglangs_answers_render_literally_and_whole_at_80_columns() -> None:
     from rich.console import Console
 
     from kvdoctor.cli.render_engine import render_beside
-    from kvdoctor.core.inspect_result import EngineFacts, FieldDrift, LiveRefusal, SglangAnswers
+    from kvdoctor.core.sglang.inspect_result import EngineFacts, FieldDrift, LiveRefusal, SglangAnswers
 
     answers = SglangAnswers(
         engine=EngineFacts("sglang", "0.5.23", None),

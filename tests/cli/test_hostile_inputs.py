@@ -381,7 +381,7 @@ def test_family_rule_source_is_shown_in_the_model_table(kvdoctor: Run) -> None:
 
 
 def test_a_bug_in_the_analysis_exits_4_not_2(kvdoctor: Run, monkeypatch: pytest.MonkeyPatch) -> None:
-    import kvdoctor.core.analysis as analysis
+    import kvdoctor.core.sglang.analysis as analysis
 
     def broken(*args: object, **kwargs: object) -> None:
         raise TypeError("unsupported operand type(s) for //: 'NoneType' and 'int'")
@@ -408,7 +408,7 @@ def test_a_bug_in_rendering_exits_4(kvdoctor: Run, monkeypatch: pytest.MonkeyPat
 
 
 def test_kvdoctor_debug_keeps_the_traceback(kvdoctor: Run, monkeypatch: pytest.MonkeyPatch) -> None:
-    import kvdoctor.core.analysis as analysis
+    import kvdoctor.core.sglang.analysis as analysis
 
     monkeypatch.setattr(analysis, "size_pools", lambda *a, **k: 1 // 0)
     monkeypatch.setenv("KVDOCTOR_DEBUG", "1")
@@ -418,7 +418,7 @@ def test_kvdoctor_debug_keeps_the_traceback(kvdoctor: Run, monkeypatch: pytest.M
 
 
 def test_ctrl_c_during_a_command_is_one_line_and_130(kvdoctor: Run, monkeypatch: pytest.MonkeyPatch) -> None:
-    import kvdoctor.core.analysis as analysis
+    import kvdoctor.core.sglang.analysis as analysis
 
     def interrupted(*args: object, **kwargs: object) -> None:
         raise KeyboardInterrupt

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from kvdoctor.core.analysis import Analysis, analyze
-from kvdoctor.core.inspect_result import (
+from kvdoctor.core.sglang.analysis import Analysis, analyze
+from kvdoctor.core.sglang.inspect_result import (
     EngineFacts,
     FieldDrift,
     InspectBesideReport,
@@ -23,8 +23,8 @@ from kvdoctor.core.inspect_result import (
     SglangAnswers,
     inspect_report,
 )
-from kvdoctor.core.sizing import forecast
-from kvdoctor.core.spec import PER_TOKEN
+from kvdoctor.core.sglang.sizing import forecast
+from kvdoctor.core.sglang.spec import PER_TOKEN
 from kvdoctor.report.envelope import EngineRef, document, header
 from tests.schema_check import assert_valid, errors
 
@@ -212,7 +212,7 @@ def test_engine_sglang_document_keeps_engine_and_sglang_keys_and_validates() -> 
 
 
 def test_the_refusal_only_engine_shape_validates() -> None:
-    from kvdoctor.core.hazards import Hazard
+    from kvdoctor.core.sglang.hazards import Hazard
 
     body = RefusedInspectReport(
         model=ModelSource("weird-model"),

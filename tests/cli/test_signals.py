@@ -28,7 +28,7 @@ TINY_ROUNDTRIP = ["roundtrip", "inkling-small", "--device", "cpu", "--requests",
 SUITES = {"roundtrip": "kvdoctor.roundtrip", "inspect": "kvdoctor.inspect", "drift": "kvdoctor.drift"}
 WORK = {  # inside the command's work (kvdoctor.report.verdicts.errors_published)
     "roundtrip": (TINY_ROUNDTRIP, "kvdoctor.state.run:run_roundtrip"),
-    "inspect": (["inspect", "inkling-small"], "kvdoctor.core.analysis:analyze"),
+    "inspect": (["inspect", "inkling-small"], "kvdoctor.core.sglang.analysis:analyze"),
     "drift": (["drift", "--fixture", "inkling-small"], "kvdoctor.engines.sglang.drift:run_drift"),
 }
 # After the work, while the tables print and before the verdict is published (verdicts.unfinished)

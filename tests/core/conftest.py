@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from kvdoctor.core.analysis import Analysis, analyze, analyze_config
 from kvdoctor.core.config import load_config, parse_config
-from kvdoctor.core.flags import parse_flags
-from kvdoctor.core.policy import DEFAULT_PLATFORM, Platform
+from kvdoctor.core.sglang.analysis import Analysis, analyze, analyze_config
+from kvdoctor.core.sglang.flags import parse_flags
+from kvdoctor.core.sglang.policy import DEFAULT_PLATFORM, Platform
 
 # A Hopper GPU: no backend default there moves the page size, so a launch keeps page 1.
 HOPPER = Platform(gpu_arch="sm90")

@@ -1,4 +1,4 @@
-"""Configs are validated before any rule reads them (``core/validate.py``, ``core/layer_types.py``).
+"""Configs are validated before any rule reads them (``core/validate.py``, ``core/sglang/layer_types.py``).
 
 Each refusal is a ``ConfigError`` (exit 2) naming the file and the field; a config that passes gives
 the same answer as before. The sweep at the end feeds every bundled fixture's fields hostile values:
@@ -15,9 +15,9 @@ import pytest
 
 from kvdoctor._exceptions import ConfigError, KvdoctorError
 from kvdoctor.core import validate
-from kvdoctor.core.analysis import analyze_config
 from kvdoctor.core.config import bundled_fixtures, load_config, parse_config, read_config_text
-from kvdoctor.core.flags import parse_flags
+from kvdoctor.core.sglang.analysis import analyze_config
+from kvdoctor.core.sglang.flags import parse_flags
 
 
 def _with(fixture: str, **changes: Any) -> str:

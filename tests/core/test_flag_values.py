@@ -12,15 +12,15 @@ import pytest
 
 from kvdoctor._exceptions import FlagError
 from kvdoctor.core.flag_values import CUSTOM, ValueCheck
-from kvdoctor.core.flags import parse_flags, parse_launch_line
-from kvdoctor.core.sglang_server_flags import (
+from kvdoctor.core.sglang._generated.server_flags import (
     SGLANG_FLAG_VALUES,
     SGLANG_MULTI_VALUE,
     SGLANG_OPTIONAL_VALUE,
     SGLANG_SERVER_FLAGS,
     SGLANG_SWITCHES,
 )
-from kvdoctor.core.vllm import server_flags as vllm_tables
+from kvdoctor.core.sglang.flags import parse_flags, parse_launch_line
+from kvdoctor.core.vllm._generated import server_flags as vllm_tables
 from kvdoctor.core.vllm.flags import parse_vllm_flags, parse_vllm_launch_line
 
 # --- SGLang: flags kvdoctor does not model are still type-checked ---

@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 
 from kvdoctor._exceptions import UnknownModelError
-from kvdoctor.core.analysis import analyze
 from kvdoctor.core.config import bundled_fixtures, load_config
-from kvdoctor.core.sglang_model_types import SGLANG_MODEL_TYPES
+from kvdoctor.core.sglang._generated.model_types import SGLANG_MODEL_TYPES
+from kvdoctor.core.sglang.analysis import analyze
+from kvdoctor.core.vllm._generated.model_types import VLLM_MODEL_TYPES
 from kvdoctor.core.vllm.analysis import analyze_vllm
-from kvdoctor.core.vllm.model_types import VLLM_MODEL_TYPES
 
 VLLM_FIXTURES = ["qwen3-next-80b-a3b", "nemotron-h-8b", "gpt-oss-20b", "gemma-3-12b", "deepseek-v3", "llama-3.1-8b"]
 
@@ -61,7 +61,7 @@ def test_remote_code_configs_are_not_judged_by_the_table(tmp_path: Path) -> None
 
 
 def test_a_longcat_architecture_is_loaded_whatever_its_model_type(tmp_path: Path) -> None:
-    from kvdoctor.core.families import check_loadable
+    from kvdoctor.core.sglang.families import check_loadable
 
     cfg = load_config(_llama(tmp_path, model_type="longcat_custom", architectures=["LongcatFlashForCausalLM"]))
     check_loadable(cfg)  # SGLang's _try_load_longcat_config builds it before AutoConfig is asked

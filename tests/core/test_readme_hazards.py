@@ -1,7 +1,7 @@
 """The README's hazard tables list exactly the hazard codes kvdoctor emits, each with its severities.
 
 The README is written by hand; the registry is the code: every ``Hazard(SEVERITY, "KVDnnn-...")`` in
-kvdoctor (``core/hazards.py``, ``core/vllm/hazards.py``) and every hazard row built as a mapping with a
+kvdoctor (``core/sglang/hazards.py``, ``core/vllm/hazards.py``) and every hazard row built as a mapping with a
 ``severity`` and a ``code`` (the KVD015 / KVD115 drift hazards of the engine adapters), read from the
 source so that a rule that never fires in a test is still counted. A code added to either side alone, or a
 severity that changes on one side, fails here.
@@ -15,7 +15,7 @@ from collections import defaultdict
 from pathlib import Path
 
 import kvdoctor
-from kvdoctor.core.hazards import ERROR, INFO, WARNING
+from kvdoctor.core.sglang.hazards import ERROR, INFO, WARNING
 
 PACKAGE = Path(kvdoctor.__file__).parent
 README = PACKAGE.parent / "README.md"
@@ -104,7 +104,7 @@ def test_readme_lists_every_emitted_hazard_with_its_severities() -> None:
 def test_extraction_sees_a_new_rule_and_a_new_row() -> None:
     """A code added to the registry alone is found; so is a README row, and a severity per row."""
     source = (
-        "from kvdoctor.core.hazards import ERROR, WARNING, Hazard\n"
+        "from kvdoctor.core.sglang.hazards import ERROR, WARNING, Hazard\n"
         'DRIFT = "KVD777-NEW-DRIFT"\n'
         "def rule(ctx):\n"
         '    yield Hazard(ERROR, "KVD999-NEW-RULE", "m")\n'

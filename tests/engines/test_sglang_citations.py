@@ -1,4 +1,4 @@
-"""Every citation in ``kvdoctor/core/rules.py`` points at its symbol in the installed SGLang.
+"""Every citation in ``kvdoctor/core/sglang/rules.py`` points at its symbol in the installed SGLang.
 
 ``rules.py`` restates SGLang's rules and cites each one as ``cite(path, symbol, start, end)``. This
 parses those calls out of the module's source (so a citation cannot hide from the check), opens every
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from kvdoctor.core import rules
+from kvdoctor.core.sglang import rules
 
 pytestmark = pytest.mark.sglang
 

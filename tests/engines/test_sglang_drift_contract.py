@@ -18,7 +18,7 @@ import pytest
 from typer.testing import CliRunner
 
 from kvdoctor.cli.app import app
-from kvdoctor.core.rules import RULES_REVISION
+from kvdoctor.core.sglang.rules import RULES_REVISION
 from kvdoctor.engines import EngineInfo
 from kvdoctor.engines.sglang import drift as drift_mod
 from kvdoctor.engines.sglang.drift import CaseResult, DriftReport

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import pytest
 
-from kvdoctor.core.analysis import analyze, derived_context_length
 from kvdoctor.core.config import bundled_fixtures
+from kvdoctor.core.sglang.analysis import analyze, derived_context_length
 
 pytestmark = pytest.mark.sglang
 

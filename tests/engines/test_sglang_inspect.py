@@ -59,7 +59,7 @@ def test_host_pool_on_recurrent_state_is_sglangs_own_refusal_with_file_and_line(
 
 def test_a_wrong_rule_is_reported_as_drift() -> None:
     """Teeth: change one of kvdoctor's answers and the comparison must name that field."""
-    from kvdoctor.core.analysis import analyze
+    from kvdoctor.core.sglang.analysis import analyze
     from kvdoctor.engines import GpuArch
     from kvdoctor.engines.sglang.inspect import ask, compare, rule_answers
 

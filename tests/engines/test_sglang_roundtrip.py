@@ -158,7 +158,7 @@ def test_scale_fault_on_a_bf16_pool_is_refused() -> None:
 
 def test_bench_times_sglangs_own_path_beside_ours() -> None:
     from kvdoctor.bench.roundtrip import BenchOptions, bench_roundtrip
-    from kvdoctor.core.analysis import analyze
+    from kvdoctor.core.sglang.analysis import analyze
     from kvdoctor.engines import GpuArch
     from kvdoctor.engines.sglang.bench import sglang_path
 

@@ -69,8 +69,8 @@ def test_default_pool_forces_retraction_but_fits_two_requests() -> None:
 
 @pytest.fixture
 def fake_analysis(monkeypatch: pytest.MonkeyPatch) -> types.ModuleType:
-    module = types.ModuleType("kvdoctor.core.analysis")
-    monkeypatch.setitem(sys.modules, "kvdoctor.core.analysis", module)
+    module = types.ModuleType("kvdoctor.core.sglang.analysis")
+    monkeypatch.setitem(sys.modules, "kvdoctor.core.sglang.analysis", module)
     return module
 
 

@@ -20,7 +20,7 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from kvdoctor.cli.app import app
-from kvdoctor.core.rules import RULES_REVISION
+from kvdoctor.core.sglang.rules import RULES_REVISION
 from kvdoctor.pd import client, gate, plan, presets, publish, reporting
 from kvdoctor.pd.metrics import RetractionCount
 from kvdoctor.pd.result import PdEvalResult, Score

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kvdoctor.core.analysis import Analysis, analyze
+from kvdoctor.core.sglang.analysis import Analysis, analyze
 from kvdoctor.state.pools import Reductions
 from kvdoctor.state.run import ComponentRow, RoundtripOptions, RoundtripResult, run_roundtrip
 

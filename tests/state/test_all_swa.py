@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from kvdoctor.core.analysis import analyze
 from kvdoctor.core.config import bundled_fixtures
+from kvdoctor.core.sglang.analysis import analyze
 from kvdoctor.state.diff import RESIDENT
 from kvdoctor.state.pools import Reductions
 from kvdoctor.state.run import RoundtripOptions, RoundtripResult, run_roundtrip

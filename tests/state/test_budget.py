@@ -12,14 +12,14 @@ import pytest
 import torch
 
 from kvdoctor._exceptions import InputError
-from kvdoctor.core.analysis import analyze
+from kvdoctor.core.sglang.analysis import analyze
 from kvdoctor.state import budget
 from kvdoctor.state.pools import Reductions, plan_sizes, reduced_geometry
 
 MEASURE = textwrap.dedent("""
     import json, resource, sys
     import psutil
-    from kvdoctor.core.analysis import analyze
+    from kvdoctor.core.sglang.analysis import analyze
     from kvdoctor.state import run as run_mod
     from kvdoctor.state.pools import Reductions
     model, requests, tokens, layers, flags = json.loads(sys.argv[1])

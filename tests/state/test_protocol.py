@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from kvdoctor._exceptions import InputError
-from kvdoctor.core.policy import backup_carries
+from kvdoctor.core.sglang.policy import backup_carries
 from kvdoctor.state.diff import PADDING, RESIDENT, capture_padding
 from kvdoctor.state.fill import fill_background, fill_requests
 from kvdoctor.state.host_copy import CopyLedger, Mover

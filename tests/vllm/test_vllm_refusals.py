@@ -115,4 +115,6 @@ def test_the_generated_vllm_tables_are_what_the_script_reads(what: str, module: 
         [sys.executable, str(script), what, str(_vllm_root())], capture_output=True, text=True, timeout=300, env=env
     )
     assert out.returncode == 0, out.stderr
-    assert out.stdout.rstrip("\n") == (ROOT / "kvdoctor" / "core" / "vllm" / module).read_text().rstrip("\n")
+    assert out.stdout.rstrip("\n") == (ROOT / "kvdoctor" / "core" / "vllm" / "_generated" / module).read_text().rstrip(
+        "\n"
+    )

@@ -6,9 +6,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from kvdoctor._exceptions import GroupingRefused
-from kvdoctor.core import hazards as registry
 from kvdoctor.core.config import ModelConfig, load_config
-from kvdoctor.core.hazards import Hazard, RefusalFacts
+from kvdoctor.core.sglang import hazards as registry
+from kvdoctor.core.sglang.hazards import Hazard, RefusalFacts
 from kvdoctor.core.vllm import rules
 from kvdoctor.core.vllm.connectors import ConnectorVerdict, HybridManager, hybrid_manager, verdict
 from kvdoctor.core.vllm.flags import VllmFlags, parse_vllm_flags

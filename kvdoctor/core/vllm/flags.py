@@ -21,9 +21,9 @@ from pathlib import PurePath
 from typing import Any
 
 from kvdoctor._exceptions import FlagError
-from kvdoctor.core.flags import FlagVocabulary, Option, check_values, scan
+from kvdoctor.core.sglang.flags import FlagVocabulary, Option, check_values, scan
 from kvdoctor.core.vllm import rules
-from kvdoctor.core.vllm.server_flags import (
+from kvdoctor.core.vllm._generated.server_flags import (
     VLLM_FLAG_VALUES,
     VLLM_MULTI_VALUE,
     VLLM_OPTIONAL_VALUE,

@@ -1,4 +1,4 @@
-"""vLLM hazards (KVD1xx): the same ``Hazard`` type, severities and registry as SGLang's (``core/hazards.py``).
+"""vLLM hazards (KVD1xx): the same ``Hazard`` type, severities and registry as SGLang's (``core/sglang/hazards.py``).
 
 Each rule looks at one ``VllmContext`` (specs, groups, hybrid manager, connector verdict, flags) and
 says what goes wrong and what to change. Codes are stable; CI may grep for them.
@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from kvdoctor.core.hazards import ERROR, INFO, WARNING, Hazard
+from kvdoctor.core.sglang.hazards import ERROR, INFO, WARNING, Hazard
 from kvdoctor.core.vllm import rules
 from kvdoctor.core.vllm.connectors import ConnectorVerdict, HybridManager, Status
 from kvdoctor.core.vllm.flags import VllmFlags

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
-from kvdoctor.core.vllm.server_flags import VLLM_VERSION
+from kvdoctor.core.vllm._generated.server_flags import VLLM_VERSION
 
 RULES_REVISION = f"vllm=={VLLM_VERSION}"
 

@@ -17,10 +17,10 @@ from kvdoctor._exceptions import ConfigError, FlagError, UnknownModelError
 from kvdoctor.core.config import ModelConfig
 from kvdoctor.core.model_types import check_model_type
 from kvdoctor.core.vllm import rules
-from kvdoctor.core.vllm.architectures import VLLM_ARCHITECTURES
+from kvdoctor.core.vllm._generated.architectures import VLLM_ARCHITECTURES
+from kvdoctor.core.vllm._generated.model_types import VLLM_MODEL_TYPES
+from kvdoctor.core.vllm._generated.server_flags import VLLM_VERSION
 from kvdoctor.core.vllm.flags import VllmFlags
-from kvdoctor.core.vllm.model_types import VLLM_MODEL_TYPES
-from kvdoctor.core.vllm.server_flags import VLLM_VERSION
 
 Shape = tuple[int, ...]
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "uint8": 1, "float8_e4m3fn": 1, "float8_e5m2": 1}

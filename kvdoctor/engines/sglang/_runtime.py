@@ -36,8 +36,8 @@ from pathlib import Path
 from typing import Any
 
 from kvdoctor._exceptions import EngineRefuses, EngineUnavailable
-from kvdoctor.core import rules
 from kvdoctor.core.config import resolve_config_path
+from kvdoctor.core.sglang import rules
 from kvdoctor.engines import EngineInfo, GpuArch
 
 INSTALL_HINT = "make sglang-env (then run .venv-sglang/bin/kvdoctor)"

@@ -13,8 +13,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from kvdoctor._exceptions import InputError
-from kvdoctor.core.analysis import analyze
 from kvdoctor.core.config import bundled_fixtures
+from kvdoctor.core.sglang.analysis import analyze
 from kvdoctor.engines import EngineInfo, GpuArch
 from kvdoctor.engines.sglang import _runtime
 from kvdoctor.engines.sglang.inspect import Beside, Drift, _asked, beside

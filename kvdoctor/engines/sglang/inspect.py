@@ -24,9 +24,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kvdoctor._exceptions import EngineRefuses, InputError
-from kvdoctor.core.analysis import Analysis, analyze
-from kvdoctor.core.hazards import ERROR, Hazard
-from kvdoctor.core.inspect_result import EngineFacts, FieldDrift, LiveRefusal, SglangAnswers
+from kvdoctor.core.sglang.analysis import Analysis, analyze
+from kvdoctor.core.sglang.hazards import ERROR, Hazard
+from kvdoctor.core.sglang.inspect_result import EngineFacts, FieldDrift, LiveRefusal, SglangAnswers
 from kvdoctor.engines import EngineInfo, GpuArch
 from kvdoctor.engines.sglang import _pools, _runtime
 from kvdoctor.engines.sglang._planes import planes_of

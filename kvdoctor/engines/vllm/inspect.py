@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kvdoctor._exceptions import EngineUnavailable
-from kvdoctor.core.hazards import ERROR, Hazard
+from kvdoctor.core.sglang.hazards import ERROR, Hazard
 from kvdoctor.core.vllm import rules
 from kvdoctor.core.vllm.analysis import VllmAnalysis, VllmAnswersFacts, VllmCheck, VllmGroupAnswer
 from kvdoctor.core.vllm.connectors import Status

@@ -11,13 +11,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from kvdoctor._exceptions import UnknownModelError
-from kvdoctor.core import rules
 from kvdoctor.core.config import ModelConfig
-from kvdoctor.core.layer_types import granite_layer_types, minicpm_mixer_types
 from kvdoctor.core.model_types import check_model_type
-from kvdoctor.core.sglang_architectures import SGLANG_ARCHITECTURES
-from kvdoctor.core.sglang_model_types import SGLANG_MODEL_TYPES, SGLANG_MODEL_TYPES_VERSION
-from kvdoctor.core.transformers_causal_lm import TRANSFORMERS_CAUSAL_LM_MODEL_TYPES
+from kvdoctor.core.sglang import rules
+from kvdoctor.core.sglang._generated.architectures import SGLANG_ARCHITECTURES
+from kvdoctor.core.sglang._generated.model_types import SGLANG_MODEL_TYPES, SGLANG_MODEL_TYPES_VERSION
+from kvdoctor.core.sglang._generated.transformers_causal_lm import TRANSFORMERS_CAUSAL_LM_MODEL_TYPES
+from kvdoctor.core.sglang.layer_types import granite_layer_types, minicpm_mixer_types
 
 
 def _draft_pattern_has_mamba(cfg: ModelConfig) -> bool:

@@ -12,9 +12,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from kvdoctor._exceptions import ConfigError
-from kvdoctor.core import rules, validate
+from kvdoctor.core import validate
 from kvdoctor.core.config import ModelConfig
-from kvdoctor.core.layer_types import (
+from kvdoctor.core.sglang import rules
+from kvdoctor.core.sglang.layer_types import (
     gigachat_layer_types,
     granite_layer_types,
     jet_layer_types,
@@ -24,7 +25,7 @@ from kvdoctor.core.layer_types import (
     qwen4_layer_types,
     swa_layer_types,
 )
-from kvdoctor.core.rules import SWA_LAYER_DEFAULT_RULE
+from kvdoctor.core.sglang.rules import SWA_LAYER_DEFAULT_RULE
 
 Shape = tuple[int, ...]
 

@@ -1,6 +1,6 @@
 """Issue 9: the rule model corrected against what SGLang 0.5.23 was measured to do.
 
-Each test restates one measured behaviour (the SGLang file and lines are in ``kvdoctor/core/rules.py``)
+Each test restates one measured behaviour (the SGLang file and lines are in ``kvdoctor/core/sglang/rules.py``)
 and checks the rule model gives the same answer on a bundled fixture shaped like the real config.
 """
 
@@ -12,12 +12,12 @@ from typing import Any
 import pytest
 
 from kvdoctor._exceptions import ConfigError
-from kvdoctor.core import rules
-from kvdoctor.core.analysis import Analysis, analyze, analyze_config
 from kvdoctor.core.config import load_config, parse_config
-from kvdoctor.core.flags import parse_flags
-from kvdoctor.core.inspect_result import inspect_report
-from kvdoctor.core.policy import Platform
+from kvdoctor.core.sglang import rules
+from kvdoctor.core.sglang.analysis import Analysis, analyze, analyze_config
+from kvdoctor.core.sglang.flags import parse_flags
+from kvdoctor.core.sglang.inspect_result import inspect_report
+from kvdoctor.core.sglang.policy import Platform
 
 DECODE = ("--disaggregation-mode", "decode")
 HOST_POOL = (*DECODE, "--disaggregation-decode-retraction-backup", "host_pool")

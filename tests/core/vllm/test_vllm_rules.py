@@ -11,11 +11,11 @@ from typer.testing import CliRunner
 
 from kvdoctor._exceptions import FlagError, UnknownModelError
 from kvdoctor.cli.app import app
-from kvdoctor.core import hazards as registry
+from kvdoctor.core.sglang import hazards as registry
 from kvdoctor.core.vllm import rules
+from kvdoctor.core.vllm._generated.server_flags import VLLM_SERVER_FLAGS, VLLM_SWITCHES
 from kvdoctor.core.vllm.analysis import VllmAnalysis, analyze_vllm
 from kvdoctor.core.vllm.flags import parse_vllm_flags, parse_vllm_launch_line
-from kvdoctor.core.vllm.server_flags import VLLM_SERVER_FLAGS, VLLM_SWITCHES
 
 LMCACHE = '{"kv_connector":"LMCacheConnectorV1","kv_role":"kv_both"}'
 NIXL = '{"kv_connector":"NixlConnector","kv_role":"kv_both"}'

@@ -7,10 +7,10 @@ import json
 import pytest
 
 from kvdoctor._exceptions import ConfigError
-from kvdoctor.core.analysis import analyze_config
 from kvdoctor.core.config import load_config, parse_config
-from kvdoctor.core.flags import parse_flags
-from kvdoctor.core.policy import DEFAULT_PLATFORM, Platform
+from kvdoctor.core.sglang.analysis import analyze_config
+from kvdoctor.core.sglang.flags import parse_flags
+from kvdoctor.core.sglang.policy import DEFAULT_PLATFORM, Platform
 from tests.core.conftest import HOPPER, fixture_with, run
 
 DECODE = ("--disaggregation-mode", "decode")

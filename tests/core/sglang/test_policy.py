@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from kvdoctor.core.analysis import analyze_config
 from kvdoctor.core.config import load_config, parse_config
-from kvdoctor.core.flags import parse_flags
-from kvdoctor.core.policy import Platform, decide_backup
+from kvdoctor.core.sglang.analysis import analyze_config
+from kvdoctor.core.sglang.flags import parse_flags
+from kvdoctor.core.sglang.policy import Platform, decide_backup
 from tests.core.conftest import run
 
 DECODE = ("--disaggregation-mode", "decode")

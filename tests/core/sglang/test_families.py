@@ -6,7 +6,7 @@ import pytest
 
 from kvdoctor._exceptions import UnknownModelError
 from kvdoctor.core.config import load_config, parse_config
-from kvdoctor.core.families import classify
+from kvdoctor.core.sglang.families import classify
 
 # (fixture, family, uses_ssm_state, is_hybrid_swa, is_mla): expectations restated from
 # sglang/srt/configs/hybrid_arch.py and model_config.py at 0.5.23.

@@ -10,9 +10,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from kvdoctor.core import rules
-from kvdoctor.core.flags import ServerFlags
-from kvdoctor.core.spec import StateSpec
+from kvdoctor.core.sglang import rules
+from kvdoctor.core.sglang.flags import ServerFlags
+from kvdoctor.core.sglang.spec import StateSpec
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """``inspect``'s one result, typed: what ``--json`` prints, the tables render and CI verdicts read.
 
-Frozen dataclasses built once from an :class:`~kvdoctor.core.analysis.Analysis`. ``--json`` is
+Frozen dataclasses built once from an :class:`~kvdoctor.core.sglang.analysis.Analysis`. ``--json`` is
 ``kvdoctor.report.serialize.jsonable`` of them (under the run header), so the key names below ARE
 the public contract users already parse: a field is never renamed or removed, only added. The
 renderers and the JUnit/step-summary functions read the same attributes, so the tables, the JSON and
@@ -19,11 +19,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
-from kvdoctor.core.analysis import Analysis
-from kvdoctor.core.hazards import ERROR, WARNING, Hazard, RefusalFacts
-from kvdoctor.core.policy import Condition, PoolLayout
-from kvdoctor.core.sizing import Sizing, forecast
-from kvdoctor.core.spec import PER_TOKEN, Component
+from kvdoctor.core.sglang.analysis import Analysis
+from kvdoctor.core.sglang.hazards import ERROR, WARNING, Hazard, RefusalFacts
+from kvdoctor.core.sglang.policy import Condition, PoolLayout
+from kvdoctor.core.sglang.sizing import Sizing, forecast
+from kvdoctor.core.sglang.spec import PER_TOKEN, Component
 
 __all__ = [
     "BackupFacts",

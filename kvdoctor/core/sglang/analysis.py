@@ -6,12 +6,12 @@ import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from kvdoctor.core import rules
 from kvdoctor.core.config import ModelConfig, load_config
-from kvdoctor.core.families import Classification, classify, is_dsa, is_dsv4, is_mla
-from kvdoctor.core.flags import ServerFlags, parse_flags
-from kvdoctor.core.hazards import Context, Hazard, find_hazards
-from kvdoctor.core.policy import (
+from kvdoctor.core.sglang import rules
+from kvdoctor.core.sglang.families import Classification, classify, is_dsa, is_dsv4, is_mla
+from kvdoctor.core.sglang.flags import ServerFlags, parse_flags
+from kvdoctor.core.sglang.hazards import Context, Hazard, find_hazards
+from kvdoctor.core.sglang.policy import (
     DEFAULT_PLATFORM,
     BackupDecision,
     Platform,
@@ -20,8 +20,8 @@ from kvdoctor.core.policy import (
     pd_state_types,
     pool_layout,
 )
-from kvdoctor.core.sizing import Sizing, size_pools
-from kvdoctor.core.spec import StateSpec, build_spec
+from kvdoctor.core.sglang.sizing import Sizing, size_pools
+from kvdoctor.core.sglang.spec import StateSpec, build_spec
 from kvdoctor.core.validate import Refusal, launch_refusals
 
 

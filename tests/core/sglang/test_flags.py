@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from kvdoctor._exceptions import FlagError
-from kvdoctor.core.analysis import analyze
-from kvdoctor.core.flags import parse_flags, parse_launch_line, resolve_option, scan
-from kvdoctor.core.sglang_server_flags import SGLANG_SERVER_FLAGS
+from kvdoctor.core.sglang._generated.server_flags import SGLANG_SERVER_FLAGS
+from kvdoctor.core.sglang.analysis import analyze
+from kvdoctor.core.sglang.flags import parse_flags, parse_launch_line, resolve_option, scan
 
 
 def test_sglang_spellings_are_modelled_and_others_kept() -> None:
@@ -146,12 +146,12 @@ def test_what_sglang_accepts_is_accepted() -> None:
 
 # --- SGLang's own flag list: typos refused, real flags kept, launch lines pasted whole ---
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 SGLANG_SOURCES = [ROOT / ".venv-sglang/lib/python3.11/site-packages/sglang"]
 
 
 def test_every_flag_kvdoctor_models_is_one_sglang_accepts() -> None:
-    from kvdoctor.core.flags import _build_parser, _modelled_options
+    from kvdoctor.core.sglang.flags import _build_parser, _modelled_options
 
     assert _modelled_options(_build_parser()) - SGLANG_SERVER_FLAGS == {"--tp"}  # --tp: argparse abbreviation
     assert resolve_option("--tp") == "--tp-size"
@@ -169,7 +169,9 @@ def test_the_generated_flag_list_is_what_the_script_reads_from_the_wheel() -> No
     if out.returncode and "ModuleNotFoundError" in out.stderr:
         pytest.skip(f"SGLang does not import here: {out.stderr.strip().splitlines()[-1:]}")
     assert out.returncode == 0, out.stderr
-    assert out.stdout == (ROOT / "kvdoctor" / "core" / "sglang_server_flags.py").read_text(encoding="utf-8")
+    assert out.stdout == (ROOT / "kvdoctor" / "core" / "sglang" / "_generated" / "server_flags.py").read_text(
+        encoding="utf-8"
+    )
 
 
 LIVE_PARSER = """
@@ -195,7 +197,7 @@ def test_the_generated_flag_list_matches_sglangs_live_parser() -> None:
     def names(keep: Callable[[object], bool]) -> set[str]:
         return {n for strings, nargs in actions if keep(nargs) for n in strings}
 
-    from kvdoctor.core import sglang_server_flags as generated
+    from kvdoctor.core.sglang._generated import server_flags as generated
 
     assert names(lambda n: True) == generated.SGLANG_SERVER_FLAGS
     assert names(lambda n: n == 0) == generated.SGLANG_SWITCHES

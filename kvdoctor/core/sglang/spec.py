@@ -11,10 +11,10 @@ import math
 from dataclasses import dataclass
 
 from kvdoctor._exceptions import ConfigError, FlagError
-from kvdoctor.core import geometry, rules
 from kvdoctor.core.config import ModelConfig
-from kvdoctor.core.families import Classification
-from kvdoctor.core.flags import ServerFlags
+from kvdoctor.core.sglang import geometry, rules
+from kvdoctor.core.sglang.families import Classification
+from kvdoctor.core.sglang.flags import ServerFlags
 
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "uint8": 1}
 PER_TOKEN = "per_token"

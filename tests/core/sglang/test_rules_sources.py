@@ -1,4 +1,4 @@
-"""Every constant in ``kvdoctor/core/rules.py`` is read somewhere in kvdoctor.
+"""Every constant in ``kvdoctor/core/sglang/rules.py`` is read somewhere in kvdoctor.
 
 A ``*_SOURCE`` citation nothing reads is a rule kvdoctor claims to restate but never shows or uses: it
 must be attached to the datum it cites, carried by the hazard or condition that reports it, or named
@@ -14,7 +14,7 @@ import re
 from pathlib import Path
 
 import kvdoctor
-from kvdoctor.core import rules
+from kvdoctor.core.sglang import rules
 
 PACKAGE = Path(kvdoctor.__file__).parent
 RULES = Path(rules.__file__)

@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Collection
 
 from kvdoctor._exceptions import ConfigError
-from kvdoctor.core import rules
 from kvdoctor.core.config import ModelConfig
+from kvdoctor.core.sglang import rules
 
 
 def layer_kinds(

@@ -21,9 +21,9 @@ from dataclasses import dataclass, field, fields
 from pathlib import PurePath
 
 from kvdoctor._exceptions import FlagError
-from kvdoctor.core import rules
 from kvdoctor.core.flag_values import IEC, SGLANG_HUMAN, SI, ValueCheck, ValueGrammar
-from kvdoctor.core.sglang_server_flags import (
+from kvdoctor.core.sglang import rules
+from kvdoctor.core.sglang._generated.server_flags import (
     SGLANG_FLAG_VALUES,
     SGLANG_MULTI_VALUE,
     SGLANG_OPTIONAL_VALUE,

@@ -9,11 +9,18 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from kvdoctor.core import rules
-from kvdoctor.core.flags import ServerFlags
-from kvdoctor.core.policy import DEFAULT_PLATFORM, BackupDecision, Platform, PoolLayout, backup_carries, pd_state_types
-from kvdoctor.core.sizing import Sizing
-from kvdoctor.core.spec import StateSpec
+from kvdoctor.core.sglang import rules
+from kvdoctor.core.sglang.flags import ServerFlags
+from kvdoctor.core.sglang.policy import (
+    DEFAULT_PLATFORM,
+    BackupDecision,
+    Platform,
+    PoolLayout,
+    backup_carries,
+    pd_state_types,
+)
+from kvdoctor.core.sglang.sizing import Sizing
+from kvdoctor.core.sglang.spec import StateSpec
 from kvdoctor.core.validate import Refusal
 
 ERROR, WARNING, INFO = "error", "warning", "info"

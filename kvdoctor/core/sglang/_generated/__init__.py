@@ -1,0 +1,1 @@
+"""Tables generated from SGLang's own source and parser (data, not logic); see ``scripts/``."""
