@@ -5,34 +5,56 @@ Modelled on httpx's ``_exceptions.py``: callers catch the broad class they care 
 failures owes a CI system: 0 green · 1 a gate failed · 2 bad input · 3 a deployment failed ·
 4 kvdoctor itself failed. Public names are re-exported from ``kvdoctor`` (its ``__all__``).
 Two classes here are not ``KvdoctorError``: ``Interrupted`` (a signal, unwinding like
-``KeyboardInterrupt``) and the internal signals ``MalformedReply`` and ``GroupingRefused``, which
-their callers turn into a verdict or an ``InputError`` and which never reach the CLI.
+``KeyboardInterrupt``) and the internal signal ``MalformedReply``, which its callers turn into a
+verdict and which never reaches the CLI. This module imports nothing of kvdoctor's rule models
+(``core``): the error tree sits below every floor.
 """
 
 from __future__ import annotations
 
 import signal
-from typing import TYPE_CHECKING
 
 from kvdoctor.text import printable, shown
 
-if TYPE_CHECKING:
-    from kvdoctor.core.vllm.rules import Cite as VllmCite
-
 MAX_LINE = 2000  # characters of one error line; an echoed 1 MB value must not flood a CI log
+
+# --- every exit code kvdoctor returns, defined here once (the README's "Exit codes" table) ---
+# A verdict's codes (0, 1), each error family's (on the classes below: 2, 3, 4), and a signal's: 128 + N,
+# what a shell reports for a process signal N stopped. Every other module imports these names.
+
+EXIT_PASS = 0  # everything checked is green (verdict pass, or warn: findings reported, not gated)
+EXIT_GATE = 1  # a check ran to the end and is red (verdict fail)
+EXIT_INPUT = 2  # bad input
+EXIT_DEPLOYMENT = 3  # a deployment failed
+EXIT_INTERNAL = 4  # kvdoctor itself failed
+SIGNAL_EXIT_BASE = 128
+EXIT_SIGINT = SIGNAL_EXIT_BASE + signal.SIGINT  # 130: Ctrl-C
+EXIT_SIGPIPE = SIGNAL_EXIT_BASE + signal.SIGPIPE  # 141: the reader of standard output went away
+EXIT_SIGTERM = SIGNAL_EXIT_BASE + signal.SIGTERM  # 143: SIGTERM
+
+EXIT_CODES: dict[int, str] = {
+    EXIT_PASS: "everything checked is green",
+    EXIT_GATE: "a gate failed",
+    EXIT_INPUT: "bad input",
+    EXIT_DEPLOYMENT: "a deployment failed",
+    EXIT_INTERNAL: "kvdoctor itself failed (a bug)",
+    EXIT_SIGINT: "Ctrl-C (SIGINT)",
+    EXIT_SIGPIPE: "the reader of standard output went away",
+    EXIT_SIGTERM: "SIGTERM",
+}
 
 
 class KvdoctorError(Exception):
     """Base class of every error kvdoctor raises on purpose."""
 
-    exit_code: int = 2
+    exit_code: int = EXIT_INPUT
     label: str = "error"  # the word after "kvdoctor:" on the one stderr line
 
 
 class InputError(KvdoctorError):
     """The user's input is wrong: a config, a flag, a file, an option. Exit code 2."""
 
-    exit_code = 2
+    exit_code = EXIT_INPUT
 
 
 class ConfigError(InputError):
@@ -50,13 +72,13 @@ class FlagError(InputError):
 class GateFailure(KvdoctorError):
     """A check ran to the end and its verdict is red (accuracy, guard, bitwise diff). Exit code 1."""
 
-    exit_code = 1
+    exit_code = EXIT_GATE
 
 
 class DeploymentError(KvdoctorError):
     """A server or router failed to start, died, or timed out. Exit code 3."""
 
-    exit_code = 3
+    exit_code = EXIT_DEPLOYMENT
 
 
 class InternalError(KvdoctorError):
@@ -67,7 +89,7 @@ class InternalError(KvdoctorError):
     reported as the user's fault (exit 2) nor as a red verdict (exit 1).
     """
 
-    exit_code = 4
+    exit_code = EXIT_INTERNAL
     label = "internal error"
 
     @classmethod
@@ -155,19 +177,17 @@ class Interrupted(BaseException):
     @staticmethod
     def exit_code_for(signum: int) -> int:
         """128 + SIGNUM, what a shell reports for a process that signal stopped (130, 143)."""
-        return 128 + signum
+        return SIGNAL_EXIT_BASE + signum
+
+    @staticmethod
+    def signal_of(exit_code: int) -> int | None:
+        """The signal an exit code says stopped the run (130: SIGINT), or None for any other code."""
+        signum = exit_code - SIGNAL_EXIT_BASE
+        return signum if signum in signal.valid_signals() else None
 
 
 class MalformedReply(ValueError):
     """A 200 reply that is not the JSON shape SGLang answers with."""
-
-
-class GroupingRefused(Exception):
-    """vLLM raises while planning the KV cache: the server would not start."""
-
-    def __init__(self, message: str, where: VllmCite) -> None:
-        super().__init__(message)
-        self.where = where
 
 
 def one_line(exc: KvdoctorError) -> str:

@@ -6,7 +6,7 @@ cache (looked up offline; kvdoctor never downloads weights or configs at run tim
 
 Everything here is the user's input: a name the file system cannot take (too long, ``~nouser``), a
 file too large or nested too deep to be a config, an integer too long to convert, and every field
-``validate.py`` refuses are ``ConfigError`` (exit 2), each naming the file and the field.
+``config_checks.py`` refuses are ``ConfigError`` (exit 2), each naming the file and the field.
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from kvdoctor._exceptions import ConfigError
-from kvdoctor.core import validate
-from kvdoctor.core.sglang import rules
+from kvdoctor.core import config_checks
+from kvdoctor.core.config_rules import derived_fields
 from kvdoctor.text import shown
 
 # SGLang's ``get_hf_text_config`` looks for the language model's config under these keys, in
@@ -93,7 +93,7 @@ class ModelConfig:
         value = self.get(key, default)
         if value is None:
             raise ConfigError(f"{self.source}: field '{key}' is missing (needed for the state spec)")
-        return validate.check_count(self.source, self.where(key), value, validate.bound_for(key))
+        return config_checks.check_count(self.source, self.where(key), value, config_checks.bound_for(key))
 
 
 def unwrap_text_config(top: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -112,18 +112,6 @@ def _text_config(top: Mapping[str, Any]) -> tuple[Mapping[str, Any], str]:
         if isinstance(sub, Mapping):
             return sub, key
     return top, ""
-
-
-def _derived_fields(text: Mapping[str, Any], model_type: str) -> dict[str, Any]:
-    """Fields SGLang's config class computes from others when the file does not state them."""
-    derived: dict[str, Any] = {}
-    if text.get("num_hidden_layers") is None:
-        if model_type in rules.LONGCAT_MODEL_TYPES and text.get("num_layers") is not None:
-            derived["num_hidden_layers"] = text["num_layers"]  # rules.LONGCAT_LAYERS_SOURCE
-        blocks = text.get("layers_block_type")
-        if model_type in rules.NEMOTRON_H_MODEL_TYPES and isinstance(blocks, list):
-            derived["num_hidden_layers"] = len(blocks)  # rules.NEMOTRON_H_COUNT_SOURCE
-    return derived
 
 
 def _fixtures_root() -> Any:
@@ -214,25 +202,25 @@ def parse_config(text: str, source: str) -> ModelConfig:
     except json.JSONDecodeError as exc:
         raise ConfigError(f"{source}: malformed JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
     except RecursionError:
-        raise ConfigError(f"{source}: JSON nested deeper than {validate.MAX_JSON_DEPTH} levels") from None
+        raise ConfigError(f"{source}: JSON nested deeper than {config_checks.MAX_JSON_DEPTH} levels") from None
     except ValueError as exc:  # an integer past Python's 4,300-digit conversion limit
         raise ConfigError(f"{source}: unreadable JSON value ({exc})") from None
     if not isinstance(top, dict):
         raise ConfigError(f"{source}: a config must be a JSON object, got {type(top).__name__}")
-    if validate.json_depth(top) > validate.MAX_JSON_DEPTH:
-        raise ConfigError(f"{source}: JSON nested deeper than {validate.MAX_JSON_DEPTH} levels")
+    if config_checks.json_depth(top) > config_checks.MAX_JSON_DEPTH:
+        raise ConfigError(f"{source}: JSON nested deeper than {config_checks.MAX_JSON_DEPTH} levels")
     if not top.get("model_type"):
         raise ConfigError(f"{source}: field 'model_type' is missing")
     text, text_path = _text_config(top)
     model_type = str(text.get("model_type", top["model_type"]))
-    config = ModelConfig(source, top, text, text_path, _derived_fields(text, model_type))
-    validate.validate_config(config)
+    config = ModelConfig(source, top, text, text_path, derived_fields(text, model_type))
+    config_checks.validate_config(config)
     return config
 
 
 def read_config_text(path: Path) -> str:
     """PATH's text, refusing a file larger than any config (a model's weights given by mistake)."""
-    limit = validate.MAX_CONFIG_BYTES
+    limit = config_checks.MAX_CONFIG_BYTES
     try:
         # O_NONBLOCK: should PATH have become a FIFO since it was resolved, opening it must not wait
         # for a writer; fstat then refuses anything but a regular file before a byte is read.

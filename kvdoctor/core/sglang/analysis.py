@@ -7,10 +7,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from kvdoctor.core.config import ModelConfig, load_config
+from kvdoctor.core.registry import Hazard, find_hazards
 from kvdoctor.core.sglang import rules
 from kvdoctor.core.sglang.families import Classification, classify, is_dsa, is_dsv4, is_mla
 from kvdoctor.core.sglang.flags import ServerFlags, parse_flags
-from kvdoctor.core.sglang.hazards import Context, Hazard, find_hazards
+from kvdoctor.core.sglang.hazards import Context
 from kvdoctor.core.sglang.policy import (
     DEFAULT_PLATFORM,
     BackupDecision,
@@ -20,9 +21,9 @@ from kvdoctor.core.sglang.policy import (
     pd_state_types,
     pool_layout,
 )
+from kvdoctor.core.sglang.refusals import Refusal, launch_refusals
 from kvdoctor.core.sglang.sizing import Sizing, size_pools
 from kvdoctor.core.sglang.spec import StateSpec, build_spec
-from kvdoctor.core.validate import Refusal, launch_refusals
 
 
 @dataclass(frozen=True)
@@ -177,7 +178,7 @@ def context_length(config: ModelConfig, flags: ServerFlags) -> int:
 def analyze_config(config: ModelConfig, flags: ServerFlags, platform: Platform = DEFAULT_PLATFORM) -> Analysis:
     """Every verdict for CONFIG (validated when it was parsed) under FLAGS.
 
-    Bad input is refused where it enters (``config``/``validate``, ``flags``) with the field or flag
+    Bad input is refused where it enters (``config``/``config_checks``, ``flags``) with the field or flag
     named; an exception raised past that point is a kvdoctor bug and is left to surface as one (exit 4).
     """
     flags = model_overrides(config, flags, platform)
@@ -200,7 +201,7 @@ def analyze_config(config: ModelConfig, flags: ServerFlags, platform: Platform =
         backup=backup,
         pd_state_types=pd_state_types(spec, layout),
         sizing=sizing,
-        hazards=find_hazards(Context(spec, layout, backup, flags, sizing, refusals, platform)),
+        hazards=find_hazards("sglang", Context(spec, layout, backup, flags, sizing, refusals, platform)),
         refusals=refusals,
         platform=platform,
     )

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from kvdoctor._exceptions import UnknownModelError
+from kvdoctor.core.cite import located, shown
 from kvdoctor.core.config import ModelConfig
 from kvdoctor.core.model_types import check_model_type
 from kvdoctor.core.sglang import rules
@@ -129,7 +130,7 @@ def check_loadable(cfg: ModelConfig) -> None:
     if set(cfg.architectures) & rules.LONGCAT_LOADER_ARCHS:
         return
     check_model_type(
-        cfg, SGLANG_MODEL_TYPES, f"SGLang {SGLANG_MODEL_TYPES_VERSION}", rules.located(rules.CONFIG_LOADER_SOURCE)
+        cfg, SGLANG_MODEL_TYPES, f"SGLang {SGLANG_MODEL_TYPES_VERSION}", located(rules.CONFIG_LOADER_SOURCE)
     )
 
 
@@ -146,19 +147,19 @@ def classify(cfg: ModelConfig, *, disable_hybrid_swa_memory: bool = False) -> Cl
     dsa, dsv4 = is_dsa(cfg), is_dsv4(cfg)
     rule = _recurrent_rule(cfg)
     if rule is not None:
-        return Classification(rule.family, True, swa, mla, rule.predicate, rules.shown(rule.source), is_dsa=dsa)
+        return Classification(rule.family, True, swa, mla, rule.predicate, shown(rule.source), is_dsa=dsa)
     if via_transformers(cfg):
         return Classification(
-            "dense", False, False, False, None, rules.shown(rules.TRANSFORMERS_FALLBACK), transformers_backend=True
+            "dense", False, False, False, None, shown(rules.TRANSFORMERS_FALLBACK), transformers_backend=True
         )
     if dsv4:
         return Classification(
-            "dsv4", False, swa, False, None, rules.shown((rules.DSV4_SOURCE, rules.DSV4_POOL_SOURCE)), is_dsv4=True
+            "dsv4", False, swa, False, None, shown((rules.DSV4_SOURCE, rules.DSV4_POOL_SOURCE)), is_dsv4=True
         )
     if dsa:
         return Classification(
-            "dsa", False, swa, mla, None, rules.shown((rules.DSA_SOURCE, rules.DSA_POOL_SOURCE)), is_dsa=True
+            "dsa", False, swa, mla, None, shown((rules.DSA_SOURCE, rules.DSA_POOL_SOURCE)), is_dsa=True
         )
     family = "mla" if mla else "hybrid_swa" if swa else "dense"
     source = rules.MLA_SOURCE if mla else rules.HYBRID_SWA_SOURCE if swa else rules.ATTENTION_ONLY_SOURCE
-    return Classification(family, False, swa, mla, None, rules.shown(source))
+    return Classification(family, False, swa, mla, None, shown(source))

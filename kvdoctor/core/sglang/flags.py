@@ -13,15 +13,14 @@ Spellings and defaults follow ``sglang/srt/server_args.py`` of the revision in `
 from __future__ import annotations
 
 import argparse
-import difflib
+import functools
 import math
-import re
-from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass, field, fields
-from pathlib import PurePath
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass, fields
 
 from kvdoctor._exceptions import FlagError
-from kvdoctor.core.flag_values import IEC, SGLANG_HUMAN, SI, ValueCheck, ValueGrammar
+from kvdoctor.core.flag_values import IEC, SGLANG_HUMAN, SI
+from kvdoctor.core.launch_line import FlagVocabulary, LaunchLine, check_values, scan, split_launcher
 from kvdoctor.core.sglang import rules
 from kvdoctor.core.sglang._generated.server_flags import (
     SGLANG_FLAG_VALUES,
@@ -205,7 +204,9 @@ for _type, _name in (
     _type.__name__ = _name
 
 
-def _build_parser() -> _Parser:
+@functools.cache
+def _parser() -> _Parser:
+    """kvdoctor's parser of the modelled flags, built once per process (argparse keeps no state between parses)."""
     p = _Parser(prog="sglang", add_help=False, allow_abbrev=False)
     p.add_argument("--kv-cache-dtype", choices=KV_CACHE_DTYPES, default="auto")
     p.add_argument("--disaggregation-mode", choices=DISAGGREGATION_MODES, default="null")
@@ -250,166 +251,29 @@ def _build_parser() -> _Parser:
     return p
 
 
-# --- Reading a pasted command line: options, their values, and positional words ---
+# --- Reading a pasted command line: SGLang's vocabulary for the shared scanner (``core/launch_line.py``) ---
 
 MODEL_FLAGS = ("--model-path", "--model")  # SGLang's spellings of MODEL (arg_groups/fields/model.py)
-_PYTHON = re.compile(r"python[0-9.]*")
-_ENV_ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=.*")
-_NUMBER = re.compile(r"-\.?[0-9]")  # "-1", "-0.5": a value, as argparse reads it, not an option
+LAUNCHERS = (("python", "-m", "sglang.launch_server"), ("sglang", "serve"))
 
 
-@dataclass(frozen=True)
-class Option:
-    """One option of a command line: the server flag it means, and the values it took."""
-
-    name: str  # the server's full spelling (SGLang: a unique prefix expanded; vLLM: underscores as dashes)
-    values: tuple[str, ...]
-
-    @property
-    def argv(self) -> list[str]:
-        return [self.name, *self.values]
+def _modelled_options(parser: argparse.ArgumentParser) -> frozenset[str]:
+    return frozenset(s for action in parser._actions for s in action.option_strings)
 
 
-@dataclass(frozen=True)
-class Scan:
-    options: tuple[Option, ...] = ()
-    positionals: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
-class LaunchLine:
-    """MODEL and the server flags of a command line, however the user wrote them."""
-
-    model: str
-    server_argv: tuple[str, ...] = ()
-    launcher: str | None = None  # "python -m sglang.launch_server" or "sglang serve" when pasted
-
-
-def is_option(token: str) -> bool:
-    return token.startswith("-") and len(token) > 1 and not _NUMBER.match(token)
-
-
-def _suggest(word: str, own_options: Collection[str]) -> str:
-    candidates = sorted(set(own_options) | SGLANG_SERVER_FLAGS)
-    close = difflib.get_close_matches(word, candidates, n=1, cutoff=0.6)
-    return f"; did you mean {close[0]}?" if close else ""
-
-
-def resolve_option(word: str, own_options: Collection[str] = ()) -> str:
-    """WORD's SGLang spelling: itself, or the one flag it abbreviates (argparse's allow_abbrev).
-
-    kvdoctor's own options never reach here unless they follow ``--``; one that SGLang also spells
-    (``--device``) is then SGLang's, any other is refused rather than read as an abbreviation.
-    """
-    if word in SGLANG_SERVER_FLAGS:
-        return word
-    if word in own_options:
-        raise FlagError(f"{word} is kvdoctor's own option: put it before '--' (what follows '--' goes to SGLang)")
-    matches = sorted(f for f in SGLANG_SERVER_FLAGS if f.startswith(word)) if word.startswith("--") else []
-    if len(matches) == 1:
-        return matches[0]
-    if matches:
-        listed = ", ".join(matches[:5]) + (", ..." if len(matches) > 5 else "")
-        raise FlagError(f"server flags: ambiguous option: {shown(word)} could match {listed}")
-    raise FlagError(
-        f"unknown option {shown(word)}: neither kvdoctor's nor an SGLang {SGLANG_VERSION} server flag"
-        f"{_suggest(word, own_options)}"
-    )
-
-
-@dataclass(frozen=True)
-class FlagVocabulary:
-    """One server's flag grammar, as its argparse reads it: how a word resolves to a flag, and how many
-    values each flag takes. SGLang's and vLLM's parsers share the reading rules (``--flag=value``, a
-    switch takes no value, a multi-value flag takes every word up to the next option); only the
-    vocabulary differs, so one :func:`scan` serves both (vLLM's is in ``core/vllm/flags.py``)."""
-
-    label: str  # how errors name the flags: "server flags", "vLLM flags"
-    resolve: Callable[[str, Collection[str]], str]  # (word, kvdoctor's own options) -> the flag, or FlagError
-    switches: frozenset[str]  # take no value
-    multi_value: frozenset[str]  # take every value up to the next option
-    optional_value: frozenset[str]  # may take none
-    values: Mapping[str, ValueGrammar] = field(default_factory=dict)  # each flag's type, nargs, choices
-    # Flags kvdoctor models: its own parser reads their values first (with its own, stricter messages),
-    # then check_values holds them to the server's grammar too; scan checks every other flag's values.
-    modelled: frozenset[str] = frozenset()
-
-    def check(self, option: Option) -> None:
-        """OPTION's values as the server's argparse converts them (``flag_values``): a ``FlagError``
-        (exit 2) for a value it refuses, a choice it does not offer, or a list with no value."""
-        ValueCheck(self.label).check(option.name, option.values, self.values.get(option.name))
-
-
-def check_values(options: Sequence[Option], vocabulary: FlagVocabulary) -> None:
-    """Hold every option's values to the server's grammar (after kvdoctor's own parser read the modelled ones)."""
-    for option in options:
-        vocabulary.check(option)
-
-
+# SGLang's parser accepts unique prefixes (argparse's allow_abbrev): its own fixtures pass --tp for --tp-size.
 SGLANG = FlagVocabulary(
-    "server flags",
-    resolve_option,
-    frozenset(SGLANG_SWITCHES),
-    frozenset(SGLANG_MULTI_VALUE),
-    frozenset(SGLANG_OPTIONAL_VALUE),
-    SGLANG_FLAG_VALUES,
-    frozenset(s for action in _build_parser()._actions for s in action.option_strings),
+    label="server flags",
+    server="SGLang",
+    flag_kind=f"an SGLang {SGLANG_VERSION} server flag",
+    known=frozenset(SGLANG_SERVER_FLAGS),
+    switches=frozenset(SGLANG_SWITCHES),
+    multi_value=frozenset(SGLANG_MULTI_VALUE),
+    optional_value=frozenset(SGLANG_OPTIONAL_VALUE),
+    values=SGLANG_FLAG_VALUES,
+    modelled=_modelled_options(_parser()),
+    abbreviations=True,
 )
-
-
-def scan(tokens: Sequence[str], own_options: Collection[str] = (), vocabulary: FlagVocabulary = SGLANG) -> Scan:
-    """Split TOKENS into options (with the values the server's parser would give them) and positionals."""
-    options: list[Option] = []
-    positionals: list[str] = []
-    i = 0
-    while i < len(tokens):
-        token = tokens[i]
-        i += 1
-        if not is_option(token):
-            positionals.append(token)
-            continue
-        word, eq, inline = token.partition("=")
-        name = vocabulary.resolve(word, own_options)
-        if eq and name in vocabulary.switches:
-            raise FlagError(f"{vocabulary.label}: argument {name}: ignored explicit argument {shown(inline)!r}")
-        if eq:
-            options.append(Option(name, (inline,)))
-            continue
-        values: list[str] = []
-        if name not in vocabulary.switches:
-            limit = len(tokens) if name in vocabulary.multi_value else min(len(tokens), i + 1)
-            while i < limit and not is_option(tokens[i]):
-                values.append(tokens[i])
-                i += 1
-            if not values and name not in vocabulary.multi_value | vocabulary.optional_value:
-                raise FlagError(f"{vocabulary.label}: argument {name}: expected one argument")
-        options.append(Option(name, tuple(values)))
-    for option in options:  # what the server's parser refuses is refused here, not "not modelled"
-        if option.name not in vocabulary.modelled:
-            vocabulary.check(option)
-    return Scan(tuple(options), tuple(positionals))
-
-
-def _launcher_at(tokens: Sequence[str], i: int) -> int:
-    """How many words a launcher starting at TOKENS[i] spans (0 when none starts there)."""
-    base = PurePath(tokens[i]).name
-    if _PYTHON.fullmatch(base) and list(tokens[i + 1 : i + 3]) == ["-m", "sglang.launch_server"]:
-        return 3
-    if base == "sglang" and tokens[i + 1 : i + 2] == ["serve"]:
-        return 2
-    return 0
-
-
-def _split_launcher(tokens: Sequence[str]) -> tuple[list[str], list[str], str | None]:
-    """(words before a pasted launcher, words after it, the launcher); env assignments are dropped."""
-    for i in range(len(tokens)):
-        span = _launcher_at(tokens, i)
-        if span:
-            before = list(tokens[:i])
-            while before and _ENV_ASSIGNMENT.fullmatch(before[-1]):
-                before.pop()
-            return before, list(tokens[i + span :]), " ".join(tokens[i : i + span])
-    return [], list(tokens), None
 
 
 def parse_launch_line(
@@ -420,8 +284,8 @@ def parse_launch_line(
     MODEL comes from the one positional word, ``--model-path`` / ``--model``, or ``sglang serve``'s
     positional; every option must be kvdoctor's own or SGLang's (abbreviations expanded).
     """
-    before, after, launcher = _split_launcher(tokens)
-    head, tail = scan(before, own_options), scan(after, own_options)
+    before, after, launcher = split_launcher(tokens, LAUNCHERS)
+    head, tail = scan(before, SGLANG, own_options), scan(after, SGLANG, own_options)
     positionals = [*head.positionals, *tail.positionals]
     options = [o for o in (*head.options, *tail.options) if o.name not in MODEL_FLAGS]
     named = [o.values[-1] for o in (*head.options, *tail.options) if o.name in MODEL_FLAGS and o.values]
@@ -442,21 +306,16 @@ def parse_launch_line(
     return LaunchLine(model, argv, launcher)
 
 
-def _modelled_options(parser: argparse.ArgumentParser) -> frozenset[str]:
-    return frozenset(s for action in parser._actions for s in action.option_strings)
-
-
 def parse_flags(argv: Sequence[str], *, own_options: Collection[str] = ()) -> ServerFlags:
     """Parse SGLang server flags (no MODEL) into ``ServerFlags``; unmodelled SGLang flags are kept."""
-    found = scan(argv, own_options)
+    found = scan(argv, SGLANG, own_options)
     if found.positionals:
         raise FlagError(
             f"unexpected argument {shown(found.positionals[0])!r} among the server flags (server flags start with --)"
         )
-    parser = _build_parser()
-    modelled = _modelled_options(parser)
+    modelled = SGLANG.modelled
     try:
-        known = parser.parse_args([w for o in found.options if o.name in modelled for w in o.argv])
+        known = _parser().parse_args([w for o in found.options if o.name in modelled for w in o.argv])
     except ValueError as exc:  # a type converter that raised plain ValueError
         raise FlagError(f"server flags: {exc}") from None
     check_values([o for o in found.options if o.name in modelled], SGLANG)  # SGLang's grammar, beyond kvdoctor's
@@ -468,5 +327,5 @@ def parse_flags(argv: Sequence[str], *, own_options: Collection[str] = ()) -> Se
     names = {f.name for f in fields(ServerFlags)}
     not_modelled = tuple(" ".join(o.argv) for o in found.options if o.name not in modelled)
     # Combinations SGLang refuses at start-up are not malformed input: they are hazard KVD014
-    # (validate.launch_refusals), reported with the rest of the analysis.
+    # (``core/sglang/refusals.py``, launch_refusals), reported with the rest of the analysis.
     return ServerFlags(**{k: v for k, v in values.items() if k in names}, not_modelled=not_modelled)

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from kvdoctor._exceptions import ConfigError
-from kvdoctor.core import validate
+from kvdoctor.core import config_checks
 from kvdoctor.core.config import ModelConfig
 from kvdoctor.core.sglang import rules
 from kvdoctor.core.sglang.layer_types import (
@@ -88,7 +88,7 @@ def total_kv_heads(cfg: ModelConfig) -> int:
     for key in rules.KV_HEAD_KEYS:
         value = cfg.get(key)
         if value is not None:
-            return validate.check_count(cfg.source, cfg.where(key), value, validate.MAX_HEADS)
+            return config_checks.check_count(cfg.source, cfg.where(key), value, config_checks.MAX_HEADS)
     return cfg.positive_int("num_attention_heads")
 
 

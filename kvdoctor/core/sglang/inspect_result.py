@@ -15,12 +15,14 @@ Pure data (no torch), like the rest of ``core``.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
+from kvdoctor.core.engine_ref import EngineRef
+from kvdoctor.core.registry import ERROR, WARNING, Hazard, RefusalFacts
 from kvdoctor.core.sglang.analysis import Analysis
-from kvdoctor.core.sglang.hazards import ERROR, WARNING, Hazard, RefusalFacts
 from kvdoctor.core.sglang.policy import Condition, PoolLayout
 from kvdoctor.core.sglang.sizing import Sizing, forecast
 from kvdoctor.core.sglang.spec import PER_TOKEN, Component
@@ -28,22 +30,16 @@ from kvdoctor.core.sglang.spec import PER_TOKEN, Component
 __all__ = [
     "BackupFacts",
     "ComponentRow",
-    "EngineFacts",
-    "FieldDrift",
     "ForecastFacts",
-    "InspectBesideReport",
     "InspectReport",
     "LayerCounts",
-    "LiveRefusal",
     "ModelFacts",
-    "ModelSource",
     "PerRequestComponent",
     "PerTokenComponent",
     "RefusalFacts",
-    "RefusedInspectReport",
-    "SglangAnswers",
     "SizingFacts",
     "inspect_report",
+    "shown",
     "ungated",
 ]
 
@@ -174,70 +170,99 @@ class InspectReport:
 
 
 # ---- the installed SGLang's answers (``--engine sglang``), as data -------------------------------
-@dataclass(frozen=True)
-class EngineFacts:
-    """The engine that answered: name, version, where it was imported from."""
-
-    name: str
-    version: str | None
-    path: str | None
-
-
-@dataclass(frozen=True)
-class LiveRefusal:
-    """SGLang refuses the launch: at which stage, and its message with the SGLang frame that raised."""
-
-    stage: str
-    message: str
+# Only ``--engine sglang`` (and ``drift``) reads these, so this module makes them on first use, through
+# ``__getattr__`` below: a plain ``inspect`` never pays for them (each frozen dataclass costs start-up its
+# generated methods, over a millisecond apiece; issue 17 holds inspect's start-up to 1.5x the typer floor).
+# ``from kvdoctor.core.sglang.inspect_result import SglangAnswers`` reads them as any other name here.
+ENGINE_ANSWER_TYPES = (
+    "LiveRefusal",
+    "FieldDrift",
+    "SglangAnswers",
+    "InspectBesideReport",
+    "ModelSource",
+    "RefusedInspectReport",
+)
+__all__ += ENGINE_ANSWER_TYPES
 
 
-@dataclass(frozen=True)
-class FieldDrift:
-    """One field where kvdoctor's rules and the installed SGLang disagree."""
-
-    field: str
-    kvdoctor: Any
-    sglang: Any
+_DEFINING = threading.Lock()  # two threads' first reads must not make two classes of one name
 
 
-@dataclass(frozen=True)
-class SglangAnswers:
-    """The installed SGLang's answers beside kvdoctor's, field by field (``--json``'s ``sglang`` key).
-
-    ``fields`` and ``kvdoctor`` are keyed by field name (``kv_pool``, ``full_kv.dtype`` …): an open
-    set, the comparison's vocabulary, so a mapping and not a class.
-    """
-
-    engine: EngineFacts
-    stubs: tuple[str, ...]
-    refusal: LiveRefusal | None
-    fields: Mapping[str, Any]
-    skipped: Mapping[str, str]
-    kvdoctor: Mapping[str, Any]
-    kvdoctor_refusal: str | None
-    drift: tuple[FieldDrift, ...]
+def __getattr__(name: str) -> Any:
+    if name in ENGINE_ANSWER_TYPES:
+        with _DEFINING:
+            if name not in globals():
+                _define_engine_answer_types()
+        return globals()[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-@dataclass(frozen=True)
-class InspectBesideReport(InspectReport):
-    """``inspect --engine sglang``: the rule model's result, with SGLang's answers beside it."""
+def _define_engine_answer_types() -> None:
+    """Define :data:`ENGINE_ANSWER_TYPES` in this module, as if written at its top level."""
 
-    sglang: SglangAnswers
+    @dataclass(frozen=True)
+    class LiveRefusal:
+        """SGLang refuses the launch: at which stage, and its message with the SGLang frame that raised."""
+
+        stage: str
+        message: str
+
+    @dataclass(frozen=True)
+    class FieldDrift:
+        """One field where kvdoctor's rules and the installed SGLang disagree."""
+
+        field: str
+        kvdoctor: Any
+        sglang: Any
+
+    @dataclass(frozen=True)
+    class SglangAnswers:
+        """The installed SGLang's answers beside kvdoctor's, field by field (``--json``'s ``sglang`` key).
+
+        ``fields`` and ``kvdoctor`` are keyed by field name (``kv_pool``, ``full_kv.dtype`` …): an open
+        set, the comparison's vocabulary, so a mapping and not a class.
+        """
+
+        engine: EngineRef  # the installed SGLang that answered
+        stubs: tuple[str, ...]
+        refusal: LiveRefusal | None
+        fields: Mapping[str, Any]
+        skipped: Mapping[str, str]
+        kvdoctor: Mapping[str, Any]
+        kvdoctor_refusal: str | None
+        drift: tuple[FieldDrift, ...]
+
+    @dataclass(frozen=True)
+    class InspectBesideReport(InspectReport):
+        """``inspect --engine sglang``: the rule model's result, with SGLang's answers beside it."""
+
+        sglang: SglangAnswers
+
+    @dataclass(frozen=True)
+    class ModelSource:
+        source: str
+
+    @dataclass(frozen=True)
+    class RefusedInspectReport:
+        """``inspect --engine sglang`` where kvdoctor's rules refuse the model: only SGLang answered."""
+
+        model: ModelSource
+        hazards: tuple[Hazard, ...]
+        sglang: SglangAnswers
+        rules_revision: None = None
+
+    made = (LiveRefusal, FieldDrift, SglangAnswers, InspectBesideReport, ModelSource, RefusedInspectReport)
+    for cls in made:
+        cls.__qualname__ = cls.__name__  # named as a top-level class: repr, pickle, error messages
+        globals()[cls.__name__] = cls
 
 
-@dataclass(frozen=True)
-class ModelSource:
-    source: str
-
-
-@dataclass(frozen=True)
-class RefusedInspectReport:
-    """``inspect --engine sglang`` where kvdoctor's rules refuse the model: only SGLang answered."""
-
-    model: ModelSource
-    hazards: tuple[Hazard, ...]
-    sglang: SglangAnswers
-    rules_revision: None = None
+def shown(name: str, value: Any) -> Any:
+    """A live value as a person reads it: a pool by its own class, not its whole MRO (SGLang's answer for a
+    ``*pool`` field is the class and its bases, so a subclass of the class kvdoctor names agrees)."""
+    if isinstance(value, list) and value and all(isinstance(c, str) for c in value) and name.endswith("pool"):
+        return value[0]
+    return value
 
 
 # ---- building it --------------------------------------------------------------------------------

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kvdoctor.core.cite import shown
 from kvdoctor.core.sglang import rules
 from kvdoctor.core.sglang.flags import ServerFlags
 from kvdoctor.core.sglang.spec import StateSpec
@@ -197,9 +198,7 @@ def decide_backup(
 ) -> BackupDecision:
     """resolve_decode_retraction_backup, with every condition's value kept."""
     values = _condition_values(spec, layout, flags, platform)
-    conditions = tuple(
-        Condition(c.name, c.meaning, rules.shown(c.source), *values[c.name]) for c in rules.BACKUP_CONDITIONS
-    )
+    conditions = tuple(Condition(c.name, c.meaning, shown(c.source), *values[c.name]) for c in rules.BACKUP_CONDITIONS)
     inferred = "host_pool" if all(c.passed for c in conditions) else "cpu_tensor"
     declared = flags.retraction_backup_declared  # a threshold below 1 declares host_pool, over an explicit none
     if declared is None:

@@ -5,14 +5,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from kvdoctor._exceptions import GroupingRefused
+from kvdoctor.core import registry
 from kvdoctor.core.config import ModelConfig, load_config
-from kvdoctor.core.sglang import hazards as registry
-from kvdoctor.core.sglang.hazards import Hazard, RefusalFacts
+from kvdoctor.core.registry import Hazard, RefusalFacts
 from kvdoctor.core.vllm import rules
 from kvdoctor.core.vllm.connectors import ConnectorVerdict, HybridManager, hybrid_manager, verdict
 from kvdoctor.core.vllm.flags import VllmFlags, parse_vllm_flags
-from kvdoctor.core.vllm.grouping import Group, kv_cache_groups
+from kvdoctor.core.vllm.grouping import Group, GroupingRefused, kv_cache_groups
 from kvdoctor.core.vllm.hazards import VllmContext
 from kvdoctor.core.vllm.refusals import VllmRefusal, launch_refusals
 from kvdoctor.core.vllm.specs import ModelSpecs, SpecKind, build_specs
@@ -267,7 +266,7 @@ def analyze_vllm_config(config: ModelConfig, flags: VllmFlags) -> VllmAnalysis:
     attention = any(s.kind is not SpecKind.MAMBA for s in specs.layers.values())
     refusals = launch_refusals(config, flags, mla=specs.family is rules.Family.MLA, attention=attention)
     ctx = VllmContext(flags, specs, groups, refusal, hybrid, connector, refusals, where)
-    found = tuple(h for rule in registry.rules_for("vllm") for h in rule(ctx))
+    found = registry.find_hazards("vllm", ctx)
     found = tuple(sorted(found, key=lambda h: SEVERITY_ORDER[h.severity]))
     return VllmAnalysis(config, flags, specs, hybrid, groups, refusal, where, connector, found, refusals)
 

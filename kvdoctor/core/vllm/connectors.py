@@ -110,7 +110,7 @@ def _offload_row(i: int, group: Group, rule: rules.ConnectorRule, flags: VllmFla
             Status.REFUSED,
             "Mamba block size = max_model_len without prefix caching: the "
             "offloading config asserts 'Hybrid models (e.g. Mamba+Attention) need --enable-prefix-caching'",
-            rules.Cite(rules.OFFLOAD_GROUPS.path, "113-119", "build_offloading_config"),
+            rules.OFFLOAD_PREFIX_CACHING,
         )
     if kind is SpecKind.MAMBA:
         if not rule.carries_mamba:

@@ -12,16 +12,13 @@ Spellings and defaults: ``engine/arg_utils.py`` (``EngineArgs``), ``config/cache
 
 from __future__ import annotations
 
-import difflib
 import json
-import re
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
-from pathlib import PurePath
 from typing import Any
 
 from kvdoctor._exceptions import FlagError
-from kvdoctor.core.sglang.flags import FlagVocabulary, Option, check_values, scan
+from kvdoctor.core.launch_line import FlagVocabulary, LaunchLine, Option, check_values, scan, split_launcher
 from kvdoctor.core.vllm import rules
 from kvdoctor.core.vllm._generated.server_flags import (
     VLLM_FLAG_VALUES,
@@ -33,9 +30,8 @@ from kvdoctor.core.vllm._generated.server_flags import (
 )
 from kvdoctor.text import shown
 
-_PYTHON = re.compile(r"python[0-9.]*")
-_ENV_ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=.*")
 MODEL_FLAGS = ("--model",)
+LAUNCHERS = (("vllm", "serve"), ("python", "-m", "vllm.entrypoints.openai.api_server"))
 # KVTransferConfig's fields (config/kv_transfer.py, class KVTransferConfig); the dataclass forbids any other key.
 KV_TRANSFER_KEYS = frozenset(
     {
@@ -106,31 +102,6 @@ class VllmFlags:
         return self.enable_prefix_caching is not False
 
 
-@dataclass(frozen=True)
-class VllmLaunchLine:
-    model: str
-    server_argv: tuple[str, ...] = ()
-    launcher: str | None = None
-
-
-def _normalise(word: str) -> str:
-    """vLLM's parser reads ``--max_model_len`` as ``--max-model-len`` (argparse_utils.py:372-390)."""
-    return "--" + word[2:].replace("_", "-") if word.startswith("--") else word
-
-
-def resolve_option(word: str, own_options: Collection[str] = ()) -> str:
-    """WORD's vLLM spelling, or a ``FlagError`` with a did-you-mean (vLLM's parser takes no abbreviations)."""
-    name = _normalise(word)
-    if name in VLLM_SERVER_FLAGS:
-        return name
-    if word in own_options:
-        raise FlagError(f"{word} is kvdoctor's own option: put it before '--' (what follows '--' goes to vLLM)")
-    candidates = sorted(set(own_options) | VLLM_SERVER_FLAGS)
-    close = difflib.get_close_matches(name, candidates, n=1, cutoff=0.6)
-    hint = f"; did you mean {close[0]}?" if close else ""
-    raise FlagError(f"unknown option {shown(word)}: neither kvdoctor's nor a vLLM {VLLM_VERSION} server flag{hint}")
-
-
 # The boolean flags kvdoctor models, by their field's flag: vLLM's EnableDisableAction pairs --enable-x with
 # --disable-x (and --disable-x with --enable-x), and still accepts BooleanOptionalAction's --no- spellings
 # of both (utils/argparse_utils.py:120-145, EnableDisableAction).
@@ -172,39 +143,27 @@ MODELLED = frozenset(
     }
 )
 
-# vLLM's flag vocabulary for the shared scanner: its parser reads options as SGLang's does.
+# vLLM's flag vocabulary for the shared scanner (``core/launch_line.py``): its parser reads options as
+# SGLang's does, takes no abbreviations, and reads ``--max_model_len`` as ``--max-model-len``
+# (utils/argparse_utils.py:372-390).
 VLLM = FlagVocabulary(
-    "vLLM flags",
-    resolve_option,
-    frozenset(VLLM_SWITCHES),
-    frozenset(VLLM_MULTI_VALUE),
-    frozenset(VLLM_OPTIONAL_VALUE),
-    VLLM_FLAG_VALUES,
-    MODELLED,
+    label="vLLM flags",
+    server="vLLM",
+    flag_kind=f"a vLLM {VLLM_VERSION} server flag",
+    known=frozenset(VLLM_SERVER_FLAGS),
+    switches=frozenset(VLLM_SWITCHES),
+    multi_value=frozenset(VLLM_MULTI_VALUE),
+    optional_value=frozenset(VLLM_OPTIONAL_VALUE),
+    values=VLLM_FLAG_VALUES,
+    modelled=MODELLED,
+    underscores=True,
 )
 
 
-def _split_launcher(tokens: Sequence[str]) -> tuple[list[str], list[str], str | None]:
-    """(words before ``vllm serve`` / ``python -m vllm.entrypoints.openai.api_server``, words after, it)."""
-    for i in range(len(tokens)):
-        base = PurePath(tokens[i]).name
-        span = 0
-        if base == "vllm" and tokens[i + 1 : i + 2] == ["serve"]:
-            span = 2
-        elif _PYTHON.fullmatch(base) and tokens[i + 1 : i + 3] == ["-m", "vllm.entrypoints.openai.api_server"]:
-            span = 3
-        if span:
-            before = list(tokens[:i])
-            while before and _ENV_ASSIGNMENT.fullmatch(before[-1]):
-                before.pop()
-            return before, list(tokens[i + span :]), " ".join(tokens[i : i + span])
-    return [], list(tokens), None
-
-
-def parse_vllm_launch_line(tokens: Sequence[str], *, own_options: Collection[str] = ()) -> VllmLaunchLine:
+def parse_vllm_launch_line(tokens: Sequence[str], *, own_options: Collection[str] = ()) -> LaunchLine:
     """MODEL (positional, ``vllm serve``'s model_tag, or ``--model``) and the vLLM flags."""
-    before, after, launcher = _split_launcher(tokens)
-    head, tail = scan(before, own_options, VLLM), scan(after, own_options, VLLM)
+    before, after, launcher = split_launcher(tokens, LAUNCHERS)
+    head, tail = scan(before, VLLM, own_options), scan(after, VLLM, own_options)
     options = [*head.options, *tail.options]
     positionals = [*head.positionals, *tail.positionals]
     named = [o.values[-1] for o in options if o.name in MODEL_FLAGS and o.values]
@@ -219,7 +178,7 @@ def parse_vllm_launch_line(tokens: Sequence[str], *, own_options: Collection[str
     if model is None:
         raise FlagError("missing MODEL: give a config.json path, model directory, bundled fixture or cached Hub id")
     argv = tuple(w for o in options if o.name not in MODEL_FLAGS for w in (o.name, *o.values))
-    return VllmLaunchLine(model, argv, launcher)
+    return LaunchLine(model, argv, launcher)
 
 
 def _one(option: Option) -> str:
@@ -285,7 +244,7 @@ def parse_kv_transfer_config(text: str) -> dict[str, Any]:
 
 def parse_vllm_flags(argv: Sequence[str], *, own_options: Collection[str] = ()) -> VllmFlags:
     """Parse vLLM server flags (no MODEL) into ``VllmFlags``; unmodelled vLLM flags are kept."""
-    found = scan(argv, own_options, VLLM)
+    found = scan(argv, VLLM, own_options)
     options, positionals = found.options, found.positionals
     if positionals:
         raise FlagError(f"unexpected argument {shown(positionals[0])!r} among the vLLM flags")

@@ -17,9 +17,20 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from kvdoctor._exceptions import GroupingRefused
+from kvdoctor.core.cite import Cite
 from kvdoctor.core.vllm import rules
 from kvdoctor.core.vllm.specs import LayerSpec, SpecKind
+
+
+class GroupingRefused(Exception):
+    """vLLM raises while planning the KV cache: the server would not start.
+
+    An internal signal of this model, not a user error (no ``KvdoctorError``, no exit code): the
+    analysis catches it and reports the refusal, with vLLM's place (WHERE), as a finding."""
+
+    def __init__(self, message: str, where: Cite) -> None:
+        super().__init__(message)
+        self.where = where
 
 
 @dataclass(frozen=True)

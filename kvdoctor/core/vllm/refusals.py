@@ -1,6 +1,6 @@
 """Launches vLLM 0.33.0 refuses at start-up over the tensor-parallel width (hazard KVD114).
 
-vLLM's counterpart of ``core/validate.py``'s ``launch_refusals`` (SGLang, KVD014): a well-formed
+vLLM's counterpart of ``core/sglang/refusals.py``'s ``launch_refusals`` (SGLang, KVD014): a well-formed
 launch the server itself will not start is a finding, reported beside the rest of the analysis with
 vLLM's own message and the file and lines that raise it (``rules.TP_HEADS``, ``rules.TP_KV_HEADS``);
 malformed input, by contrast, is exit 2 where it enters. vLLM stops at the first; each one that

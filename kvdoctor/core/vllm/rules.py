@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
+from kvdoctor.core.cite import Citations, Cite
 from kvdoctor.core.vllm._generated.server_flags import VLLM_VERSION
 
 RULES_REVISION = f"vllm=={VLLM_VERSION}"
@@ -76,58 +77,52 @@ MODEL_DTYPES = {"bfloat16": 2, "float16": 2, "float32": 4, "half": 2, "float": 4
 STATE_DTYPES = ("auto", "float32", "bfloat16", "float16")  # MambaDType (config/cache.py)
 
 
-@dataclass(frozen=True)
-class Cite:
-    """A place in the vLLM wheel: file and lines (and, where it helps, the symbol)."""
+CITATIONS = Citations("vllm", RULES_REVISION)
+cite = CITATIONS.cite
 
-    path: str
-    lines: str
-    symbol: str = ""
-
-    def __str__(self) -> str:
-        where = f"vllm/{self.path}:{self.lines}"
-        return f"{where} ({self.symbol})" if self.symbol else where
-
-
-GROUPING = Cite("v1/core/kv_cache_planning.py", "1113-1200", "get_kv_cache_groups")
-UNIFY_PAGE = Cite("v1/core/kv_cache_planning.py", "346-408", "unify_kv_cache_spec_page_size")
-GROUP_BY_PAGE = Cite("v1/core/kv_cache_planning.py", "416-556", "_get_kv_cache_groups_uniform_page_size")
-PROMOTE = Cite("v1/core/kv_cache_planning.py", "744-815", "_promote_local_kv_cache_specs")
-ALIGN_HYBRID = Cite("platforms/interface.py", "940-1131", "_align_hybrid_block_size")
-PREEMPT = Cite("v1/core/sched/scheduler.py", "1799-1843", "Scheduler._preempt_request")
-HMA_OFF = Cite("config/vllm.py", "2263-2279", "VllmConfig: connector without SupportsHMA")
-SUPPORTS_HMA = Cite("distributed/kv_transfer/kv_connector/v1/base.py", "101-136", "SupportsHMA / supports_hma")
-TRANSFER_GROUPS = Cite("v1/kv_cache_interface.py", "1561-1577", "KVCacheConfig.prefix_cacheable_group_ids")
-CIRCULAR_NOT_CACHEABLE = Cite("v1/kv_cache_interface.py", "998-1000", "CircularBufferSpec.prefix_cacheable")
-OFFLOAD_GROUPS = Cite(
-    "distributed/kv_transfer/kv_connector/v1/offloading/config.py", "38-45", "get_offloading_group_ids"
+GROUPING = cite("v1/core/kv_cache_planning.py", "get_kv_cache_groups", 1113, 1200)
+UNIFY_PAGE = cite("v1/core/kv_cache_planning.py", "unify_kv_cache_spec_page_size", 346, 408)
+GROUP_BY_PAGE = cite("v1/core/kv_cache_planning.py", "_get_kv_cache_groups_uniform_page_size", 416, 556)
+PROMOTE = cite("v1/core/kv_cache_planning.py", "_promote_local_kv_cache_specs", 744, 815)
+ALIGN_HYBRID = cite("platforms/interface.py", "_align_hybrid_block_size", 940, 1131)
+PREEMPT = cite("v1/core/sched/scheduler.py", "Scheduler._preempt_request", 1799, 1843)
+HMA_OFF = cite("config/vllm.py", "VllmConfig: connector without SupportsHMA", 2263, 2279)
+SUPPORTS_HMA = cite("distributed/kv_transfer/kv_connector/v1/base.py", "SupportsHMA / supports_hma", 101, 136)
+TRANSFER_GROUPS = cite("v1/kv_cache_interface.py", "KVCacheConfig.prefix_cacheable_group_ids", 1561, 1577)
+CIRCULAR_NOT_CACHEABLE = cite("v1/kv_cache_interface.py", "CircularBufferSpec.prefix_cacheable", 998, 1000)
+OFFLOAD_GROUPS = cite(
+    "distributed/kv_transfer/kv_connector/v1/offloading/config.py", "get_offloading_group_ids", 38, 45
 )
-OFFLOAD_WINDOW = Cite(
-    "distributed/kv_transfer/kv_connector/v1/offloading/config.py", "58-84", "get_sliding_window_size_in_chunks"
+OFFLOAD_WINDOW = cite(
+    "distributed/kv_transfer/kv_connector/v1/offloading/config.py", "get_sliding_window_size_in_chunks", 58, 84
 )
-OFFLOAD_MAMBA = Cite(
-    "distributed/kv_transfer/kv_connector/v1/offloading/worker.py", "122-129", "MambaSpec pages registered"
+OFFLOAD_MAMBA = cite(
+    "distributed/kv_transfer/kv_connector/v1/offloading/worker.py", "MambaSpec pages registered", 122, 129
 )
-OFFLOAD_FLAGS = Cite("config/vllm.py", "1151-1184", "_post_init_kv_transfer_config")
-LMCACHE_MP_ONE_GROUP = Cite(
-    "distributed/kv_transfer/kv_connector/v1/lmcache_mp_connector.py", "70-83", "reformat_block_ids"
+# build_offloading_config's assert: a hybrid (Mamba + attention) model needs --enable-prefix-caching.
+OFFLOAD_PREFIX_CACHING = cite(
+    "distributed/kv_transfer/kv_connector/v1/offloading/config.py", "build_offloading_config", 113, 119
 )
-NIXL_CONV = Cite("distributed/kv_transfer/kv_connector/v1/nixl/base_worker.py", "674-712", "conv-state transfer")
-CONNECTOR_REGISTRY = Cite("distributed/kv_transfer/kv_connector/factory.py", "153-249", "register_connector")
-NVFP4_PACKING = Cite("utils/torch_utils.py", "542-544", "nvfp4_kv_cache_full_dim")
+OFFLOAD_FLAGS = cite("config/vllm.py", "_post_init_kv_transfer_config", 1151, 1184)
+LMCACHE_MP_ONE_GROUP = cite(
+    "distributed/kv_transfer/kv_connector/v1/lmcache_mp_connector.py", "reformat_block_ids", 70, 83
+)
+NIXL_CONV = cite("distributed/kv_transfer/kv_connector/v1/nixl/base_worker.py", "conv-state transfer", 674, 712)
+CONNECTOR_REGISTRY = cite("distributed/kv_transfer/kv_connector/factory.py", "register_connector", 153, 249)
+NVFP4_PACKING = cite("utils/torch_utils.py", "nvfp4_kv_cache_full_dim", 542, 544)
 # Start-up refusals of --tensor-parallel-size (hazard KVD114, core/vllm/refusals.py), in vLLM's words:
 # ModelConfig.verify_with_parallel_config (VllmConfig.__post_init__) divides the attention heads by TP;
 # QKVParallelLinear (every attention layer's QKV projection) splits the KV heads over TP, or replicates them
 # when there are fewer, with distributed/utils.py:divide, which asserts the division is exact.
-TP_HEADS = Cite("config/model.py", "1557-1564", "ModelConfig.verify_with_parallel_config")
+TP_HEADS = cite("config/model.py", "ModelConfig.verify_with_parallel_config", 1557, 1564)
 TP_HEADS_MESSAGE = "Total number of attention heads ({heads}) must be divisible by tensor parallel size ({tp})."
-TP_KV_HEADS = Cite("model_executor/layers/linear.py", "1064-1071", "QKVParallelLinear: divide")
+TP_KV_HEADS = cite("model_executor/layers/linear.py", "QKVParallelLinear: divide", 1064, 1071)
 TP_KV_HEADS_MESSAGE = "{numerator} is not divisible by {denominator}"
-DIVIDE = Cite("distributed/utils.py", "51-55", "ensure_divisibility")
+DIVIDE = cite("distributed/utils.py", "ensure_divisibility", 51, 55)
 
 # HFConfigParser.parse builds the config with AutoConfig.from_pretrained (after _CONFIG_REGISTRY): an unknown
 # model_type raises (the names: model_types.py).
-CONFIG_LOADER = Cite("transformers_utils/config.py", "443-452", "HFConfigParser.parse: AutoConfig.from_pretrained")
+CONFIG_LOADER = cite("transformers_utils/config.py", "HFConfigParser.parse: AutoConfig.from_pretrained", 443, 452)
 
 
 class Carries(str, Enum):
@@ -152,8 +147,8 @@ class ConnectorRule:
     note: str = ""
 
 
-def _c(path: str, lines: str, symbol: str) -> Cite:
-    return Cite(f"distributed/kv_transfer/kv_connector/v1/{path}", lines, symbol)
+def _c(path: str, symbol: str, start: int, end: int | None = None) -> Cite:
+    return cite(f"distributed/kv_transfer/kv_connector/v1/{path}", symbol, start, end)
 
 
 CONNECTORS: dict[str, ConnectorRule] = {
@@ -165,7 +160,7 @@ CONNECTORS: dict[str, ConnectorRule] = {
             True,
             "offload",
             True,
-            _c("offloading_connector.py", "53", "class OffloadingConnector(KVConnectorBase_V1, SupportsHMA)"),
+            _c("offloading_connector.py", "class OffloadingConnector(KVConnectorBase_V1, SupportsHMA)", 53),
             "prefix-cacheable groups; Mamba pages registered whole; sliding window window-sized",
         ),
         ConnectorRule(
@@ -174,7 +169,7 @@ CONNECTORS: dict[str, ConnectorRule] = {
             True,
             "offload",
             True,
-            _c("simple_cpu_offload_connector.py", "80", "class SimpleCPUOffloadConnector(..., SupportsHMA)"),
+            _c("simple_cpu_offload_connector.py", "class SimpleCPUOffloadConnector(..., SupportsHMA)", 80),
             "VLLM_USE_SIMPLE_KV_OFFLOAD=1 with --kv-offloading-backend native",
         ),
         ConnectorRule(
@@ -183,7 +178,7 @@ CONNECTORS: dict[str, ConnectorRule] = {
             False,
             "offload",
             False,
-            _c("lmcache_connector.py", "68", "class LMCacheConnectorV1(KVConnectorBase_V1)"),
+            _c("lmcache_connector.py", "class LMCacheConnectorV1(KVConnectorBase_V1)", 68),
         ),
         ConnectorRule(
             "LMCacheMPConnector",
@@ -200,7 +195,7 @@ CONNECTORS: dict[str, ConnectorRule] = {
             False,
             "offload",
             False,
-            _c("flexkv_connector.py", "35", "class FlexKVConnectorV1(KVConnectorBase_V1)"),
+            _c("flexkv_connector.py", "class FlexKVConnectorV1(KVConnectorBase_V1)", 35),
         ),
         ConnectorRule(
             "HF3FSKVConnector",
@@ -208,7 +203,7 @@ CONNECTORS: dict[str, ConnectorRule] = {
             False,
             "offload",
             False,
-            _c("hf3fs/hf3fs_connector.py", "466", "class HF3FSKVConnector(KVConnectorBase_V1)"),
+            _c("hf3fs/hf3fs_connector.py", "class HF3FSKVConnector(KVConnectorBase_V1)", 466),
         ),
         ConnectorRule(
             "ExampleConnector",
@@ -216,7 +211,7 @@ CONNECTORS: dict[str, ConnectorRule] = {
             False,
             "other",
             False,
-            _c("example_connector.py", "85", "class ExampleConnector(KVConnectorBase_V1)"),
+            _c("example_connector.py", "class ExampleConnector(KVConnectorBase_V1)", 85),
         ),
         ConnectorRule("NixlConnector", "nixl", True, "pd", True, NIXL_CONV, "NixlConnector = NixlPullConnector"),
         ConnectorRule("NixlPullConnector", "nixl", True, "pd", True, NIXL_CONV),
@@ -227,7 +222,7 @@ CONNECTORS: dict[str, ConnectorRule] = {
             True,
             "pd",
             True,
-            _c("mooncake/mooncake_connector.py", "723", "class MooncakeConnector(..., SupportsHMA)"),
+            _c("mooncake/mooncake_connector.py", "class MooncakeConnector(..., SupportsHMA)", 723),
             "GDN tested upstream, Mamba2 not validated (mooncake_connector.py:953-954)",
         ),
         ConnectorRule(
@@ -236,7 +231,7 @@ CONNECTORS: dict[str, ConnectorRule] = {
             True,
             "offload",
             True,
-            _c("mooncake/store/connector.py", "127-152", "MambaSpec needs mamba_cache_mode align"),
+            _c("mooncake/store/connector.py", "MambaSpec needs mamba_cache_mode align", 127, 152),
         ),
         ConnectorRule(
             "MoRIIOConnector",
@@ -244,7 +239,7 @@ CONNECTORS: dict[str, ConnectorRule] = {
             True,
             "pd",
             True,
-            _c("moriio/moriio_connector.py", "271-305", "class MoRIIOConnector(..., SupportsHMA)"),
+            _c("moriio/moriio_connector.py", "class MoRIIOConnector(..., SupportsHMA)", 271, 305),
         ),
         ConnectorRule(
             "MultiConnector",
@@ -252,7 +247,7 @@ CONNECTORS: dict[str, ConnectorRule] = {
             True,
             "other",
             True,
-            _c("multi_connector.py", "133", "HMA only if every child supports it"),
+            _c("multi_connector.py", "HMA only if every child supports it", 133),
         ),
         ConnectorRule(
             "DecodeBenchConnector",
@@ -260,7 +255,7 @@ CONNECTORS: dict[str, ConnectorRule] = {
             True,
             "other",
             False,
-            _c("decode_bench_connector.py", "138", "benchmark filler: moves no state"),
+            _c("decode_bench_connector.py", "benchmark filler: moves no state", 138),
         ),
         ConnectorRule(
             "ExampleHiddenStatesConnector",
@@ -268,7 +263,7 @@ CONNECTORS: dict[str, ConnectorRule] = {
             True,
             "other",
             False,
-            _c("example_hidden_states_connector.py", "99", "hidden states, not KV"),
+            _c("example_hidden_states_connector.py", "hidden states, not KV", 99),
         ),
         ConnectorRule(
             "HiSparseConnector",
@@ -276,7 +271,7 @@ CONNECTORS: dict[str, ConnectorRule] = {
             True,
             "other",
             False,
-            _c("hisparse/connector.py", "221", "HiSparse host pool"),
+            _c("hisparse/connector.py", "HiSparse host pool", 221),
         ),
     )
 }

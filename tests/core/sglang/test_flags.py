@@ -8,9 +8,10 @@ from pathlib import Path
 import pytest
 
 from kvdoctor._exceptions import FlagError
+from kvdoctor.core.launch_line import scan
 from kvdoctor.core.sglang._generated.server_flags import SGLANG_SERVER_FLAGS
 from kvdoctor.core.sglang.analysis import analyze
-from kvdoctor.core.sglang.flags import parse_flags, parse_launch_line, resolve_option, scan
+from kvdoctor.core.sglang.flags import SGLANG, parse_flags, parse_launch_line
 
 
 def test_sglang_spellings_are_modelled_and_others_kept() -> None:
@@ -151,10 +152,10 @@ SGLANG_SOURCES = [ROOT / ".venv-sglang/lib/python3.11/site-packages/sglang"]
 
 
 def test_every_flag_kvdoctor_models_is_one_sglang_accepts() -> None:
-    from kvdoctor.core.sglang.flags import _build_parser, _modelled_options
+    from kvdoctor.core.sglang.flags import _modelled_options, _parser
 
-    assert _modelled_options(_build_parser()) - SGLANG_SERVER_FLAGS == {"--tp"}  # --tp: argparse abbreviation
-    assert resolve_option("--tp") == "--tp-size"
+    assert _modelled_options(_parser()) - SGLANG_SERVER_FLAGS == {"--tp"}  # --tp: argparse abbreviation
+    assert SGLANG.resolve("--tp") == "--tp-size"
 
 
 def test_the_generated_flag_list_is_what_the_script_reads_from_the_wheel() -> None:
@@ -239,7 +240,8 @@ def test_values_are_read_with_sglang_arities() -> None:
             "--model-checksum",
             "--tp-size",
             "2",
-        ]
+        ],
+        SGLANG,
     )
     assert [(o.name, o.values) for o in found.options] == [
         ("--cuda-graph-bs-decode", ("1", "2", "4")),
@@ -249,9 +251,9 @@ def test_values_are_read_with_sglang_arities() -> None:
         ("--tp-size", ("2",)),
     ]
     with pytest.raises(FlagError, match="argument --quantization: expected one argument"):
-        scan(["--quantization", "--tp-size", "2"])
+        scan(["--quantization", "--tp-size", "2"], SGLANG)
     with pytest.raises(FlagError, match="ignored explicit argument"):
-        scan(["--trust-remote-code=1"])
+        scan(["--trust-remote-code=1"], SGLANG)
 
 
 def test_a_stray_word_among_server_flags_is_refused() -> None:

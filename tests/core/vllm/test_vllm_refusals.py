@@ -74,6 +74,15 @@ def test_kv_cache_groups_vllm_cannot_plan_are_a_refusal_hazard() -> None:
     assert "refuses to plan the KV cache" in message and where == str(a.refusal_where)
 
 
+def test_a_grouping_refusal_is_an_internal_signal_not_an_error_of_the_tree() -> None:
+    # It never reaches the CLI (the analysis turns it into KVD114's refusal); the error tree imports no core.
+    from kvdoctor import _exceptions
+    from kvdoctor.core.vllm.grouping import GroupingRefused
+
+    assert not issubclass(GroupingRefused, _exceptions.KvdoctorError)
+    assert not hasattr(_exceptions, "GroupingRefused")
+
+
 runner = CliRunner()
 
 

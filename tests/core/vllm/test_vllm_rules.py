@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from kvdoctor._exceptions import FlagError, UnknownModelError
 from kvdoctor.cli.app import app
-from kvdoctor.core.sglang import hazards as registry
+from kvdoctor.core import registry
 from kvdoctor.core.vllm import rules
 from kvdoctor.core.vllm._generated.server_flags import VLLM_SERVER_FLAGS, VLLM_SWITCHES
 from kvdoctor.core.vllm.analysis import VllmAnalysis, analyze_vllm
@@ -128,9 +128,25 @@ def test_preemption_is_recompute_only() -> None:
 
 
 def test_hazard_codes_live_in_one_registry_and_do_not_collide() -> None:
-    assert registry.rules_for("vllm") and registry.rules_for("sglang") is registry.RULES
-    names = {r.__name__ for r in registry.rules_for("vllm")} & {r.__name__ for r in registry.RULES}
-    assert names <= {"not_modelled"}
+    import kvdoctor.core.sglang.hazards  # noqa: F401  (registers SGLang's rules beside vLLM's)
+
+    sglang, vllm = registry.rules_for("sglang"), registry.rules_for("vllm")
+    assert sglang and vllm and not {r.code for r in sglang} & {r.code for r in vllm}
+    assert set(registry.RULES) == {r.code for r in (*sglang, *vllm)}
+    assert registry.checks_for("vllm") and registry.checks_for("sglang")
+    assert not set(registry.checks_for("vllm")) & set(registry.checks_for("sglang"))
+
+
+@pytest.mark.parametrize(
+    ("imported", "absent"),
+    [("kvdoctor.core.vllm.analysis", "sglang.hazards"), ("kvdoctor.core.sglang.analysis", "vllm")],
+    ids=["vllm-without-sglang-hazards", "sglang-without-vllm"],
+)
+def test_one_servers_hazards_do_not_import_the_others(imported: str, absent: str) -> None:
+    """The registry holds both servers' rules, yet neither server's analysis imports the other's hazards."""
+    probe = f"import sys, {imported}; print(sorted(m for m in sys.modules if m.startswith('kvdoctor.core.{absent}')))"
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True)
+    assert out.stdout.strip() == "[]", out.stdout
 
 
 # --- flags and bad input (exit 2, one line) ---

@@ -1,7 +1,4 @@
-"""What a ``config.json`` must hold before any rule reads it, and the launches SGLang itself refuses.
-
-The first is input validation (exit 2); the second, ``launch_refusals``, is a finding about a
-well-formed launch (hazard KVD014).
+"""What a ``config.json`` must hold before any rule reads it: the input checks (exit 2) both servers share.
 
 A config is the user's input. Read leniently, a malformed one gives a silent wrong answer (KV heads
 ``4.5`` read as 4, ``true`` as 1; ``head_dim: -4`` reported as -4.0 KiB/token), or a crash that looks
@@ -13,29 +10,37 @@ the file and the field (exit 2):
   that an absurd value is refused instead of sizing a terabyte of pools or a 10^7-entry layer list;
 - per-layer lists and patterns are lists (a plain string is not a list of layers) of the right
   element type; their length against ``num_hidden_layers`` and the kinds they may name are checked
-  where a family reads them (``layer_types.py``), because only the family knows its kinds;
+  where a family reads them (``sglang/layer_types.py``), because only the family knows its kinds;
 - nested objects are objects.
 
-The reading bounds (file size, JSON nesting) apply before a config is parsed (``config.py``).
+The reading bounds (file size, JSON nesting) apply before a config is parsed (``config.py``). Launches
+a well-formed config and flags still make SGLang refuse are a finding, not bad input: hazard KVD014,
+``sglang/refusals.py``.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from kvdoctor._exceptions import ConfigError
-from kvdoctor.core.sglang import rules
 from kvdoctor.text import shown
 
-if TYPE_CHECKING:
-    from kvdoctor.core.config import ModelConfig
-    from kvdoctor.core.sglang.families import Classification
-    from kvdoctor.core.sglang.flags import ServerFlags
-    from kvdoctor.core.sglang.policy import Platform, PoolLayout
-    from kvdoctor.core.sglang.spec import StateSpec
+
+class ConfigFields(Protocol):
+    """What these checks read of a parsed config (``config.ModelConfig``, which calls them while it is
+    being parsed: this module depends on that shape, not on the module that builds it)."""
+
+    @property
+    def source(self) -> str: ...
+    @property
+    def top(self) -> Mapping[str, Any]: ...
+    @property
+    def text(self) -> Mapping[str, Any]: ...
+    def where(self, key: str) -> str: ...
+    def get(self, key: str, default: Any = None) -> Any: ...
+
 
 # Reading bounds: a real config.json is a few KiB and nests 3-4 levels deep.
 MAX_CONFIG_BYTES = 16 * 2**20
@@ -159,7 +164,7 @@ def bound_for(key: str) -> int:
     return COUNTS.get(key, ZERO_ALLOWED.get(key, MAX_WIDTH))
 
 
-def _nested(cfg: ModelConfig, path: tuple[str, ...]) -> Any:
+def _nested(cfg: ConfigFields, path: tuple[str, ...]) -> Any:
     value: Any = cfg.get(path[0])
     for key in path[1:]:
         if not isinstance(value, Mapping):
@@ -168,13 +173,13 @@ def _nested(cfg: ModelConfig, path: tuple[str, ...]) -> Any:
     return value
 
 
-def _explicit_null(cfg: ModelConfig, path: tuple[str, ...]) -> bool:
+def _explicit_null(cfg: ConfigFields, path: tuple[str, ...]) -> bool:
     """PATH is written as null inside its object: readers' ``.get(key, default)`` would not default."""
     parent = _nested(cfg, path[:-1])
     return isinstance(parent, Mapping) and path[-1] in parent and parent[path[-1]] is None
 
 
-def _check_names(cfg: ModelConfig) -> None:
+def _check_names(cfg: ConfigFields) -> None:
     for where, value in (("model_type", cfg.top.get("model_type")), (cfg.where("model_type"), cfg.get("model_type"))):
         if not isinstance(value, str) or not value:
             raise ConfigError(f"{cfg.source}: field '{where}' must be a non-empty string, got {_show(value)}")
@@ -192,7 +197,7 @@ def _check_names(cfg: ModelConfig) -> None:
             raise ConfigError(f"{cfg.source}: field '{cfg.where(key)}' must be true or false, got {_show(value)}")
 
 
-def _check_counts(cfg: ModelConfig) -> None:
+def _check_counts(cfg: ConfigFields) -> None:
     for table, low in ((COUNTS, 1), (ZERO_ALLOWED, 0)):
         for key, high in table.items():
             value = cfg.get(key)
@@ -224,7 +229,7 @@ def _check_counts(cfg: ModelConfig) -> None:
         )
 
 
-def _index_list(cfg: ModelConfig, where: str, value: object, *, low: int, high: int, unique: bool = False) -> None:
+def _index_list(cfg: ConfigFields, where: str, value: object, *, low: int, high: int, unique: bool = False) -> None:
     if not isinstance(value, list):
         raise ConfigError(f"{cfg.source}: field '{where}' must be a list of layer ids, got {_show(value)}")
     for item in value:
@@ -236,12 +241,12 @@ def _index_list(cfg: ModelConfig, where: str, value: object, *, low: int, high: 
         raise ConfigError(f"{cfg.source}: field '{where}' lists a layer twice")
 
 
-def _layers(cfg: ModelConfig) -> int | None:
+def _layers(cfg: ConfigFields) -> int | None:
     value = cfg.get("num_hidden_layers")
     return value if isinstance(value, int) else None
 
 
-def _check_layer_lists(cfg: ModelConfig) -> None:
+def _check_layer_lists(cfg: ConfigFields) -> None:
     source, layers = cfg.source, _layers(cfg)
     for key in STRING_LISTS:
         value = cfg.get(key)
@@ -287,7 +292,7 @@ def _check_layer_lists(cfg: ModelConfig) -> None:
             )
 
 
-def validate_config(cfg: ModelConfig) -> None:
+def validate_config(cfg: ConfigFields) -> None:
     """Refuse (``ConfigError``, exit 2) a config whose fields no real model could have."""
     _check_names(cfg)
     _check_counts(cfg)
@@ -310,152 +315,3 @@ def json_depth(value: object) -> int:
             break
         stack.extend((child, depth + 1) for child in children)
     return deepest
-
-
-# --- Launches SGLang refuses at start-up (hazard KVD014; the rest of the analysis is still shown) ---
-
-
-@dataclass(frozen=True)
-class Refusal:
-    """One start-up refusal SGLang 0.5.23 would raise for this launch: its message and where it raises."""
-
-    key: str  # the row of rules.REFUSALS
-    message: str
-    source: rules.Cite
-
-    @property
-    def where(self) -> str:
-        return self.source.where
-
-
-def _refusal(key: str, **fields: object) -> Refusal:
-    rule = rules.REFUSALS[key]
-    return Refusal(key, rule.message.format(**fields), rule.source)
-
-
-def _decode_radix_off(cfg: ModelConfig, flags: ServerFlags) -> bool:
-    """SGLang runs this server with the radix cache off: asked to, a decode server without its radix
-    opt-in (``rules.DECODE_RADIX_SOURCE``), or a model that forces it off (``RADIX_OFF_FAMILIES_SOURCE``)."""
-    return (
-        flags.disable_radix_cache
-        or (flags.is_decode and not flags.disaggregation_decode_enable_radix_cache)
-        or cfg.model_type in rules.RADIX_OFF_MODEL_TYPES
-    )
-
-
-def _flag_refusals(cfg: ModelConfig, flags: ServerFlags, cls: Classification) -> list[Refusal]:
-    """Refusals of the argument stage: model overrides, handle_pd_disaggregation, handle_cache_compatibility."""
-    found: list[Refusal] = []
-    kv_dtype = flags.kv_cache_dtype
-    hybrid_minicpm = cfg.model_type in rules.RADIX_OFF_MODEL_TYPES and cls.uses_ssm_state
-    if hybrid_minicpm and flags.enable_hierarchical_cache:
-        found.append(_refusal("minicpm_hicache"))
-    if cls.is_dsa and kv_dtype not in rules.DSA_KV_DTYPES:
-        found.append(_refusal("dsa_kv_dtype"))
-    if cls.is_dsv4 and kv_dtype not in rules.DSV4_KV_DTYPES:
-        found.append(_refusal("dsv4_kv_dtype", dtype=kv_dtype))
-    explicit = flags.disaggregation_decode_retraction_backup
-    if flags.disaggregation_decode_host_receive_threshold < 1 and explicit == "cpu_tensor":
-        found.append(_refusal("receive_cpu_tensor"))
-    host_pool = flags.retraction_backup_declared == "host_pool"
-    preemption = flags.enable_priority_scheduling and not flags.disable_priority_preemption
-    refused = [
-        ("host_pool_not_decode", host_pool and not flags.is_decode),
-        ("host_pool_dcp", host_pool and flags.dcp_enabled),
-        ("host_pool_priority", host_pool and preemption),
-        (
-            "hicache_without_radix",
-            flags.enable_hierarchical_cache and _decode_radix_off(cfg, flags) and not hybrid_minicpm,
-        ),
-        ("offload_not_decode", flags.disaggregation_decode_enable_offload_kvcache and not flags.is_decode),
-        (
-            "offload_no_storage",
-            flags.disaggregation_decode_enable_offload_kvcache
-            and flags.is_decode
-            and flags.hicache_storage_backend is None,
-        ),
-        (
-            "offload_host_pool",
-            flags.disaggregation_decode_enable_offload_kvcache
-            and flags.is_decode
-            and flags.hicache_storage_backend is not None
-            and host_pool,
-        ),
-    ]
-    found += [_refusal(key) for key, hit in refused if hit]
-    return found
-
-
-def _model_refusals(cfg: ModelConfig, flags: ServerFlags, spec: StateSpec, derived_context: int) -> list[Refusal]:
-    """Refusals of the model stage: the context length, and TP against the attention heads."""
-    from kvdoctor.core.sglang import geometry  # geometry reads configs, which this module validates first
-
-    found: list[Refusal] = []
-    if spec.classification.is_dsv4 and flags.disable_hybrid_swa_memory:
-        found.append(_refusal("dsv4_no_hybrid_swa"))
-    if flags.context_length is not None and flags.context_length > derived_context:
-        found.append(_refusal("context_length", requested=flags.context_length, derived=derived_context))
-    tp, heads = flags.attention_tp_size, cfg.get("num_attention_heads")
-    attention = spec.full if spec.full is not None else spec.swa
-    if tp > 1 and isinstance(heads, int) and attention is not None and not attention.mla:
-        kv_heads = geometry.total_kv_heads(cfg)
-        if heads % tp:
-            found.append(_refusal("tp_heads", tp=tp, heads=heads))
-        if (kv_heads >= tp and kv_heads % tp) or (kv_heads < tp and tp % kv_heads):
-            found.append(_refusal("tp_kv_heads", tp=tp, heads=kv_heads))
-    return found
-
-
-def _decode_radix_refusals(cfg: ModelConfig, flags: ServerFlags, spec: StateSpec) -> list[Refusal]:
-    """validate_decode_radix_cache: a decode server's radix opt-in on a hybrid-SWA model."""
-    cls = spec.classification
-    if not (flags.is_decode and flags.disaggregation_decode_enable_radix_cache and cls.is_hybrid_swa):
-        return []
-    if flags.enable_hierarchical_cache:
-        return [_refusal("decode_radix_swa_hicache")]
-    if cls.is_dsv4:  # kvdoctor models the default (non-unified) DeepSeek-V4 KV layout
-        return [_refusal("decode_radix_dsv4")]
-    if cfg.architecture in rules.SWA_COMPRESS_ARCHS:
-        return [_refusal("decode_radix_swa_compress")]
-    return []
-
-
-def _tree_cache_refusals(flags: ServerFlags, spec: StateSpec, layout: PoolLayout, backend: str) -> list[Refusal]:
-    """What create_unified_radix_cache and validate_retraction_host_capacity refuse for a host_pool
-    retraction backup on a decode server (``rules.REFUSALS`` host_pool_*)."""
-    if not (flags.is_decode and backend == "host_pool"):
-        return []
-    cls = spec.classification
-    if cls.uses_ssm_state:
-        return [_refusal("host_pool_mamba")]
-    if cls.is_hybrid_swa and layout.kv_pool == "SWAKVPool" and spec.full is None:
-        return [_refusal("host_pool_pure_swa")]
-    if layout.kv_pool not in rules.HOST_POOL_LAYOUTS and layout.kv_pool != "SWAKVPool":
-        return [_refusal("host_pool_layout")]
-    return []
-
-
-def launch_refusals(
-    cfg: ModelConfig,
-    flags: ServerFlags,
-    spec: StateSpec,
-    layout: PoolLayout,
-    backend: str,
-    derived_context: int,
-    platform: Platform | None = None,
-) -> tuple[Refusal, ...]:
-    """Every start-up refusal SGLang 0.5.23 would raise for CFG under FLAGS, in the order it meets them.
-
-    The one home for launch refusals: each becomes hazard KVD014 carrying SGLang's message and place,
-    while the rest of the analysis is still shown (malformed input, by contrast, is exit 2 where it
-    enters). SGLang stops at the first; kvdoctor lists each one that applies.
-    """
-    hopper = platform is not None and not platform.is_sm100
-    platform_refusals = [_refusal("mxfp8_needs_blackwell")] if hopper and flags.kv_cache_dtype == "mxfp8" else []
-    return (
-        *platform_refusals,
-        *_flag_refusals(cfg, flags, spec.classification),
-        *_model_refusals(cfg, flags, spec, derived_context),
-        *_decode_radix_refusals(cfg, flags, spec),
-        *_tree_cache_refusals(flags, spec, layout, backend),
-    )

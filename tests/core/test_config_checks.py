@@ -1,4 +1,4 @@
-"""Configs are validated before any rule reads them (``core/validate.py``, ``core/sglang/layer_types.py``).
+"""Configs are validated before any rule reads them (``core/config_checks.py``, ``core/sglang/layer_types.py``).
 
 Each refusal is a ``ConfigError`` (exit 2) naming the file and the field; a config that passes gives
 the same answer as before. The sweep at the end feeds every bundled fixture's fields hostile values:
@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from kvdoctor._exceptions import ConfigError, KvdoctorError
-from kvdoctor.core import validate
+from kvdoctor.core import config_checks
 from kvdoctor.core.config import bundled_fixtures, load_config, parse_config, read_config_text
 from kvdoctor.core.sglang.analysis import analyze_config
 from kvdoctor.core.sglang.flags import parse_flags
@@ -124,7 +124,7 @@ def test_null_and_zero_windows_mean_no_window() -> None:
 
 def test_every_bundled_fixture_passes_validation() -> None:
     for name in bundled_fixtures():
-        validate.validate_config(load_config(name))
+        config_checks.validate_config(load_config(name))
 
 
 # --- Reading bounds ---
@@ -132,7 +132,7 @@ def test_every_bundled_fixture_passes_validation() -> None:
 
 def test_a_file_larger_than_any_config_is_refused_unread(tmp_path: Path) -> None:
     big = tmp_path / "model.safetensors"
-    big.write_bytes(b"{" + b" " * validate.MAX_CONFIG_BYTES + b"}")
+    big.write_bytes(b"{" + b" " * config_checks.MAX_CONFIG_BYTES + b"}")
     with pytest.raises(ConfigError, match="larger than 16 MiB"):
         read_config_text(big)
 
@@ -145,12 +145,12 @@ def test_json_nested_deeper_than_64_is_refused(depth: int) -> None:
 
 
 def test_json_depth_counts_objects_and_lists_iteratively() -> None:
-    assert validate.json_depth({"a": [{"b": 1}]}) == 3
-    assert validate.json_depth(1) == 0
+    assert config_checks.json_depth({"a": [{"b": 1}]}) == 3
+    assert config_checks.json_depth(1) == 0
     deep: list[Any] = []
     for _ in range(5000):
         deep = [deep]
-    assert validate.json_depth(deep) > validate.MAX_JSON_DEPTH  # stops early, never recurses
+    assert config_checks.json_depth(deep) > config_checks.MAX_JSON_DEPTH  # stops early, never recurses
 
 
 def test_integers_past_the_conversion_limit_are_input_errors() -> None:
