@@ -21,11 +21,12 @@ from kvdoctor.bench.timing import time_call
 from kvdoctor.core.sglang import rules
 from kvdoctor.core.sglang.analysis import Analysis
 from kvdoctor.core.sglang.policy import backup_carries
+from kvdoctor.roundtrip.options import Reductions
+from kvdoctor.roundtrip.steps import Progress
 from kvdoctor.state.host_copy import CopyLedger, Mover
 from kvdoctor.state.pools import (
     Plane,
     Pools,
-    Reductions,
     Request,
     admit,
     build_pools,
@@ -34,7 +35,7 @@ from kvdoctor.state.pools import (
     token_slots,
 )
 from kvdoctor.state.retraction import RetractionBackup, Session, default_protocol
-from kvdoctor.state.run import Progress, resolve_device
+from kvdoctor.state.run import resolve_device
 
 FILL_BLOCK = 16 << 20
 PINNED_PROBE_BYTES = 1 << 30

@@ -1,28 +1,61 @@
-"""Engines: who answers a question about a server's state handling.
+"""Engines: who answers a question about a server's state handling, behind one seam.
 
 ``kvdoctor`` answers from kvdoctor's own frozen rule model (``core``) and its own pools (``state``):
 fast, torch-free for ``inspect``, and available everywhere. ``sglang`` asks the *installed* SGLang:
 its server-argument resolution, its KV-cache configurator, its pool classes, its ``Req`` and its
-retraction backup/restore functions, run live. An engine adapter is the one place that imports the
-server it drives; nothing below the CLI imports an adapter except through :func:`load`.
+retraction backup/restore functions, run live. ``vllm`` asks the installed vLLM for its specs, groups
+and connectors.
 
-A second server (vLLM) gets its own sub-package beside ``sglang`` with the same shape: a runtime
-that imports and configures the server, and one module per command it can answer.
+Each engine is an :class:`Adapter` (``engines/own.py`` for kvdoctor's, ``engines/sglang/`` and
+``engines/vllm/`` for the servers'): what it can answer (its :class:`Capability` set) and one method
+per capability. The CLI asks :func:`load` (or :func:`require`, which refuses a capability the engine
+lacks with exit 2) and never names an adapter module: this package is the only door into a server,
+and an adapter is imported only when its engine is chosen. A third server gets its own sub-package
+beside ``sglang`` and ``vllm`` with the same shape (a runtime that imports and configures the server,
+one module per capability) and one line in :data:`_ADAPTERS`.
+
+This module is imported at CLI start-up (the options' enums): it imports no torch, no server and no
+adapter.
 """
 
 from __future__ import annotations
 
+import importlib
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any
+from importlib import util as import_util
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from kvdoctor.core.sglang.policy import Platform
+from kvdoctor._exceptions import EngineUnavailable, InputError
+from kvdoctor.core.engine_ref import EngineRef
 
-__all__ = ["Engine", "EngineInfo", "GpuArch", "Server"]
+if TYPE_CHECKING:
+    from kvdoctor.bench.roundtrip import BenchOptions, ExtraPath
+    from kvdoctor.core.sglang.drift_result import DriftReport
+    from kvdoctor.core.sglang.policy import Platform
+    from kvdoctor.roundtrip.options import RoundtripOptions
+    from kvdoctor.roundtrip.result import RoundtripResult
+    from kvdoctor.roundtrip.steps import Progress
+
+__all__ = [
+    "Adapter",
+    "Capability",
+    "Engine",
+    "GpuArch",
+    "InspectQuestion",
+    "Inspected",
+    "Server",
+    "answers_for",
+    "engine_info",
+    "load",
+    "require",
+]
 
 
 class Engine(str, Enum):
-    """Who answers: kvdoctor's rule model, or the installed server's own code."""
+    """Who answers (the ``--engine`` option's values): kvdoctor's rule model, or the installed server's own code."""
 
     KVDOCTOR = "kvdoctor"
     SGLANG = "sglang"
@@ -37,46 +70,186 @@ class Server(str, Enum):
 
 
 class GpuArch(str, Enum):
-    """The GPU generation SGLang is told it runs on (a platform stub: there may be no GPU here)."""
+    """The GPU generation the server runs on (``--gpu-arch``); SGLang is told it (a platform stub, see
+    ``engines/sglang/_runtime.py``): there may be no GPU here."""
 
     SM100 = "sm100"  # Blackwell B200/GB200: the MXFP8 KV path needs it
     SM90 = "sm90"  # Hopper H100/H200
 
-    def facts(self) -> dict[str, Any]:
-        blackwell = self is GpuArch.SM100
-        return {
-            "is_cuda": True,
-            "is_hip": False,
-            "is_npu": False,
-            "is_xpu": False,
-            "is_musa": False,
-            "is_mps": False,
-            "is_sm90": not blackwell,
-            "is_sm100": blackwell,
-            "is_sm100_or_sm110": blackwell,
-            "is_sm110": False,
-            "is_sm120": False,
-            "is_blackwell": blackwell,
-            "device_sm": 100 if blackwell else 90,
-            "device_capability": (10, 0) if blackwell else (9, 0),
-        }
-
     def platform(self) -> Platform:
-        """The same GPU for kvdoctor's rule model (``core.policy.Platform``): both sides see one platform."""
+        """The same GPU for kvdoctor's rule model (``core.sglang.policy.Platform``): both sides see one platform."""
+        from kvdoctor.core.sglang.policy import Platform
+
         return Platform(gpu_arch=self.value)
 
-    def describe(self) -> str:
-        return "CUDA SM100 (Blackwell)" if self is GpuArch.SM100 else "CUDA SM90 (Hopper)"
+
+class Capability(str, Enum):
+    """What a command asks an engine for; the value is the command, as its refusal names it."""
+
+    INSPECT = "inspect"  # the server's own answers, beside the rule model's
+    ROUNDTRIP = "roundtrip"
+    BENCH_ROUNDTRIP = "bench roundtrip"
+    DRIFT = "drift"
+
+
+def engine_info(package: str, not_installed: str) -> EngineRef:
+    """PACKAGE's version and location, without importing it; ``EngineUnavailable`` (exit 2) saying
+    NOT_INSTALLED (the adapter's sentence, with its install command) when it is not installed."""
+    from importlib import metadata  # 20 ms of start-up (email, zipfile, csv): only an engine run reads it
+
+    try:
+        version = metadata.version(package)
+    except metadata.PackageNotFoundError:
+        raise EngineUnavailable(not_installed) from None
+    spec = import_util.find_spec(package)
+    path = str(Path(spec.origin).parent) if spec and spec.origin else None
+    return EngineRef(package, version, path)
+
+
+# ---- what the capabilities take and give ----------------------------------------------------------
+@dataclass(frozen=True)
+class InspectQuestion:
+    """``inspect``'s question to an engine that answers beside the rule model.
+
+    ``analysis`` is the rule model's answer (``core.sglang.analysis.Analysis`` or
+    ``core.vllm.analysis.VllmAnalysis``), None when the rule model refused the input with
+    ``kvdoctor_refusal``: the server may still answer, and the refusal is then a disagreement.
+    """
+
+    model: str
+    server_argv: tuple[str, ...]
+    arch: GpuArch
+    request_tokens: int
+    concurrent: int
+    analysis: Any
+    kvdoctor_refusal: str | None = None
 
 
 @dataclass(frozen=True)
-class EngineInfo:
-    """The engine that answered: its name, version and where it was imported from."""
+class Inspected:
+    """One ``inspect`` answer: the typed report, the engine that answered beside kvdoctor (None: the rule
+    model alone), how many fields drifted, and notes for stderr (``kvdoctor: note: ...``)."""
 
-    name: str
-    version: str
-    path: str | None = None
-    rules_revision: str | None = None  # the revision kvdoctor's rules restate, when it differs
+    report: Any  # InspectReport | InspectBesideReport | RefusedInspectReport | VllmReport | VllmBesideReport
+    engine: EngineRef | None = None
+    drifts: int = 0
+    notes: tuple[str, ...] = ()
 
-    def to_json(self) -> dict[str, str | None]:
-        return {"name": self.name, "version": self.version, "path": self.path}
+
+RoundtripRun = Callable[["Progress | None"], "RoundtripResult"]
+
+
+# ---- the seam ---------------------------------------------------------------------------------------
+class Adapter:
+    """One engine: what it answers, for which server, and one method per :class:`Capability`.
+
+    An adapter overrides the methods of the capabilities it has (:attr:`capabilities` is exactly
+    those); a capability it lacks refuses with the same exit-2 sentence whichever command asks.
+    Adapters import their server (and torch) inside the methods, never at import.
+    """
+
+    engine: ClassVar[Engine]
+    title: ClassVar[str]  # how a sentence names it (``SGLang``, ``vLLM``)
+    server: ClassVar[Server | None]  # the server it answers for; None: every server (kvdoctor's rule model)
+    first_step: ClassVar[str] = "import torch"  # what a progress bar names before the work's first step
+
+    _METHODS: ClassVar[dict[Capability, str]] = {
+        Capability.INSPECT: "beside",
+        Capability.ROUNDTRIP: "roundtrip",
+        Capability.BENCH_ROUNDTRIP: "bench_paths",
+        Capability.DRIFT: "drift",
+    }
+
+    @property
+    def capabilities(self) -> frozenset[Capability]:
+        """The capabilities this adapter's class implements."""
+        own = type(self)
+        return frozenset(c for c, m in self._METHODS.items() if getattr(own, m) is not getattr(Adapter, m))
+
+    def info(self) -> EngineRef:
+        """The engine's name, version and location (``EngineUnavailable`` when it is not installed)."""
+        raise NotImplementedError
+
+    def beside(self, question: InspectQuestion) -> Inspected:
+        """``inspect``: the server's own answers beside the rule model's, each disagreement a drift hazard."""
+        raise refusal(self.engine, Capability.INSPECT)
+
+    def roundtrip(
+        self,
+        model: str,
+        server_argv: Sequence[str],
+        options: RoundtripOptions,
+        *,
+        arch: GpuArch,
+        emulate_d2h: bool,
+    ) -> RoundtripRun:
+        """``roundtrip``: check what can be checked without torch now; the returned call runs the round trip."""
+        raise refusal(self.engine, Capability.ROUNDTRIP)
+
+    def bench_paths(
+        self,
+        model: str,
+        server_argv: Sequence[str],
+        options: BenchOptions,
+        arch: GpuArch,
+        progress: Progress | None,
+    ) -> tuple[list[ExtraPath], dict[str, Any]]:
+        """``bench roundtrip``: the engine's own timed paths beside kvdoctor's, and what they used."""
+        raise refusal(self.engine, Capability.BENCH_ROUNDTRIP)
+
+    def drift(
+        self, fixtures: Sequence[str], cases: Sequence[str], arch: GpuArch, progress: Progress | None
+    ) -> DriftReport:
+        """``drift``: kvdoctor's rules against the server's own code over every fixture x launch case."""
+        raise refusal(self.engine, Capability.DRIFT)
+
+
+_ADAPTERS: dict[Engine, str] = {
+    Engine.KVDOCTOR: "kvdoctor.engines.own",
+    Engine.SGLANG: "kvdoctor.engines.sglang",
+    Engine.VLLM: "kvdoctor.engines.vllm",
+}
+
+
+def load(engine: Engine) -> Adapter:
+    """ENGINE's adapter (its module is imported now, the server it drives only when a capability runs)."""
+    adapter = importlib.import_module(_ADAPTERS[engine]).ADAPTER
+    assert isinstance(adapter, Adapter) and adapter.engine is engine
+    return adapter
+
+
+def refusal(engine: Engine, capability: Capability) -> InputError:
+    """Exit 2 for an ``--engine`` the command lists (the enum is shared) but that cannot answer it.
+
+    Silently running kvdoctor's own model instead would report a verdict about the wrong system.
+    """
+    able = " or ".join(e.value for e in Engine if capability in load(e).capabilities)
+    lacking = load(engine)
+    answers = " and ".join(c.value for c in Capability if c in lacking.capabilities)
+    return InputError(
+        f"--engine {engine.value}: {capability.value} runs on {able}; {lacking.title} is answered by {answers} only"
+    )
+
+
+def require(engine: Engine, capability: Capability) -> Adapter:
+    """ENGINE's adapter when it has CAPABILITY; else exit 2 naming the engines that do."""
+    adapter = load(engine)
+    if capability not in adapter.capabilities:
+        raise refusal(engine, capability)
+    return adapter
+
+
+def answers_for(engine: Engine, server: Server) -> Adapter:
+    """ENGINE's adapter when it answers for SERVER's launch lines; else exit 2 naming the fix.
+
+    A server's own code answers as the engine of its name; kvdoctor's rule model answers for every server.
+    """
+    adapter = load(engine)
+    serves = adapter.server
+    if serves is not None and serves is not server:
+        if server is Server.SGLANG:  # the default server: the user named another server's engine
+            fix = f"--server {serves.value}"
+            raise InputError(f"--engine {engine.value} answers for {fix} (add {fix})")
+        own = Engine(server.value).value
+        raise InputError(f"--engine {engine.value} cannot answer for --server {server.value} (use --engine {own})")
+    return adapter

@@ -27,12 +27,11 @@ CUDA, torch elsewhere).  All give the same bytes; the tests prove it.
 """
 
 from kvdoctor.mxfp8.codec import dequantize, quantize, quantize_scatter, resolve_backend
-from kvdoctor.mxfp8.format import BLOCK, SCALE_MODES, MXFP8Tensor
+from kvdoctor.mxfp8.format import BLOCK, MXFP8Tensor
 from kvdoctor.mxfp8.layout import scale_offsets
 
 __all__ = [
     "BLOCK",
-    "SCALE_MODES",
     "MXFP8Tensor",
     "dequantize",
     "quantize",

@@ -8,8 +8,9 @@ import torch
 
 from kvdoctor._exceptions import InputError
 from kvdoctor.mxfp8 import reference
-from kvdoctor.mxfp8.format import BACKENDS, BLOCK, INPUT_DTYPES, SCALE_MODES, MXFP8Tensor
+from kvdoctor.mxfp8.format import BACKENDS, BLOCK, INPUT_DTYPES, MXFP8Tensor
 from kvdoctor.mxfp8.layout import check_paging
+from kvdoctor.state.choices import ScaleMode
 
 
 def resolve_backend(backend: str, device: torch.device) -> str:
@@ -24,8 +25,9 @@ def resolve_backend(backend: str, device: torch.device) -> str:
 
 
 def _check_mode(scale_mode: str) -> None:
-    if scale_mode not in SCALE_MODES:
-        raise InputError(f"unknown MXFP8 scale_mode {scale_mode!r}; choose one of {', '.join(SCALE_MODES)}")
+    modes = [m.value for m in ScaleMode]  # the one list of scale modes (``--scale-mode`` offers the same)
+    if scale_mode not in modes:
+        raise InputError(f"unknown MXFP8 scale_mode {scale_mode!r}; choose one of {', '.join(modes)}")
 
 
 def _check_source(x: torch.Tensor) -> None:

@@ -7,7 +7,6 @@ from dataclasses import dataclass
 import torch
 
 BLOCK = 32
-SCALE_MODES: tuple[str, ...] = ("sglang", "rceil", "floor")
 BACKENDS: tuple[str, ...] = ("triton", "torch", "auto")
 INPUT_DTYPES: tuple[torch.dtype, ...] = (torch.bfloat16, torch.float16, torch.float32)
 

@@ -4,8 +4,8 @@ Why here and not next to the code that acts on them: Typer validates an enum opt
 its values in ``--help``) while it parses the command line, before the command body runs. If the
 names lived only in ``kvdoctor.state.faults`` (which imports torch), a typo in ``--inject`` or
 ``--device`` would cost a torch import before it is refused. ``tests/state/test_choices.py`` holds
-each enum equal to the list the heavy module acts on (``FAULTS``, ``SCALE_MODES``), so the two
-cannot drift apart.
+each enum equal to the list the heavy module acts on (``FAULTS``), so the two cannot drift apart;
+:class:`ScaleMode` is the codec's own list (``kvdoctor.mxfp8`` checks a ``scale_mode`` against it).
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ class MxfpBackend(str, Enum):
 
 
 class ScaleMode(str, Enum):
-    """How an MXFP8 block's E8M0 scale is rounded (``kvdoctor.mxfp8.SCALE_MODES``)."""
+    """How an MXFP8 block's E8M0 scale is rounded: the one list of the codec's modes (``kvdoctor.mxfp8``)."""
 
     SGLANG = "sglang"
     RCEIL = "rceil"

@@ -29,6 +29,7 @@ from kvdoctor.core.sglang import rules
 from kvdoctor.core.sglang.analysis import Analysis
 from kvdoctor.core.sglang.geometry import AttentionGeometry, RecurrentGeometry
 from kvdoctor.core.sglang.policy import PoolLayout
+from kvdoctor.roundtrip.options import Reductions
 
 PADDING_SLOT = 0
 TORCH_DTYPES = {
@@ -38,18 +39,6 @@ TORCH_DTYPES = {
     "uint8": torch.uint8,
 }
 FP8_STORE_DTYPES = frozenset({"float8_e4m3fn", "float8_e5m2"})  # held as bytes: a codec writes them
-
-
-@dataclass(frozen=True)
-class Reductions:
-    """Explicit shrinkage of the model's state, so a test or a laptop can run it; None keeps it."""
-
-    layers: int | None = None  # at most this many layers per sub-pool (full, swa, recurrent)
-    heads: int | None = None  # at most this many KV heads, and recurrent-state heads
-
-    def describe(self) -> str:
-        parts = [f"layers<={self.layers}" if self.layers else "", f"heads<={self.heads}" if self.heads else ""]
-        return ", ".join(p for p in parts if p) or "none (full model shapes)"
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
-"""Every citation in ``kvdoctor/core/sglang/rules.py`` points at its symbol in the installed SGLang.
+"""Every citation in ``kvdoctor/core/sglang/rules/`` points at its symbol in the installed SGLang.
 
-``rules.py`` restates SGLang's rules and cites each one as ``cite(path, symbol, start, end)``. This
-parses those calls out of the module's source (so a citation cannot hide from the check), opens every
+The rules package restates SGLang's rules and cites each one as ``cite(path, symbol, start, end)``. This
+parses those calls out of its modules' source (so a citation cannot hide from the check), opens every
 cited range in the installed SGLang's files, and checks the named symbol (a name, or a message
 fragment) appears within the cited lines. It needs SGLang's files, not SGLang itself: nothing is
 imported from it.
@@ -21,15 +21,16 @@ from kvdoctor.core.sglang import rules
 
 pytestmark = pytest.mark.sglang
 
-RULES_FILE = Path(rules.__file__)
+RULES_FILES = sorted(Path(rules.__file__).parent.glob("*.py"))
 # A file:line written as prose rather than cited (``memory_pool.py:2010``) would escape the check.
 PROSE_CITATION = re.compile(r"[\w/]+\.py:\d+")
 
 
 def _parsed_citations() -> list[tuple[str, str, int, int]]:
-    """(path, symbol, start, end) of every ``cite(...)`` call in rules.py, read from its syntax tree."""
+    """(path, symbol, start, end) of every ``cite(...)`` call in the rules package, read from its syntax trees."""
     found = []
-    for node in ast.walk(ast.parse(RULES_FILE.read_text(encoding="utf-8"))):
+    nodes = (node for file in RULES_FILES for node in ast.walk(ast.parse(file.read_text(encoding="utf-8"))))
+    for node in nodes:
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "cite":
             args = [ast.literal_eval(a) for a in node.args]
             assert not node.keywords and 3 <= len(args) <= 4, f"line {node.lineno}: cite() takes literal arguments"
@@ -63,12 +64,13 @@ def _named(symbol: str, text: str) -> bool:
 
 def test_every_citation_is_parsed_and_registered() -> None:
     registered = [(c.path, c.symbol, c.start, c.end) for c in rules.CITATIONS]
-    assert CITED and sorted(CITED) == sorted(registered)
+    assert len(RULES_FILES) > 10 and CITED and sorted(CITED) == sorted(registered)
 
 
 def test_rules_cite_only_through_cite() -> None:
-    source = RULES_FILE.read_text(encoding="utf-8")
-    assert PROSE_CITATION.findall(source) == [], "cite SGLang with cite(path, symbol, start, end), not prose"
+    for file in RULES_FILES:
+        prose = PROSE_CITATION.findall(file.read_text(encoding="utf-8"))
+        assert prose == [], f"{file.name}: cite SGLang with cite(path, symbol, start, end), not prose"
 
 
 @pytest.mark.parametrize(("path", "symbol", "start", "end"), CITED, ids=[f"{p}:{s}-{e}:{n}" for p, n, s, e in CITED])

@@ -18,11 +18,11 @@ import pytest
 from typer.testing import CliRunner
 
 from kvdoctor.cli.app import app
+from kvdoctor.core.engine_ref import EngineRef
+from kvdoctor.core.sglang.drift_result import CaseResult, DriftReport
+from kvdoctor.core.sglang.inspect_result import FieldDrift
 from kvdoctor.core.sglang.rules import RULES_REVISION
-from kvdoctor.engines import EngineInfo
 from kvdoctor.engines.sglang import drift as drift_mod
-from kvdoctor.engines.sglang.drift import CaseResult, DriftReport
-from kvdoctor.engines.sglang.inspect import Drift
 from tests.schema_check import assert_valid
 
 NARROW = {"COLUMNS": "80", "NO_COLOR": "1", "TERM": "dumb"}
@@ -38,8 +38,8 @@ def report(*, drifting: bool) -> DriftReport:
             ("--disaggregation-mode", "decode"),
             55,
             [
-                Drift("retraction_backup", "cpu_tensor", None),
-                Drift("kv_pool", ["SWAKVPool", "x"], "[bold]MHATokenToKVPool"),
+                FieldDrift("retraction_backup", "cpu_tensor", None),
+                FieldDrift("kv_pool", ["SWAKVPool", "x"], "[bold]MHATokenToKVPool"),
             ]
             if drifting
             else [],
@@ -48,7 +48,7 @@ def report(*, drifting: bool) -> DriftReport:
             seconds=1.23456,
         ),
     ]
-    return DriftReport(EngineInfo("sglang", "0.5.23", LONG_PATH), cells, 2.5, "sm100")
+    return DriftReport(EngineRef("sglang", "0.5.23", LONG_PATH), cells, 2.5, "sm100")
 
 
 def invoke(monkeypatch: pytest.MonkeyPatch, result: DriftReport, *args: str):  # type: ignore[no-untyped-def]

@@ -24,11 +24,11 @@ def sglang_config(monkeypatch: pytest.MonkeyPatch):
     import torch
 
     from kvdoctor.engines import GpuArch
-    from kvdoctor.engines.sglang._runtime import import_sglang, resolve
+    from kvdoctor.engines.sglang._runtime import import_sglang, platform_facts, resolve
 
     arch = GpuArch.SM90
     # DSA's dtype default asks torch for the device generation; answer as the platform stub does.
-    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a, **k: arch.facts()["device_capability"])
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a, **k: platform_facts(arch)["device_capability"])
     builder = import_sglang("sglang.srt.mem_cache.kv_cache_builder")
     runtimes = []
 

@@ -16,13 +16,14 @@ from pathlib import Path
 import pytest
 
 from kvdoctor.core.config import load_config
-from kvdoctor.engines import EngineInfo
-from kvdoctor.engines.sglang.inspect import Beside, LiveAnswers, Refusal, compare
+from kvdoctor.core.engine_ref import EngineRef
+from kvdoctor.core.sglang.inspect_result import LiveRefusal
+from kvdoctor.engines.sglang.inspect import Beside, LiveAnswers, compare
 
-INFO = EngineInfo("sglang", "0.5.23", "/site-packages/sglang")
+INFO = EngineRef("sglang", "0.5.23", "/site-packages/sglang")
 
 
-def _beside(ours_refuses: bool, live_refusal: Refusal | None, kvdoctor_refusal: str | None = None) -> Beside:
+def _beside(ours_refuses: bool, live_refusal: LiveRefusal | None, kvdoctor_refusal: str | None = None) -> Beside:
     ours = {"refuses": ours_refuses, "kv_pool": "MHATokenToKVPool"}
     fields = {"refuses": live_refusal is not None, "kv_pool": ["MHATokenToKVPool"]}
     live = LiveAnswers(INFO, [], refusal=live_refusal, fields=fields)
@@ -30,7 +31,7 @@ def _beside(ours_refuses: bool, live_refusal: Refusal | None, kvdoctor_refusal: 
 
 
 def test_a_live_refusal_the_rules_did_not_report_is_a_kvd014_error() -> None:
-    beside = _beside(False, Refusal("pools", "SGLang cannot build the pools for this launch: boom (x.py:1)"))
+    beside = _beside(False, LiveRefusal("pools", "SGLang cannot build the pools for this launch: boom (x.py:1)"))
     codes = [(h.severity, h.code) for h in beside.hazards()]
     assert ("error", "KVD014-SGLANG-REFUSES") in codes and ("error", "KVD015-RULES-DRIFT") in codes
     refused = next(h for h in beside.hazards() if h.code == "KVD014-SGLANG-REFUSES")
@@ -38,7 +39,7 @@ def test_a_live_refusal_the_rules_did_not_report_is_a_kvd014_error() -> None:
 
 
 def test_a_refusal_both_sides_report_is_not_doubled() -> None:
-    assert _beside(True, Refusal("tree cache", "no")).hazards() == []  # the rule model's own KVD014 carries it
+    assert _beside(True, LiveRefusal("tree cache", "no")).hazards() == []  # the rule model's own KVD014 carries it
 
 
 def test_no_refusal_no_hazard() -> None:
@@ -46,7 +47,7 @@ def test_no_refusal_no_hazard() -> None:
 
 
 def test_both_refusing_the_input_is_exit_2_material() -> None:
-    both = _beside(True, Refusal("pools", "no attribute 'full_attention_interval'"), kvdoctor_refusal="cfg: bad")
+    both = _beside(True, LiveRefusal("pools", "no attribute 'full_attention_interval'"), kvdoctor_refusal="cfg: bad")
     assert both.refused_by_both() == "SGLang 0.5.23 refuses it too (pools): no attribute 'full_attention_interval'"
     assert _beside(True, None, kvdoctor_refusal="cfg: bad").refused_by_both() is None
 

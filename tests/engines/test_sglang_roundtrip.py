@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pytest
 
+from kvdoctor.roundtrip.options import RoundtripOptions
 from kvdoctor.state.faults import FAULTS
-from kvdoctor.state.run import RoundtripOptions
 
 pytestmark = pytest.mark.sglang
 

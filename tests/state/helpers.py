@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from kvdoctor.core.sglang.analysis import Analysis, analyze
-from kvdoctor.state.pools import Reductions
-from kvdoctor.state.run import ComponentRow, RoundtripOptions, RoundtripResult, run_roundtrip
+from kvdoctor.roundtrip.options import Reductions, RoundtripOptions
+from kvdoctor.roundtrip.result import ComponentCheck, RoundtripResult
+from kvdoctor.state.run import run_roundtrip
 
 DECODE = ("--disaggregation-mode", "decode")
 
@@ -39,5 +40,5 @@ def roundtrip(
     return run_roundtrip(analysis(model, dtype, *flags), opts)
 
 
-def row(result: RoundtripResult, name: str) -> ComponentRow:
+def row(result: RoundtripResult, name: str) -> ComponentCheck:
     return result.row(name)

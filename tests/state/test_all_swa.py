@@ -14,9 +14,10 @@ import pytest
 
 from kvdoctor.core.config import bundled_fixtures
 from kvdoctor.core.sglang.analysis import analyze
+from kvdoctor.roundtrip.options import Reductions, RoundtripOptions
+from kvdoctor.roundtrip.result import RoundtripResult
 from kvdoctor.state.diff import RESIDENT
-from kvdoctor.state.pools import Reductions
-from kvdoctor.state.run import RoundtripOptions, RoundtripResult, run_roundtrip
+from kvdoctor.state.run import run_roundtrip
 from tests.state.helpers import DECODE, row
 
 

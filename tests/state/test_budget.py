@@ -13,15 +13,16 @@ import torch
 
 from kvdoctor._exceptions import InputError
 from kvdoctor.core.sglang.analysis import analyze
+from kvdoctor.roundtrip.options import Reductions
 from kvdoctor.state import budget
-from kvdoctor.state.pools import Reductions, plan_sizes, reduced_geometry
+from kvdoctor.state.pools import plan_sizes, reduced_geometry
 
 MEASURE = textwrap.dedent("""
     import json, resource, sys
     import psutil
     from kvdoctor.core.sglang.analysis import analyze
+    from kvdoctor.roundtrip.options import Reductions, RoundtripOptions
     from kvdoctor.state import run as run_mod
-    from kvdoctor.state.pools import Reductions
     model, requests, tokens, layers, flags = json.loads(sys.argv[1])
     seen = {}
     check = run_mod.check_budget
@@ -32,7 +33,7 @@ MEASURE = textwrap.dedent("""
         return seen["estimate"]
 
     run_mod.check_budget = spy
-    options = run_mod.RoundtripOptions(device="cpu", requests=requests, tokens=tokens,
+    options = RoundtripOptions(device="cpu", requests=requests, tokens=tokens,
                                        reductions=Reductions(layers=layers))
     assert run_mod.run_roundtrip(analyze(model, flags), options).ok
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024

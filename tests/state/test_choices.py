@@ -15,9 +15,17 @@ def test_fault_enum_is_exactly_the_faults_the_run_knows() -> None:
 
 
 def test_scale_mode_enum_is_exactly_the_codecs_modes() -> None:
-    from kvdoctor.mxfp8 import SCALE_MODES
+    import pytest
+    import torch
 
-    assert tuple(m.value for m in ScaleMode) == SCALE_MODES
+    from kvdoctor import mxfp8
+    from kvdoctor._exceptions import InputError
+
+    x = torch.ones(1, 32)
+    for mode in ScaleMode:  # every choice --scale-mode offers, the codec runs
+        assert mxfp8.quantize(x, scale_mode=mode.value, backend="torch").scales.numel() == 1
+    with pytest.raises(InputError, match=r"choose one of sglang, rceil, floor$"):  # and it refuses the rest
+        mxfp8.quantize(x, scale_mode="ceil", backend="torch")
 
 
 def test_dtypes_and_backends_name_real_things() -> None:

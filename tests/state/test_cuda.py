@@ -10,9 +10,9 @@ import pytest
 import torch
 
 from kvdoctor.bench.roundtrip import BenchOptions, bench_roundtrip
+from kvdoctor.roundtrip.options import Reductions, RoundtripOptions
 from kvdoctor.state.faults import FAULTS
-from kvdoctor.state.pools import Reductions
-from kvdoctor.state.run import RoundtripOptions, run_roundtrip
+from kvdoctor.state.run import run_roundtrip
 from tests.state.helpers import analysis
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from kvdoctor.roundtrip.options import Reductions
 from kvdoctor.state.diff import (
     FREE,
     PADDING,
@@ -17,7 +18,7 @@ from kvdoctor.state.diff import (
 )
 from kvdoctor.state.fill import fill_background, fill_requests
 from kvdoctor.state.host_copy import CopyLedger
-from kvdoctor.state.pools import Reductions, admit, build_pools, plan_sizes, reduced_geometry
+from kvdoctor.state.pools import admit, build_pools, plan_sizes, reduced_geometry
 from tests.state.helpers import analysis
 
 

@@ -7,10 +7,11 @@ import torch
 
 from kvdoctor._exceptions import InputError
 from kvdoctor.core.sglang.policy import backup_carries
+from kvdoctor.roundtrip.options import Reductions
 from kvdoctor.state.diff import PADDING, RESIDENT, capture_padding
 from kvdoctor.state.fill import fill_background, fill_requests
 from kvdoctor.state.host_copy import CopyLedger, Mover
-from kvdoctor.state.pools import Reductions, admit, build_pools, plan_sizes, reduced_geometry, release
+from kvdoctor.state.pools import admit, build_pools, plan_sizes, reduced_geometry, release
 from kvdoctor.state.retraction import Session, default_protocol
 from tests.state.helpers import analysis, roundtrip, row
 

@@ -18,7 +18,7 @@ INKLING = ("inkling-small", "mxfp8", "--page-size", "128")
 def test_restoring_into_the_slots_a_request_already_held_is_red(monkeypatch: pytest.MonkeyPatch) -> None:
     # No intruders: the one retracted request gets its own freed pages straight back, where its old
     # bytes still sit, so every byte compares equal whatever the backup carried.
-    monkeypatch.setattr(run_mod, "admit_intruders", lambda run, seqlens, retracted: None)
+    monkeypatch.setattr(run_mod._Run, "reuse", lambda run: None)
     result = roundtrip(*INKLING, requests=2)
     assert result.failing == [SLOT_REUSE]
     assert not result.ok

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from kvdoctor.core.cite import Cite
 from kvdoctor.core.vllm import rules
 from kvdoctor.core.vllm.analysis import analyze_vllm
 
@@ -74,23 +75,27 @@ def test_cli_engine_vllm_tp_3_is_refused_not_passed() -> None:
 
 # --- every citation of the vLLM rule model opens in the installed vLLM ---
 
-CITES = [(name, c) for name, c in vars(rules).items() if isinstance(c, rules.Cite)]
+CITES = [(name, c) for name, c in vars(rules).items() if isinstance(c, Cite)]
 CITES += [(f"CONNECTORS[{n}]", r.where) for n, r in rules.CONNECTORS.items()]
+CITES += [(f"CITATIONS[{i}]", c) for i, c in enumerate(rules.CITATIONS) if c not in {c for _, c in CITES}]
 # The refusal citations name their symbol in the cited lines.
 NAMED = {"TP_HEADS": "total_num_attention_heads", "TP_KV_HEADS": "divide", "DIVIDE": "def ensure_divisibility"}
 NAMED["CONFIG_LOADER"] = "AutoConfig.from_pretrained"
+NAMED["OFFLOAD_PREFIX_CACHING"] = "--enable-prefix-caching to align block sizes"
+
+
+def test_every_citation_the_rules_make_is_checked() -> None:
+    assert {c for _, c in CITES} == set(rules.CITATIONS) and {c.server for c in rules.CITATIONS} == {"vllm"}
 
 
 @pytest.mark.parametrize(("name", "cite"), CITES, ids=[n for n, _ in CITES])
-def test_every_cited_range_is_inside_the_installed_file(name: str, cite: rules.Cite) -> None:
+def test_every_cited_range_is_inside_the_installed_file(name: str, cite: Cite) -> None:
     path = _vllm_root() / cite.path
     assert path.is_file(), f"{name}: {cite} names no file in the installed vLLM"
     lines = path.read_text(encoding="utf-8").splitlines()
-    start, _, end = cite.lines.partition("-")
-    first, last = int(start), int(end or start)
-    assert 1 <= first <= last <= len(lines), f"{name}: {cite} is outside {path} ({len(lines)} lines)"
+    assert 1 <= cite.start <= cite.end <= len(lines), f"{name}: {cite} is outside {path} ({len(lines)} lines)"
     if name in NAMED:
-        text = "\n".join(lines[first - 1 : last])
+        text = "\n".join(lines[cite.start - 1 : cite.end])
         assert NAMED[name] in text, f"{name}: {cite} does not show {NAMED[name]!r}:\n{text}"
 
 

@@ -31,30 +31,48 @@ import traceback
 import warnings
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 from kvdoctor._exceptions import EngineRefuses, EngineUnavailable
 from kvdoctor.core.config import resolve_config_path
+from kvdoctor.core.engine_ref import EngineRef
 from kvdoctor.core.sglang import rules
-from kvdoctor.engines import EngineInfo, GpuArch
+from kvdoctor.engines import GpuArch
+from kvdoctor.engines import engine_info as installed
 
 INSTALL_HINT = "make sglang-env (then run .venv-sglang/bin/kvdoctor)"
 RULES_SGLANG_VERSION = "0.5.23"
 
 
-def engine_info() -> EngineInfo:
+def engine_info() -> EngineRef:
     """SGLang's version and location, without importing it (exit 2 with the install command)."""
-    try:
-        version = metadata.version("sglang")
-    except metadata.PackageNotFoundError:
-        hint = f"SGLang is not installed in this environment; install it with: {INSTALL_HINT}"
-        raise EngineUnavailable(hint) from None
-    spec = importlib.util.find_spec("sglang")
-    path = str(Path(spec.origin).parent) if spec and spec.origin else None
-    revision = None if version == RULES_SGLANG_VERSION else rules.RULES_REVISION
-    return EngineInfo("sglang", version, path, revision)
+    return installed("sglang", f"SGLang is not installed in this environment; install it with: {INSTALL_HINT}")
+
+
+def platform_facts(arch: GpuArch) -> dict[str, Any]:
+    """The platform stub: what ``runtime_context.override_platform`` tells SGLang about a CUDA GPU of ARCH."""
+    blackwell = arch is GpuArch.SM100
+    return {
+        "is_cuda": True,
+        "is_hip": False,
+        "is_npu": False,
+        "is_xpu": False,
+        "is_musa": False,
+        "is_mps": False,
+        "is_sm90": not blackwell,
+        "is_sm100": blackwell,
+        "is_sm100_or_sm110": blackwell,
+        "is_sm110": False,
+        "is_sm120": False,
+        "is_blackwell": blackwell,
+        "device_sm": 100 if blackwell else 90,
+        "device_capability": (10, 0) if blackwell else (9, 0),
+    }
+
+
+def describe_platform(arch: GpuArch) -> str:
+    return "CUDA SM100 (Blackwell)" if arch is GpuArch.SM100 else "CUDA SM90 (Hopper)"
 
 
 @contextlib.contextmanager
@@ -106,7 +124,7 @@ def sglang_frame(exc: BaseException) -> str:
 class Runtime:
     """One resolved launch: SGLang's ServerArgs, ModelConfig and what the model runner would know."""
 
-    info: EngineInfo
+    info: EngineRef
     server_args: Any
     model_config: Any
     layer_info: Any
@@ -143,7 +161,7 @@ def _stub_device_capability(arch: GpuArch) -> None:
     answer as the platform stub does (no GPU is consulted)."""
     import torch
 
-    capability = arch.facts()["device_capability"]
+    capability = platform_facts(arch)["device_capability"]
     torch.cuda.get_device_capability = lambda *args, **kwargs: capability
 
 
@@ -158,7 +176,7 @@ def resolve(model: str, server_argv: Sequence[str], arch: GpuArch = GpuArch.SM10
 
     model_dir, tmp = _model_dir(model)
     argv = ["--model-path", str(model_dir), "--trust-remote-code", "--device", "cuda", *server_argv]
-    ctx.override_platform(**arch.facts()).install()
+    ctx.override_platform(**platform_facts(arch)).install()
     _stub_device_capability(arch)
     runtime: Runtime | None = None
     try:
@@ -197,8 +215,8 @@ def resolve(model: str, server_argv: Sequence[str], arch: GpuArch = GpuArch.SM10
             kv_cache_dtype_str=resolved if resolved is not None else ctx.get_model().kv_cache_dtype,
             arch=arch,
             stubs=[
-                f"platform: {arch.describe()} (runtime_context.override_platform; no GPU is consulted)",
-                f"torch.cuda.get_device_capability: {arch.facts()['device_capability']} (DSA's dtype asks)",
+                f"platform: {describe_platform(arch)} (runtime_context.override_platform; no GPU is consulted)",
+                f"torch.cuda.get_device_capability: {platform_facts(arch)['device_capability']} (DSA's dtype asks)",
                 "launch line: --device cuda (the pools are built on kvdoctor's --device)",
                 "model weights: none (model=None; layer ranges come from the config)",
                 "TP worker: a facade over the built pools for resolve_decode_retraction_backup",
@@ -212,7 +230,7 @@ def resolve(model: str, server_argv: Sequence[str], arch: GpuArch = GpuArch.SM10
             shutil.rmtree(tmp, ignore_errors=True)
 
 
-def version_note(info: EngineInfo) -> str | None:
+def version_note(info: EngineRef) -> str | None:
     """A sentence when the installed SGLang is not the version kvdoctor's rules restate."""
     if info.version == RULES_SGLANG_VERSION:
         return None

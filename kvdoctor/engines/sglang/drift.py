@@ -10,14 +10,16 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from kvdoctor._exceptions import InputError
 from kvdoctor.core.config import bundled_fixtures
 from kvdoctor.core.sglang.analysis import analyze
-from kvdoctor.engines import EngineInfo, GpuArch
+from kvdoctor.core.sglang.drift_result import CaseResult, DriftReport
+from kvdoctor.core.sglang.inspect_result import FieldDrift
+from kvdoctor.engines import GpuArch
 from kvdoctor.engines.sglang import _runtime
-from kvdoctor.engines.sglang.inspect import Beside, Drift, _asked, beside
+from kvdoctor.engines.sglang.inspect import Beside, _asked, beside
 
 SIZED = ("--max-total-tokens", "65536")  # a pool size both sides can use for the hicache ratio
 DECODE = ("--disaggregation-mode", "decode")
@@ -58,58 +60,6 @@ MATRIX: tuple[LaunchCase, ...] = (
 )
 
 
-@dataclass
-class CaseResult:
-    """One fixture under one launch line: the fields compared and where they differ.
-
-    Its fields are the keys of one ``results`` row of ``drift --json`` (``kvdoctor/schemas/drift.json``),
-    serialized by ``kvdoctor.report.serialize.jsonable``; the table and JUnit read the same attributes.
-    """
-
-    model: str
-    case: str
-    argv: tuple[str, ...]
-    fields: int
-    ok: bool = field(init=False)
-    drift: list[Drift] = field(default_factory=list)
-    kvdoctor_refusal: str | None = None
-    sglang_refusal: str | None = None
-    seconds: float = 0.0
-
-    def __post_init__(self) -> None:
-        self.seconds = round(self.seconds, 3)
-        self.ok = not self.drift
-
-
-@dataclass
-class DriftReport:
-    """The whole matrix: every case, and the totals a CI gate reads.
-
-    ``engine`` is the installed SGLang compared against; in ``--json`` the shared header's ``engine``
-    (the same name, version and path) stands for it. The other fields are the report's own keys.
-    """
-
-    ok: bool = field(init=False)
-    engine: EngineInfo
-    cases: int = field(init=False)  # how many matrix cells ran
-    fields_compared: int = field(init=False)
-    drifting_cases: int = field(init=False)
-    results: list[CaseResult]
-    elapsed_s: float
-    gpu_arch: str = GpuArch.SM100.value
-
-    def __post_init__(self) -> None:
-        self.elapsed_s = round(self.elapsed_s, 3)
-        self.ok = all(c.ok for c in self.results)
-        self.cases = len(self.results)
-        self.fields_compared = sum(c.fields for c in self.results)
-        self.drifting_cases = sum(not c.ok for c in self.results)
-
-    @property
-    def drifting(self) -> list[CaseResult]:
-        return [c for c in self.results if not c.ok]
-
-
 def one_case(model: str, case: LaunchCase, arch: GpuArch) -> CaseResult:
     started = time.perf_counter()
     argv = [*case.argv, *SIZED]
@@ -127,7 +77,7 @@ def one_case(model: str, case: LaunchCase, arch: GpuArch) -> CaseResult:
             case.name,
             tuple(argv),
             0,
-            [Drift("error", None, error)],
+            [FieldDrift("error", None, error)],
             refusal,
             None,
             time.perf_counter() - started,

@@ -19,15 +19,26 @@ For one model and launch line SGLang's own code is evaluated, in this process, o
 
 from __future__ import annotations
 
+import dataclasses
 import types
 from dataclasses import dataclass, field
 from typing import Any
 
 from kvdoctor._exceptions import EngineRefuses, InputError
+from kvdoctor.core.engine_ref import EngineRef
+from kvdoctor.core.registry import ERROR, Hazard
 from kvdoctor.core.sglang.analysis import Analysis, analyze
-from kvdoctor.core.sglang.hazards import ERROR, Hazard
-from kvdoctor.core.sglang.inspect_result import EngineFacts, FieldDrift, LiveRefusal, SglangAnswers
-from kvdoctor.engines import EngineInfo, GpuArch
+from kvdoctor.core.sglang.inspect_result import (
+    FieldDrift,
+    InspectBesideReport,
+    LiveRefusal,
+    ModelSource,
+    RefusedInspectReport,
+    SglangAnswers,
+    inspect_report,
+    shown,
+)
+from kvdoctor.engines import GpuArch, Inspected, InspectQuestion
 from kvdoctor.engines.sglang import _pools, _runtime
 from kvdoctor.engines.sglang._planes import planes_of
 
@@ -36,35 +47,15 @@ REFUSES_CODE = "KVD014-SGLANG-REFUSES"  # the rule model's own code for a launch
 TINY = _pools.PoolPlan(rows=2, pages=4, page_size=1)
 
 
-@dataclass(frozen=True)
-class Refusal:
-    """SGLang refuses the launch: its message and the SGLang frame that raised."""
-
-    stage: str  # "start-up" (argument resolution), "pools", "tree cache"
-    message: str
-
-
 @dataclass
 class LiveAnswers:
     """What the installed SGLang says, field by field (None: SGLang was not asked, see ``skipped``)."""
 
-    info: EngineInfo
+    info: EngineRef
     stubs: list[str]
-    refusal: Refusal | None = None
+    refusal: LiveRefusal | None = None  # stage: "start-up" (argument resolution), "pools", "tree cache"
     fields: dict[str, Any] = field(default_factory=dict)
     skipped: dict[str, str] = field(default_factory=dict)  # field -> why it was not evaluated
-
-
-@dataclass(frozen=True)
-class Drift:
-    """One field where kvdoctor's rules and the installed SGLang disagree."""
-
-    field: str
-    kvdoctor: Any
-    sglang: Any
-
-    def to_json(self) -> dict[str, Any]:
-        return {"field": self.field, "kvdoctor": self.kvdoctor, "sglang": self.sglang}
 
 
 # ---- what the rule model says, in the same vocabulary --------------------------------------------
@@ -205,7 +196,7 @@ def ask(model: str, server_argv: list[str], arch: GpuArch, pool_tokens: int | No
         runtime = _runtime.resolve(model, server_argv, arch)
     except EngineRefuses as exc:
         info = _runtime.engine_info()
-        return LiveAnswers(info, [], refusal=Refusal("start-up", str(exc)), fields={"refuses": True})
+        return LiveAnswers(info, [], refusal=LiveRefusal("start-up", str(exc)), fields={"refuses": True})
     try:
         return _ask(runtime, pool_tokens)
     finally:
@@ -226,7 +217,7 @@ def _ask(runtime: _runtime.Runtime, pool_tokens: int | None) -> LiveAnswers:
     try:
         pools = _pools.build(runtime, plan, "cpu")
     except EngineRefuses as exc:
-        live.refusal = Refusal("pools", str(exc))
+        live.refusal = LiveRefusal("pools", str(exc))
         live.fields["refuses"] = True
         return live
     ssm = bool(builder.uses_ssm_state(runtime.model_config))
@@ -255,7 +246,7 @@ def _ask(runtime: _runtime.Runtime, pool_tokens: int | None) -> LiveAnswers:
             live.skipped["hicache_ratio"] = "kvdoctor has no pool size for this launch (pass --max-total-tokens)"
     refusal = _tree_cache_refusal(runtime, pools, ssm)
     if refusal is not None:
-        live.refusal = Refusal("tree cache", refusal)
+        live.refusal = LiveRefusal("tree cache", refusal)
     f["refuses"] = live.refusal is not None
     return live
 
@@ -274,25 +265,18 @@ def _agrees(name: str, ours: Any, theirs: Any) -> bool:
     return ours == theirs
 
 
-def shown(name: str, value: Any) -> Any:
-    """A live value as a person reads it: a pool by its own class, not its whole MRO."""
-    if isinstance(value, list) and value and all(isinstance(c, str) for c in value) and name.endswith("pool"):
-        return value[0]
-    return value
-
-
 def _asked(name: str, skipped: dict[str, str]) -> bool:
     """Whether SGLang was asked about NAME (a component field is skipped with its component)."""
     component = name.split(".")[0] if "." in name else None
     return name not in skipped and not (component and ("components" in skipped or component in skipped))
 
 
-def compare(ours: dict[str, Any], live: LiveAnswers) -> list[Drift]:
+def compare(ours: dict[str, Any], live: LiveAnswers) -> list[FieldDrift]:
     """Every field both sides answered and where they differ (a refusal on either side ends the list)."""
     theirs = live.fields
     if ours.get("refuses") or theirs.get("refuses"):
         if bool(ours.get("refuses")) != bool(theirs.get("refuses")):
-            return [Drift("refuses", bool(ours.get("refuses")), bool(theirs.get("refuses")))]
+            return [FieldDrift("refuses", bool(ours.get("refuses")), bool(theirs.get("refuses")))]
         return []
     drifts = []
     for name in sorted(set(ours) | set(theirs)):
@@ -300,11 +284,11 @@ def compare(ours: dict[str, Any], live: LiveAnswers) -> list[Drift]:
             continue
         mine, their = ours.get(name), theirs.get(name)
         if not _agrees(name, mine, their):
-            drifts.append(Drift(name, mine, shown(name, their)))
+            drifts.append(FieldDrift(name, mine, shown(name, their)))
     return drifts
 
 
-def drift_message(drift: Drift, version: str) -> str:
+def drift_message(drift: FieldDrift, version: str | None) -> str:
     return f"{drift.field}: kvdoctor says {drift.kvdoctor!r}, SGLang {version} says {drift.sglang!r}"
 
 
@@ -314,7 +298,7 @@ class Beside:
 
     ours: dict[str, Any]
     live: LiveAnswers
-    drifts: list[Drift]
+    drifts: list[FieldDrift]
     kvdoctor_refusal: str | None = None
 
     def hazards(self) -> list[Hazard]:
@@ -354,16 +338,16 @@ class Beside:
 
     def answers(self) -> SglangAnswers:
         """Both sides as ``inspect``'s typed result carries them (its ``--json`` key ``sglang``)."""
-        live, info = self.live, self.live.info
+        live = self.live
         return SglangAnswers(
-            engine=EngineFacts(info.name, info.version, info.path),
+            engine=live.info,
             stubs=tuple(live.stubs),
-            refusal=LiveRefusal(live.refusal.stage, live.refusal.message) if live.refusal else None,
+            refusal=live.refusal,
             fields=dict(live.fields),
             skipped=dict(live.skipped),
             kvdoctor=dict(self.ours),
             kvdoctor_refusal=self.kvdoctor_refusal,
-            drift=tuple(FieldDrift(d.field, d.kvdoctor, d.sglang) for d in self.drifts),
+            drift=tuple(self.drifts),
         )
 
 
@@ -385,3 +369,28 @@ def beside(
     live = ask(model, server_argv, arch, tokens)
     ours = rule_answers(analysis, kvdoctor_refusal)
     return Beside(ours, live, compare(ours, live), kvdoctor_refusal)
+
+
+def inspect_beside(question: InspectQuestion) -> Inspected:
+    """kvdoctor's result, SGLang's live answers beside it, and a KVD015 hazard per disagreement.
+
+    When the rule model refused the input (``question.analysis`` is None) SGLang may still answer, and the
+    refusal is drift; when SGLang refuses it too, the input is malformed (exit 2), never a report that passes.
+    """
+    model, argv, arch = question.model, list(question.server_argv), question.arch
+    refusal = question.kvdoctor_refusal
+    if question.analysis is None:
+        answers = beside(None, model, argv, arch, kvdoctor_refusal=refusal)
+        both = answers.refused_by_both()
+        if both is not None:
+            raise InputError(f"{refusal}; {both}") from None
+        refused = RefusedInspectReport(
+            model=ModelSource(model), hazards=tuple(answers.hazards()), sglang=answers.answers()
+        )
+        return Inspected(refused, answers.live.info, len(answers.drifts))
+    analysis: Analysis = question.analysis
+    answers = beside(analysis, model, argv, arch)
+    base = inspect_report(analysis, question.request_tokens, question.concurrent)
+    fields = {f.name: getattr(base, f.name) for f in dataclasses.fields(base)}
+    fields["hazards"] = (*base.hazards, *answers.hazards())
+    return Inspected(InspectBesideReport(**fields, sglang=answers.answers()), answers.live.info, len(answers.drifts))

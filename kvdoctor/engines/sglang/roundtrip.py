@@ -18,8 +18,9 @@ the restored requests land in the placeholders' slots, which they never held.
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,21 +32,18 @@ from kvdoctor.engines.sglang import _pools, _runtime
 from kvdoctor.engines.sglang._faults import EngineFault, FaultState, get_engine_fault
 from kvdoctor.engines.sglang._instruments import Instruments, Patches
 from kvdoctor.engines.sglang._planes import StatePlane, components, planes_of
-from kvdoctor.report.envelope import EngineRef
+from kvdoctor.roundtrip.options import RoundtripOptions
+from kvdoctor.roundtrip.result import ComponentCheck, EngineUsed, RoundtripResult
+from kvdoctor.roundtrip.steps import INTRUDER_BASE, Progress, StepNames, run_steps
 from kvdoctor.state import diff as diff_mod
-from kvdoctor.state.run import (
-    ComponentRow,
-    EngineUsed,
-    RoundtripOptions,
-    RoundtripResult,
-    Steps,
-    component_rows,
-    resolve_device,
-)
+from kvdoctor.state.run import component_checks, draw_requests, resolve_device
 
-Progress = Callable[[str, int, int], None]
-INTRUDER_BASE = 1_000_000
 PLACEHOLDER_BASE = 2_000_000
+NAMES = StepNames(
+    build="build SGLang's pools",
+    offload="back up request {rid} (SGLang backup_kv_cache)",
+    restore="restore request {rid} (SGLang restore_kv_cache)",
+)
 ALIASING = "backup_aliasing"
 
 
@@ -141,15 +139,6 @@ def _check_scale_writes(pools: _pools.EnginePools, device: torch.device) -> None
                     f"float8_e8m0fnu tensor, which torch on {device.type} does not implement "
                     f"({' '.join(str(exc).split())[:120]}); SGLang itself asserts page 128 for MXFP8 writes"
                 ) from None
-
-
-def _seqlens(opts: RoundtripOptions, gen: torch.Generator) -> tuple[dict[int, int], list[int]]:
-    n, tokens = opts.requests, opts.tokens
-    low = max(2, tokens // 2)
-    seqlens = {rid: int(torch.randint(low, tokens + 1, (1,), generator=gen)) for rid in range(n)}
-    count = min(n - 1, max(1, round(n * opts.retract_fraction)))
-    retracted = sorted(int(i) for i in torch.randperm(n, generator=gen)[:count])
-    return seqlens, retracted
 
 
 def _plan(runtime: _runtime.Runtime, seqlens: dict[int, int], retracted: list[int]) -> _pools.PoolPlan:
@@ -302,13 +291,13 @@ def _free(run: _Run, snapshot: list[list[torch.Tensor]]) -> dict[str, tuple[diff
     return out
 
 
-def _aliasing_row(instruments: Instruments, emulated: bool) -> ComponentRow:
+def _aliasing_row(instruments: Instruments, emulated: bool) -> ComponentCheck:
     """Backups that are views of a live pool, not copies (passes under --emulate-d2h, still reported)."""
     aliases = instruments.aliases
     nbytes = sum(a.nbytes for a in aliases)
     first = aliases[0] if aliases else None
     ok = not aliases or emulated
-    return ComponentRow(
+    return ComponentCheck(
         name=ALIASING,
         bytes=nbytes,
         mismatched_bytes=0 if ok else nbytes,
@@ -362,6 +351,161 @@ def run_roundtrip(
         runtime.close()
 
 
+@dataclass
+class _Steps:
+    """One round trip on the installed SGLang, one method per step (:class:`kvdoctor.roundtrip.steps.Driver`)."""
+
+    runtime: _runtime.Runtime
+    model: str
+    options: RoundtripOptions
+    engine: EngineOptions
+    device: torch.device
+    fault: EngineFault | None
+    gen: torch.Generator
+    seqlens: dict[int, int]
+    retracted: list[int]
+    started: float
+    names: StepNames = NAMES
+    run: _Run = field(init=False)
+    plan: _pools.PoolPlan = field(init=False)
+    backend: str = field(init=False)
+    backend_source: str = field(init=False)
+    present: list[str] = field(init=False)
+    common: Any = field(init=False)  # sglang.srt.mem_cache.common: backup_kv_cache, restore_kv_cache
+    snapshot: list[list[torch.Tensor]] = field(default_factory=list)
+    padding_before: diff_mod.Capture | None = None
+    placeholders: list[_Live] = field(default_factory=list)
+    data_source: str = ""
+    before: dict[int, dict[str, diff_mod.Capture]] = field(default_factory=dict)
+    at_visible: dict[int, dict[str, diff_mod.Capture]] = field(default_factory=dict)
+
+    def build(self) -> None:
+        runtime, fault = self.runtime, self.fault
+        self.plan = _plan(runtime, self.seqlens, self.retracted)
+        pools = _pools.build(runtime, self.plan, str(self.device))
+        self.backend, self.backend_source = _resolve_backend(runtime, pools)
+        _check_backend(self.backend)
+        _check_scale_writes(pools, self.device)
+        planes = planes_of(pools)
+        if any(p.component == "mla_kv" for p in planes):
+            raise NotRunnableHere(
+                f"roundtrip --engine sglang does not read {type(pools.kv_pool).__name__}'s CPU copies "
+                "yet (MLA); use the default engine for this model"
+            )
+        self.present = components(planes)
+        if fault is not None:
+            fault.check(pools, self.model)
+        instruments = Instruments(planes, emulate_d2h=self.engine.emulate_d2h)
+        self.run = _Run(pools, planes, instruments, FaultState(), self.gen)
+        self.common = _runtime.import_sglang("sglang.srt.mem_cache.common")
+
+    @contextlib.contextmanager
+    def instrumented(self) -> Iterator[None]:
+        """The faults and the copy ledger's wrappers on SGLang's objects, from the fill to the last restore."""
+        run, fault = self.run, self.fault
+        patches = Patches()
+        try:
+            if fault is not None and fault.inner:
+                fault.install(patches, run.pools, run.state)
+            run.instruments.install(patches, run.pools.sub_pools, run.pools.mamba_pool)
+            if fault is not None and not fault.inner:
+                fault.install(patches, run.pools, run.state)
+            yield
+        finally:
+            patches.close()
+
+    def fill(self) -> None:
+        run, seqlens = self.run, self.seqlens
+        self.snapshot = _background(run.planes, self.gen)
+        self.padding_before = _padding(run, self.snapshot)
+        lives = [_admit(run, rid, n) for rid, n in seqlens.items()]
+        self.placeholders = [_admit(run, PLACEHOLDER_BASE + r, seqlens[r]) for r in self.retracted]
+        self.data_source = _call_sglang("the fill", lambda: _fill(run, lives))
+        self.before = {rid: run.capture(live) for rid, live in zip(seqlens, lives, strict=True)}
+        run.live = dict(zip(seqlens, lives, strict=True))
+
+    def offload(self, rid: int) -> None:
+        run, backend = self.run, self.backend
+        rtt, alloc = run.pools.req_to_token_pool, run.pools.allocator
+        live = run.live.pop(rid)
+        run.instruments.rid = rid
+        saved = _call_sglang(
+            f"backup_kv_cache of request {rid}",
+            lambda: self.common.backup_kv_cache(live.req, None, rtt, alloc, backend),
+        )
+        if saved is False:
+            raise EngineFinding(f"SGLang's backup_kv_cache returned False for request {rid} (it would abort it)")
+        _release(run, live)
+        run.live[rid] = live
+
+    def reuse(self) -> None:
+        run = self.run
+        intruders = [_admit(run, INTRUDER_BASE + rid, self.seqlens[rid]) for rid in self.retracted]
+        _fill(run, intruders)
+        for ph in self.placeholders:
+            _release(run, ph)
+        run.state.restoring = True
+
+    def restore(self, rid: int) -> None:
+        run, backend = self.run, self.backend
+        rtt, alloc = run.pools.req_to_token_pool, run.pools.allocator
+        live = _readmit(run, run.live[rid])
+        run.live[rid] = live
+        run.instruments.rid = rid
+        _call_sglang(
+            f"restore_kv_cache of request {rid}",
+            lambda: self.common.restore_kv_cache(live.req, None, rtt, alloc, backend),
+        )
+        self.at_visible[rid] = run.capture(live)  # the request is runnable from here on
+        _call_sglang(f"the deferred restore of request {rid}", run.state.run_deferred)
+
+    def restored(self) -> None:
+        self.run.state.restoring = False
+
+    def diff(self) -> RoundtripResult:
+        run, retracted, fault, engine = self.run, self.retracted, self.fault, self.engine
+        after = {rid: run.capture(live) for rid, live in run.live.items()}
+        assert self.padding_before is not None
+        obs = diff_mod.Observations(
+            before=self.before,
+            at_visible=self.at_visible,
+            after=after,
+            retracted=retracted,
+            residents=sorted(r for r in run.live if r not in retracted),
+            padding_before=self.padding_before,
+            padding_after=_padding(run),
+            components=self.present,
+            free=_free(run, self.snapshot),
+        )
+        ledger = run.instruments.ledger
+        rows = [*component_checks(diff_mod.diff(obs, ledger)), _aliasing_row(run.instruments, engine.emulate_d2h)]
+        names = {row.name for row in rows}
+        used = _used(
+            self.model,
+            self.runtime,
+            run.pools,
+            self.options,
+            retracted,
+            self.plan,
+            self.data_source,
+            self.backend_source,
+            engine,
+        )
+        return RoundtripResult.of(
+            device=str(self.device),
+            kv_cache_dtype=self.runtime.kv_cache_dtype_str,
+            backend=self.backend,
+            injected=self.options.inject,
+            components=rows,
+            used=used,
+            expected_red=sorted(fault.expected(names)) if fault else [],
+            hazards=[],
+            elapsed_s=time.perf_counter() - self.started,
+            engine=self.runtime.info,
+            rules_revision=None,  # SGLang's own code ran: no kvdoctor rule took part
+        )
+
+
 def _run(
     runtime: _runtime.Runtime,
     model: str,
@@ -373,114 +517,9 @@ def _run(
     started: float,
 ) -> RoundtripResult:
     gen = torch.Generator().manual_seed(options.seed)
-    seqlens, retracted = _seqlens(options, gen)
-    steps = Steps(report, 4 + 2 * len(retracted))
-
-    steps.start("build SGLang's pools")
-    plan = _plan(runtime, seqlens, retracted)
-    pools = _pools.build(runtime, plan, str(device))
-    backend, backend_source = _resolve_backend(runtime, pools)
-    _check_backend(backend)
-    _check_scale_writes(pools, device)
-    planes = planes_of(pools)
-    if any(p.component == "mla_kv" for p in planes):
-        raise NotRunnableHere(
-            f"roundtrip --engine sglang does not read {type(pools.kv_pool).__name__}'s CPU copies "
-            "yet (MLA); use the default engine for this model"
-        )
-    present = components(planes)
-    if fault is not None:
-        fault.check(pools, model)
-    instruments = Instruments(planes, emulate_d2h=engine.emulate_d2h)
-    state = FaultState()
-    run = _Run(pools, planes, instruments, state, gen)
-    common = _runtime.import_sglang("sglang.srt.mem_cache.common")
-    patches = Patches()
-    try:
-        if fault is not None and fault.inner:
-            fault.install(patches, pools, state)
-        instruments.install(patches, pools.sub_pools, pools.mamba_pool)
-        if fault is not None and not fault.inner:
-            fault.install(patches, pools, state)
-
-        steps.start("fill requests")
-        snapshot = _background(planes, gen)
-        padding_before = _padding(run, snapshot)
-        lives = [_admit(run, rid, n) for rid, n in seqlens.items()]
-        placeholders = [_admit(run, PLACEHOLDER_BASE + r, seqlens[r]) for r in retracted]
-        data_source = _call_sglang("the fill", lambda: _fill(run, lives))
-        before = {rid: run.capture(live) for rid, live in zip(seqlens, lives, strict=True)}
-        run.live = dict(zip(seqlens, lives, strict=True))
-
-        rtt, alloc = pools.req_to_token_pool, pools.allocator
-        for rid in retracted:
-            steps.start(f"back up request {rid} (SGLang backup_kv_cache)")
-            live = run.live.pop(rid)
-            instruments.rid = rid
-            saved = _call_sglang(
-                f"backup_kv_cache of request {rid}",
-                lambda live=live: common.backup_kv_cache(live.req, None, rtt, alloc, backend),
-            )
-            if saved is False:
-                raise EngineFinding(f"SGLang's backup_kv_cache returned False for request {rid} (it would abort it)")
-            _release(run, live)
-            run.live[rid] = live
-
-        steps.start("intruders reuse the freed slots")
-        intruders = [_admit(run, INTRUDER_BASE + rid, seqlens[rid]) for rid in retracted]
-        _fill(run, intruders)
-        for ph in placeholders:
-            _release(run, ph)
-
-        at_visible: dict[int, dict[str, diff_mod.Capture]] = {}
-        state.restoring = True
-        for rid in retracted:
-            steps.start(f"restore request {rid} (SGLang restore_kv_cache)")
-            old = run.live[rid]
-            live = _readmit(run, old)
-            run.live[rid] = live
-            instruments.rid = rid
-            _call_sglang(
-                f"restore_kv_cache of request {rid}",
-                lambda live=live: common.restore_kv_cache(live.req, None, rtt, alloc, backend),
-            )
-            at_visible[rid] = run.capture(live)  # the request is runnable from here on
-            _call_sglang(f"the deferred restore of request {rid}", state.run_deferred)
-        state.restoring = False
-    finally:
-        patches.close()
-
-    steps.start("diff every component")
-    after = {rid: run.capture(live) for rid, live in run.live.items()}
-    obs = diff_mod.Observations(
-        before=before,
-        at_visible=at_visible,
-        after=after,
-        retracted=retracted,
-        residents=sorted(r for r in run.live if r not in retracted),
-        padding_before=padding_before,
-        padding_after=_padding(run),
-        components=present,
-        free=_free(run, snapshot),
-    )
-    rows = [*component_rows(diff_mod.diff(obs, instruments.ledger)), _aliasing_row(instruments, engine.emulate_d2h)]
-    names = {row.name for row in rows}
-    info = runtime.info
-    result = RoundtripResult.of(
-        device=str(device),
-        kv_cache_dtype=runtime.kv_cache_dtype_str,
-        backend=backend,
-        injected=options.inject,
-        components=rows,
-        used=_used(model, runtime, pools, options, retracted, plan, data_source, backend_source, engine),
-        expected_red=sorted(fault.expected(names)) if fault else [],
-        hazards=[],
-        elapsed_s=time.perf_counter() - started,
-        engine=EngineRef(info.name, info.version, info.path),
-        rules_revision=None,  # SGLang's own code ran: no kvdoctor rule took part
-    )
-    steps.finish()
-    return result
+    seqlens, retracted = draw_requests(options, gen)
+    steps = _Steps(runtime, model, options, engine, device, fault, gen, seqlens, retracted, started)
+    return run_steps(steps, retracted, report)
 
 
 def _readmit(run: _Run, old: _Live) -> _Live:

@@ -11,28 +11,19 @@ from __future__ import annotations
 import importlib
 import logging
 import os
-from importlib import metadata
-from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 from kvdoctor._exceptions import EngineUnavailable
-from kvdoctor.core.vllm import rules
-from kvdoctor.engines import EngineInfo
+from kvdoctor.core.engine_ref import EngineRef
+from kvdoctor.engines import engine_info as installed
 
 INSTALL_HINT = "make vllm-env (then run .venv-vllm/bin/kvdoctor)"
-RULES_VLLM_VERSION = "0.33.0"
 
 
-def engine_info() -> EngineInfo:
+def engine_info() -> EngineRef:
     """vLLM's version and location, without importing it (``EngineUnavailable`` with the install command)."""
-    try:
-        version = metadata.version("vllm")
-    except metadata.PackageNotFoundError:
-        raise EngineUnavailable(f"--engine vllm: vLLM is not installed here; install it with: {INSTALL_HINT}") from None
-    spec = importlib.util.find_spec("vllm")
-    path = str(Path(spec.origin).parent) if spec and spec.origin else None
-    return EngineInfo("vllm", version, path, None if version == RULES_VLLM_VERSION else rules.RULES_REVISION)
+    return installed("vllm", f"--engine vllm: vLLM is not installed here; install it with: {INSTALL_HINT}")
 
 
 def load(module: str) -> ModuleType:

@@ -15,18 +15,27 @@ Each disagreement is a ``KVD115-VLLM-DRIFT`` error.
 
 from __future__ import annotations
 
+import dataclasses
 import types
 from dataclasses import dataclass, field
 from typing import Any
 
 from kvdoctor._exceptions import EngineUnavailable
-from kvdoctor.core.sglang.hazards import ERROR, Hazard
+from kvdoctor.core.engine_ref import EngineRef
+from kvdoctor.core.registry import ERROR, Hazard
 from kvdoctor.core.vllm import rules
-from kvdoctor.core.vllm.analysis import VllmAnalysis, VllmAnswersFacts, VllmCheck, VllmGroupAnswer
+from kvdoctor.core.vllm.analysis import (
+    VllmAnalysis,
+    VllmAnswersFacts,
+    VllmBesideReport,
+    VllmCheck,
+    VllmGroupAnswer,
+    VllmUnavailable,
+)
 from kvdoctor.core.vllm.connectors import Status
 from kvdoctor.core.vllm.refusals import total_kv_heads
 from kvdoctor.core.vllm.specs import LayerSpec, SpecKind
-from kvdoctor.engines import EngineInfo
+from kvdoctor.engines import Inspected, InspectQuestion
 from kvdoctor.engines.vllm import _runtime as rt
 
 OFFLOADING_CONFIG = "vllm.distributed.kv_transfer.kv_connector.v1.offloading.config"
@@ -34,27 +43,21 @@ REFUSES_CODE = "KVD114-VLLM-REFUSES"
 NONE = "none"
 
 
-@dataclass(frozen=True)
-class Check:
-    question: str
-    kvdoctor: str
-    vllm: str
-
-    @property
-    def agree(self) -> bool:
-        return self.kvdoctor == self.vllm
+def check(question: str, kvdoctor: str, vllm: str) -> VllmCheck:
+    """One question both sides answered, as text; they agree when the texts are equal."""
+    return VllmCheck(question, kvdoctor, vllm, kvdoctor == vllm)
 
 
 @dataclass
 class VllmAnswers:
-    info: EngineInfo
-    checks: list[Check] = field(default_factory=list)
+    info: EngineRef
+    checks: list[VllmCheck] = field(default_factory=list)
     groups: list[dict[str, Any]] | None = None
     refusals: list[str] = field(default_factory=list)  # what vLLM's own start-up checks raised
     rule_refuses: bool = False  # the rule model reported a start-up refusal (KVD114) itself
 
     @property
-    def drifts(self) -> list[Check]:
+    def drifts(self) -> list[VllmCheck]:
         return [c for c in self.checks if not c.agree]
 
     def hazards(self) -> list[Hazard]:
@@ -90,7 +93,7 @@ class VllmAnswers:
             version=self.info.version,
             path=self.info.path,
             inputs_from_kvdoctor=("layer kinds", "block size"),
-            checks=tuple(VllmCheck(c.question, c.kvdoctor, c.vllm, c.agree) for c in self.checks),
+            checks=tuple(self.checks),
             groups=groups,
         )
 
@@ -223,7 +226,7 @@ def beside(a: VllmAnalysis) -> VllmAnswers:
     answers.refusals = parallel_refusals(a)
     answers.rule_refuses = bool(a.refusals) or a.refusal is not None
     answers.checks.append(
-        Check(
+        check(
             "start-up refusals (tensor parallel)",
             "; ".join(r.message for r in a.refusals) or NONE,
             "; ".join(answers.refusals) or NONE,
@@ -233,11 +236,11 @@ def beside(a: VllmAnalysis) -> VllmAnswers:
     specs = {name: vllm_spec(s, a.flags.kv_cache_dtype, mamba) for name, s in a.specs.layers.items()}
     for name, rule_spec in a.specs.layers.items():
         theirs = specs[name]
-        answers.checks.append(Check(f"{name} page bytes", str(rule_spec.page_size_bytes), str(theirs.page_size_bytes)))
+        answers.checks.append(check(f"{name} page bytes", str(rule_spec.page_size_bytes), str(theirs.page_size_bytes)))
         if rule_spec.kind is SpecKind.MAMBA:
             ours = f"{[list(s) for s in rule_spec.shapes]} {list(rule_spec.dtypes)}"
             vllm = f"{[list(s) for s in theirs.shapes]} {[str(d).removeprefix('torch.') for d in theirs.dtypes]}"
-            answers.checks.append(Check(f"{name} Mamba state", ours, vllm))
+            answers.checks.append(check(f"{name} Mamba state", ours, vllm))
     hma = _supports_hma(a, answers)
     hybrid = a.hybrid.enabled if hma is None else (hma and a.flags.disable_hybrid_kv_cache_manager is not True)
     planning = rt.load("vllm.v1.core.kv_cache_planning")
@@ -245,7 +248,7 @@ def beside(a: VllmAnalysis) -> VllmAnswers:
         groups = planning.get_kv_cache_groups(rt.planning_config(hybrid_manager=hybrid), dict(specs))
     except (ValueError, AssertionError, NotImplementedError) as exc:
         answers.checks.append(
-            Check("KV cache groups", "refused" if a.groups is None else f"{len(a.groups)} groups", "refused")
+            check("KV cache groups", "refused" if a.groups is None else f"{len(a.groups)} groups", "refused")
         )
         answers.groups = None
         answers.refusals.append(f"get_kv_cache_groups raises {type(exc).__name__}: {exc}")
@@ -258,10 +261,10 @@ def beside(a: VllmAnalysis) -> VllmAnswers:
         for g in groups
     ]
     answers.checks.append(
-        Check("KV cache groups", "; ".join(ours) if a.groups is not None else "refused", "; ".join(theirs))
+        check("KV cache groups", "; ".join(ours) if a.groups is not None else "refused", "; ".join(theirs))
     )
     answers.checks.append(
-        Check(
+        check(
             "group layers",
             str([list(g.layer_names) for g in a.groups or ()]),
             str([list(g.layer_names) for g in groups]),
@@ -281,7 +284,7 @@ def beside(a: VllmAnalysis) -> VllmAnswers:
         offloading = rt.load(OFFLOADING_CONFIG)
         ours_s = [r.status.value for r in a.connector.rows]
         theirs_s = [_status_of(g.kv_cache_spec, g.kv_cache_spec.block_size, offloading) for g in groups]
-        answers.checks.append(Check("OffloadingConnector per group", str(ours_s), str(theirs_s)))
+        answers.checks.append(check("OffloadingConnector per group", str(ours_s), str(theirs_s)))
     return answers
 
 
@@ -302,7 +305,7 @@ def _supports_hma(a: VllmAnalysis, answers: VllmAnswers) -> bool | None:
         hma = bool(factory.KVConnectorFactory.supports_hma_config(config))
     except Exception as exc:  # the connector's module needs a package not installed here (lmcache, nixl, ...)
         answers.checks.append(
-            Check(
+            check(
                 f"{transfer.connector} SupportsHMA",
                 str(a.connector.supports_hma),
                 f"not importable here ({type(exc).__name__})",
@@ -312,5 +315,20 @@ def _supports_hma(a: VllmAnalysis, answers: VllmAnswers) -> bool | None:
             f"--engine vllm: importing connector {transfer.connector} failed "
             f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})"
         ) from None
-    answers.checks.append(Check(f"{transfer.connector} SupportsHMA", str(a.connector.supports_hma), str(hma)))
+    answers.checks.append(check(f"{transfer.connector} SupportsHMA", str(a.connector.supports_hma), str(hma)))
     return hma
+
+
+def inspect_beside(question: InspectQuestion) -> Inspected:
+    """vLLM's own answers beside the rule model's report, drift hazards appended; when vLLM cannot be
+    imported, the rule model's report says why, a note says so on stderr, and the engine stays kvdoctor."""
+    analysis: VllmAnalysis = question.analysis
+    report = analysis.report()
+    base = {f.name: getattr(report, f.name) for f in dataclasses.fields(report)}
+    try:
+        answers = beside(analysis)
+    except EngineUnavailable as exc:  # the rule model answered; say why vLLM did not
+        unavailable = VllmBesideReport(**base, vllm=VllmUnavailable(available=False, reason=str(exc)))
+        return Inspected(unavailable, notes=(f"{exc}; kvdoctor's rule model answered alone",))
+    base["hazards"] = (*report.hazards, *answers.hazards())
+    return Inspected(VllmBesideReport(**base, vllm=answers.facts()), answers.info, len(answers.drifts))

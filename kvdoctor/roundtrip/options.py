@@ -1,0 +1,49 @@
+"""What a round trip is asked to do: how many requests, how long, which seed, which fault, how reduced."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from kvdoctor._exceptions import InputError
+from kvdoctor.core.sglang import rules
+
+__all__ = ["MAX_SEED", "MAX_TOKENS", "Reductions", "RoundtripOptions", "check_options"]
+
+MAX_SEED = 2**64 - 1  # torch.Generator.manual_seed takes a 64-bit seed
+MAX_TOKENS = 2**31 - 1  # far past any context length; the memory budget refuses far less
+
+
+@dataclass(frozen=True)
+class Reductions:
+    """Explicit shrinkage of the model's state, so a test or a laptop can run it; None keeps it."""
+
+    layers: int | None = None  # at most this many layers per sub-pool (full, swa, recurrent)
+    heads: int | None = None  # at most this many KV heads, and recurrent-state heads
+
+    def describe(self) -> str:
+        parts = [f"layers<={self.layers}" if self.layers else "", f"heads<={self.heads}" if self.heads else ""]
+        return ", ".join(p for p in parts if p) or "none (full model shapes)"
+
+
+@dataclass(frozen=True)
+class RoundtripOptions:
+    device: str = "auto"
+    requests: int = 8
+    tokens: int = 256
+    seed: int = 0
+    inject: str | None = None
+    reductions: Reductions = field(default_factory=Reductions)
+    retract_fraction: float = 0.5
+    chunk: int = rules.CPU_OFFLOAD_CHUNK
+
+
+def check_options(opts: RoundtripOptions) -> None:
+    """The options' own bounds (exit 2), before anything is allocated or drawn."""
+    if opts.requests < 2:
+        raise InputError("--requests must be at least 2 (some are retracted, some stay resident)")
+    if not 2 <= opts.tokens <= MAX_TOKENS:
+        raise InputError(f"--tokens must be in [2, {MAX_TOKENS:,}] (a retraction moves seqlen - 1 tokens)")
+    if not 0 <= opts.seed <= MAX_SEED:
+        raise InputError("--seed must be in [0, 2**64) (torch.Generator takes a 64-bit seed)")
+    if not 0 < opts.retract_fraction < 1:
+        raise InputError("the retracted fraction must be in (0, 1)")
