@@ -1,45 +1,159 @@
-"""The Typer application: one small module per command, registered here.
+"""The Typer application: one small module per command, each imported only when its command runs.
 
-Command modules import the floors below them lazily, inside the command function, so that
-``kvdoctor inspect`` never pays for (or needs) torch and triton.
+Every command is registered here by name (:data:`COMMANDS`, :data:`BENCH_COMMANDS`) and built by
+Typer, from its module's function, the first time a group looks it up: ``kvdoctor inspect`` imports
+``kvdoctor.cli.inspect_cmd`` and nothing of the other commands (no pd-eval planner, no torch
+benchmark, no vLLM rule model for an SGLang question). Listing every command (``kvdoctor -h``,
+completion of a command name) builds them all, so help and completion read exactly what Typer would
+have built up front. Command modules import the floors below them lazily too, inside the command
+function, so that ``kvdoctor inspect`` never pays for (or needs) torch and triton;
+``kvdoctor bench startup`` measures what start-up costs.
 """
 
 from __future__ import annotations
 
+import importlib
 import sys
+from collections.abc import Callable, Iterator, Mapping, MutableMapping
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 from kvdoctor.cli.errors import debug_enabled, startup_guard
 
-with startup_guard():  # Ctrl-C while typer and the commands import: one line, exit 130
+with startup_guard():  # Ctrl-C while typer imports: one line, exit 130
     import typer
-
-    from kvdoctor.cli import (
-        bench_mxfp8,
-        bench_pd_eval,
-        bench_roundtrip,
-        consistency,
-        drift,
-        inspect_cmd,
-        pd_eval,
-        roundtrip,
-        schema_cmd,
-    )
+    from typer.core import TyperGroup
 
 # Commands that take SGLang server flags accept options kvdoctor itself does not define; each checks
 # them against SGLang's own flag list (kvdoctor.cli.server_args), so a typo is refused, not passed on.
 PASSTHROUGH = {"allow_extra_args": True, "ignore_unknown_options": True}
 HELP_OPTIONS = ["-h", "--help"]
 
+
+@dataclass(frozen=True)
+class Lazy:
+    """One command as ``app.command(NAME, cls=..., context_settings=...)(module.function)`` registers it, unimported.
+
+    ``cls`` names a command class in the same module (``pd-eval``'s ``PdEvalCommand``).
+    """
+
+    name: str
+    module: str
+    function: str
+    context_settings: dict[str, Any] | None = None
+    cls: str | None = None
+
+    def build(self, rich_markup_mode: Any) -> Any:
+        """The click command Typer builds from the function: same parameters, help and settings."""
+        module = importlib.import_module(self.module)
+        one = typer.Typer()
+        cls = getattr(module, self.cls) if self.cls else None
+        one.command(self.name, cls=cls, context_settings=self.context_settings)(getattr(module, self.function))
+        return typer.main.get_command_from_info(
+            one.registered_commands[0],
+            pretty_exceptions_short=app.pretty_exceptions_short,
+            rich_markup_mode=rich_markup_mode,
+        )
+
+
+# In the order --help and completion list them.
+COMMANDS = (
+    Lazy("inspect", "kvdoctor.cli.inspect_cmd", "inspect", PASSTHROUGH),
+    Lazy("roundtrip", "kvdoctor.cli.roundtrip", "roundtrip", PASSTHROUGH),
+    Lazy("pd-eval", "kvdoctor.cli.pd_eval", "pd_eval", PASSTHROUGH, cls="PdEvalCommand"),
+    Lazy("consistency", "kvdoctor.cli.consistency", "consistency", {"allow_extra_args": True}),
+    Lazy("drift", "kvdoctor.cli.drift", "drift"),
+    Lazy("schema", "kvdoctor.cli.schema_cmd", "schema"),
+)
+BENCH_COMMANDS = (
+    Lazy("mxfp8", "kvdoctor.cli.bench_mxfp8", "bench_mxfp8"),
+    Lazy("roundtrip", "kvdoctor.cli.bench_roundtrip", "bench_roundtrip", PASSTHROUGH),
+    Lazy("pd-eval", "kvdoctor.cli.bench_pd_eval", "bench_pd_eval"),
+    Lazy("startup", "kvdoctor.cli.bench_startup", "bench_startup"),
+)
+
+
+class LazyCommands(MutableMapping[str, Any]):
+    """A group's ``commands``: name -> click command, each lazy one built (imported) when first looked up.
+
+    Membership, iteration and ``len`` read names only; ``commands[name]`` and ``commands.get(name)``
+    build that one command. Lazy names come first, in their order, then the ones Typer built itself
+    (the ``bench`` sub-group), as Typer lists registered commands before added groups.
+    """
+
+    def __init__(self, lazy: Mapping[str, Callable[[], Any]], built: Mapping[str, Any]) -> None:
+        self._lazy = dict(lazy)
+        self._built = dict(built)
+        self._names = [*self._lazy, *(name for name in self._built if name not in self._lazy)]
+
+    def __getitem__(self, name: str) -> Any:
+        if name not in self._built:
+            if name not in self._lazy:
+                raise KeyError(name)
+            self._built[name] = self._lazy[name]()
+        return self._built[name]
+
+    def __setitem__(self, name: str, command: Any) -> None:
+        self._built[name] = command
+        if name not in self._names:
+            self._names.append(name)
+
+    def __delitem__(self, name: str) -> None:
+        if name not in self._names:
+            raise KeyError(name)
+        self._names.remove(name)
+        self._built.pop(name, None)
+        self._lazy.pop(name, None)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._names
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(list(self._names))
+
+    def __len__(self) -> int:
+        return len(self._names)
+
+    def loaded(self) -> list[str]:
+        """The names whose command has been built (its module imported)."""
+        return [name for name in self._names if name in self._built]
+
+
+class LazyGroup(TyperGroup):
+    """A Typer group whose commands are :class:`Lazy` entries, built on first lookup."""
+
+    lazy: ClassVar[tuple[Lazy, ...]] = ()
+
+    def __init__(self, **attrs: Any) -> None:
+        super().__init__(**attrs)
+        self.commands = LazyCommands(
+            {c.name: (lambda c=c: c.build(self.rich_markup_mode)) for c in self.lazy}, self.commands
+        )
+
+    def list_commands(self, ctx: Any) -> list[str]:
+        """The names in order, without building any (Typer's own reads every command)."""
+        return list(self.commands)
+
+
+class _Root(LazyGroup):
+    lazy = COMMANDS
+
+
+class _Bench(LazyGroup):
+    lazy = BENCH_COMMANDS
+
+
 # Completion is Typer's: --install-completion / --show-completion, driven by _KVDOCTOR_COMPLETE
 # (tests/cli/test_completion.py runs it through the console script).
 app = typer.Typer(
     name="kvdoctor",
+    cls=_Root,
     help="Diagnose and regression-test how an inference server keeps KV-cache state alive.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": HELP_OPTIONS},
 )
-bench = typer.Typer(help="Side-by-side benchmarks (ratios measured in one run).", no_args_is_help=True)
+bench = typer.Typer(cls=_Bench, help="Side-by-side benchmarks (ratios measured in one run).", no_args_is_help=True)
 
 
 def _version(value: bool) -> None:
@@ -65,16 +179,7 @@ def _root(
     """Diagnose and regression-test how an inference server keeps KV-cache state alive."""
 
 
-app.command("inspect", context_settings=PASSTHROUGH)(inspect_cmd.inspect)
-app.command("roundtrip", context_settings=PASSTHROUGH)(roundtrip.roundtrip)
-app.command("pd-eval", cls=pd_eval.PdEvalCommand, context_settings=PASSTHROUGH)(pd_eval.pd_eval)
-app.command("consistency", context_settings={"allow_extra_args": True})(consistency.consistency)
-app.command("drift")(drift.drift)
-app.command("schema")(schema_cmd.schema)
 app.add_typer(bench, name="bench")
-bench.command("mxfp8")(bench_mxfp8.bench_mxfp8)
-bench.command("roundtrip", context_settings=PASSTHROUGH)(bench_roundtrip.bench_roundtrip)
-bench.command("pd-eval")(bench_pd_eval.bench_pd_eval)
 
 
 def _usage_line(exc: Exception) -> str:
@@ -83,9 +188,10 @@ def _usage_line(exc: Exception) -> str:
 
     ctx = getattr(exc, "ctx", None)
     hint = f" (see '{ctx.command_path} -h')" if ctx is not None else ""
-    # Typer phrases a bad enum value through its validation layer ("Value error, 'gpu' is not one of
-    # …"): that prefix names the machinery, not the mistake, so the line drops it.
-    message = exc.format_message().replace("Value error, ", "")  # type: ignore[attr-defined]
+    from kvdoctor.cli.usage_words import plain
+
+    # One wording whichever typer parsed the value (0.28's click types or 0.29's pydantic): usage_words.
+    message = plain(exc.format_message())  # type: ignore[attr-defined]
     return one_line(InputError(f"{message}{hint}"))
 
 

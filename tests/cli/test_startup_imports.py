@@ -1,23 +1,179 @@
-"""Loading the CLI imports nothing heavy: every command's floor below it is imported inside the command.
+"""What start-up imports: loading the CLI imports no command, and a command imports only its own floors.
 
-Why it matters: ``inspect`` must start without torch, and the vLLM environment installs vLLM with
-``--no-deps`` (no httpx, no psutil): a command module that imports pd-eval's HTTP client at load time
-breaks ``kvdoctor inspect --server vllm`` there, though nothing it runs needs httpx.
+Why it matters: ``inspect`` must start without torch (and cheaply: ``kvdoctor bench startup`` measures it
+against the bare typer+rich floor), an SGLang question must import nothing of vLLM, and the vLLM
+environment installs vLLM with ``--no-deps`` (no httpx, no psutil): a command module that imports
+pd-eval's HTTP client at load time breaks ``kvdoctor inspect --server vllm`` there, though nothing it
+runs needs httpx. Each check runs a fresh interpreter, so what this test session imported does not count.
 """
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
+from pathlib import Path
+
+import typer
+from typer.testing import CliRunner
+
+from kvdoctor.cli import app as cli_app
 
 HEAVY = ("torch", "triton", "pandas", "pyarrow", "httpx", "psutil", "prometheus_client", "sglang", "vllm")
+COMMAND_MODULES = sorted({c.module for c in (*cli_app.COMMANDS, *cli_app.BENCH_COMMANDS)})
 
 
-def test_loading_the_cli_imports_no_heavy_module() -> None:
+def _loaded(prefixes: tuple[str, ...], modules: list[str]) -> list[str]:
+    return sorted(m for m in modules if any(m == p or m.startswith(p + ".") for p in prefixes))
+
+
+def _modules_after(tmp_path: Path, *argv: str) -> list[str]:
+    """sys.modules at the end of a fresh ``kvdoctor ARGV`` run through the console entry point (exit 0)."""
+    dump = tmp_path / "modules.json"
     code = (
-        "import sys\n"
-        "import kvdoctor.cli.app\n"
+        "import json, sys\n"
+        "from kvdoctor.cli import app\n"
+        f"sys.argv = ['kvdoctor', *{list(argv)!r}]\n"
+        "try:\n"
+        "    app.main()\n"
+        "except SystemExit as exc:\n"
+        "    status = exc.code\n"
+        f"open({str(dump)!r}, 'w').write(json.dumps({{'status': status, 'modules': sorted(sys.modules)}}))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
+    assert out.returncode == 0, out.stderr
+    result = json.loads(dump.read_text())
+    assert result["status"] == 0, out.stderr  # the command ran to its answer: its imports are the real ones
+    return result["modules"]
+
+
+def test_loading_the_cli_and_every_command_imports_no_heavy_module() -> None:
+    """Every command module built, as ``kvdoctor -h`` and completion build them: still nothing heavy."""
+    code = (
+        "import sys, typer\n"
+        "from kvdoctor.cli.app import app\n"
+        "root = typer.main.get_command(app)\n"
+        "for group in (root, root.commands['bench']):\n"
+        "    for name in group.commands:\n"
+        "        group.commands[name]\n"
         f"print(sorted({{m.split('.')[0] for m in sys.modules}} & set({HEAVY!r})))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     assert out.stdout.strip() == "[]", out.stdout
+
+
+def test_building_the_cli_imports_no_command_module() -> None:
+    """The click tree Typer builds (what every run starts with) names the commands without importing them."""
+    code = (
+        "import json, sys, typer\n"
+        "from kvdoctor.cli.app import app\n"
+        "root = typer.main.get_command(app)\n"
+        "names = list(root.commands), list(root.commands['bench'].commands)\n"
+        "print(json.dumps([names, sorted(m for m in sys.modules if m.startswith('kvdoctor.'))]))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    (top, bench), modules = json.loads(out.stdout)
+    assert top == ["inspect", "roundtrip", "pd-eval", "consistency", "drift", "schema", "bench"]
+    assert bench == ["mxfp8", "roundtrip", "pd-eval", "startup"]
+    assert set(COMMAND_MODULES).isdisjoint(modules), modules
+    assert not _loaded(("kvdoctor.core", "kvdoctor.engines", "kvdoctor.pd", "kvdoctor.report"), modules), modules
+
+
+def test_inspect_on_an_sglang_question_imports_nothing_of_vllm(tmp_path: Path) -> None:
+    modules = _modules_after(tmp_path, "inspect", "inkling-small")
+    assert "kvdoctor.core.sglang.analysis" in modules  # it did answer, from SGLang's rule model
+    assert _loaded(("kvdoctor.core.vllm", "vllm", "kvdoctor.engines.vllm", "kvdoctor.cli.inspect_vllm"), modules) == []
+    assert _loaded(("torch", "triton", "sglang", "kvdoctor.engines.sglang", "kvdoctor.pd", "httpx"), modules) == []
+    others = [m for m in COMMAND_MODULES if m != "kvdoctor.cli.inspect_cmd"]
+    assert _loaded(tuple(others), modules) == []  # only its own command module was imported
+
+
+def test_inspect_starts_without_what_only_other_runs_need(tmp_path: Path) -> None:
+    """What ``kvdoctor bench startup`` found to cost inspect's start-up most, kept out of a plain run:
+    pydantic (typer 0.29 checks every option value with it; constraints/ pin 0.28.0, which does not),
+    package metadata (importlib.metadata: email, zipfile, csv; only an engine or --json names versions),
+    and the --engine sglang answer types (``inspect_result`` makes them on first use)."""
+    modules = _modules_after(tmp_path, "inspect", "inkling-small", "--kv-cache-dtype", "mxfp8")
+    assert _loaded(("pydantic", "importlib.metadata"), modules) == []
+    code = (
+        "import sys\n"
+        "from kvdoctor.cli import app\n"
+        "sys.argv = ['kvdoctor', 'inspect', 'inkling-small']\n"
+        "try:\n"
+        "    app.main()\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "made = vars(sys.modules['kvdoctor.core.sglang.inspect_result'])\n"
+        "from kvdoctor.core.sglang.inspect_result import ENGINE_ANSWER_TYPES\n"
+        "print([name for name in ENGINE_ANSWER_TYPES if name in made], file=sys.stderr)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert out.stderr.strip().splitlines()[-1] == "[]", out.stderr
+
+
+def test_inspect_json_on_an_sglang_question_imports_nothing_of_vllm(tmp_path: Path) -> None:
+    """--json publishes through the same step-summary rows, which tell a vLLM report apart."""
+    modules = _modules_after(tmp_path, "inspect", "inkling-small", "--json")
+    assert _loaded(("kvdoctor.core.vllm", "vllm"), modules) == []
+
+
+def test_inspect_for_vllm_imports_no_sglang_engine_and_no_torch(tmp_path: Path) -> None:
+    """What holds for ``--server vllm`` today: vLLM's rule model answers, with no server, torch or pd-eval
+    module. (It still imports SGLang's rule model: ``publish_inspect`` reads ``ungated`` and the report
+    types from ``kvdoctor.core.sglang.inspect_result``, which imports the SGLang analysis.)"""
+    modules = _modules_after(tmp_path, "inspect", "llama-3.1-8b", "--server", "vllm")
+    assert "kvdoctor.core.vllm.analysis" in modules  # it did answer, from vLLM's rule model
+    assert _loaded(("vllm", "sglang", "kvdoctor.engines.vllm", "kvdoctor.engines.sglang"), modules) == []
+    assert _loaded(("torch", "triton", "kvdoctor.pd", "httpx"), modules) == []
+    others = [m for m in COMMAND_MODULES if m not in ("kvdoctor.cli.inspect_cmd", "kvdoctor.cli.inspect_vllm")]
+    assert _loaded(tuple(others), modules) == []
+
+
+def test_a_group_lists_its_commands_without_building_them() -> None:
+    """Listing names (help's order, completion) builds nothing; looking one up builds that one alone."""
+    root = typer.main.get_command(cli_app.app)
+    ctx = typer.Context(root)
+    assert root.list_commands(ctx) == [*(c.name for c in cli_app.COMMANDS), "bench"]
+    assert root.commands.loaded() == ["bench"]  # the sub-group Typer built itself; no command yet
+    assert root.get_command(ctx, "drift").name == "drift"
+    assert root.commands.loaded() == ["drift", "bench"]
+    assert root.get_command(ctx, "no-such-command") is None
+
+
+def _eager_app() -> typer.Typer:
+    """The same app registered the way Typer documents it: every command imported and added up front."""
+    import importlib
+
+    def add(group: typer.Typer, lazy: cli_app.Lazy) -> None:
+        module = importlib.import_module(lazy.module)
+        cls = getattr(module, lazy.cls) if lazy.cls else None
+        group.command(lazy.name, cls=cls, context_settings=lazy.context_settings)(getattr(module, lazy.function))
+
+    app = typer.Typer(
+        name="kvdoctor",
+        help=cli_app.app.info.help,
+        no_args_is_help=True,
+        pretty_exceptions_enable=False,
+        context_settings={"help_option_names": cli_app.HELP_OPTIONS},
+    )
+    app.callback()(cli_app._root)
+    for lazy in cli_app.COMMANDS:
+        add(app, lazy)
+    bench = typer.Typer(help=cli_app.bench.info.help, no_args_is_help=True)
+    for lazy in cli_app.BENCH_COMMANDS:
+        add(bench, lazy)
+    app.add_typer(bench, name="bench")
+    return app
+
+
+def test_lazy_help_is_the_help_typer_builds_up_front() -> None:
+    """Every help screen of the lazy app, byte for byte the eager app's (80 columns, no colour)."""
+    eager = _eager_app()
+    screens = [["-h"], ["bench", "-h"]]
+    screens += [[c.name, "-h"] for c in cli_app.COMMANDS] + [["bench", c.name, "-h"] for c in cli_app.BENCH_COMMANDS]
+    env = {"COLUMNS": "80", "NO_COLOR": "1", "TERM": "dumb"}
+    for argv in screens:
+        lazy_out = CliRunner().invoke(cli_app.app, argv, env=env, prog_name="kvdoctor")
+        eager_out = CliRunner().invoke(eager, argv, env=env, prog_name="kvdoctor")
+        assert lazy_out.exit_code == eager_out.exit_code == 0, (argv, lazy_out.output)
+        assert lazy_out.output == eager_out.output, argv
