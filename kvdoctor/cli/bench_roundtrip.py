@@ -7,13 +7,14 @@ from typing import Annotated, Any
 
 import typer
 
+from kvdoctor._exceptions import EXIT_GATE
 from kvdoctor.cli.errors import exit_on_error
 from kvdoctor.cli.launch import launch_line
-from kvdoctor.cli.options import DeviceOption, GpuArchOption, refuse_unsupported_engine
+from kvdoctor.cli.options import DeviceOption, GpuArchOption
 from kvdoctor.cli.progress import Update, with_progress
 from kvdoctor.cli.text import safe
 from kvdoctor.cli.verdict import print_verdict
-from kvdoctor.engines import Engine, GpuArch
+from kvdoctor.engines import Capability, Engine, GpuArch, require
 from kvdoctor.report.envelope import Verdict
 from kvdoctor.report.units import NONE
 from kvdoctor.state.choices import Device
@@ -88,7 +89,7 @@ def bench_roundtrip(
     with exit_on_error():
         from kvdoctor.core.sglang.analysis import analyze
 
-        refuse_unsupported_engine(engine, "bench roundtrip", (Engine.KVDOCTOR, Engine.SGLANG))
+        adapter = require(engine, Capability.BENCH_ROUNDTRIP)
         line = launch_line(ctx, model, default_model="inkling-small")
         flags = list(line.server_argv) or ["--kv-cache-dtype", "mxfp8", "--disaggregation-mode", "decode"]
         analysis = analyze(line.model, flags, platform=gpu_arch.platform())  # pure: refused before torch loads
@@ -96,7 +97,7 @@ def bench_roundtrip(
         def work(update: Update | None) -> Any:
             from kvdoctor.bench.roundtrip import BenchOptions
             from kvdoctor.bench.roundtrip import bench_roundtrip as run
-            from kvdoctor.state.pools import Reductions
+            from kvdoctor.roundtrip.options import Reductions
 
             options = BenchOptions(
                 device=device.value,
@@ -105,24 +106,16 @@ def bench_roundtrip(
                 repeats=repeats,
                 reductions=Reductions(layers=layers, heads=heads),
             )
-            extra, used = [], {}
-            if engine is Engine.SGLANG:
-                from kvdoctor.engines.sglang.bench import sglang_path
-
-                if update:
-                    update("import SGLang and build its pools", 0, 0)
-                path, used = sglang_path(line.model, flags, options, gpu_arch)
-                extra = [path]
+            extra, used = adapter.bench_paths(line.model, flags, options, gpu_arch, update)
             result = run(analysis, options, extra, update)
             result.used.update(used)
             return result
 
-        first = "import torch and SGLang" if engine is Engine.SGLANG else "import torch"
-        result = work(None) if json_output else with_progress(work, first)
+        result = work(None) if json_output else with_progress(work, adapter.first_step)
     report = result.to_json()
     if json_output:
         typer.echo(json.dumps(report, indent=2, default=str))
     else:
         render(report)
     if not result.bytes_match:
-        raise typer.Exit(1)
+        raise typer.Exit(EXIT_GATE)

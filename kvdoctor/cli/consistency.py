@@ -10,16 +10,17 @@ guard with no teeth (no retraction, a retracting reference, degenerate output, a
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from kvdoctor.cli.errors import exit_on_error
+from kvdoctor.cli.command import CommandRun, Record, check_reports
 
 if TYPE_CHECKING:
     from rich.console import Console
 
     from kvdoctor.consistency.deploy import Deployment
+    from kvdoctor.consistency.report import Publication
     from kvdoctor.consistency.result import ConsistencyResult
     from kvdoctor.consistency.run import Prepared
 
@@ -53,59 +54,93 @@ def consistency(
 ) -> None:
     """Launch SGLang twice on the same model and prompts, a roomy reference and a pressured deployment that
     must retract, and compare every greedy token. SGLang flags after `--` go to every server."""
-    with exit_on_error():
+    ConsistencyRun(
+        ctx,
+        model,
+        dict(shrink=shrink, topology=topology, device=device, inject=inject, output_dir=output_dir, timeout_s=timeout),
+        (requests, prompt_tokens, max_new_tokens, concurrency, seed),
+        dry_run=dry_run,
+        json_out=json_out,
+        junit_path=junit_path,
+    )()
+
+
+class ConsistencyRun(CommandRun["ConsistencyResult", "Publication"]):
+    """One ``kvdoctor consistency`` (the steps of ``kvdoctor.cli.command``)."""
+
+    def __init__(
+        self,
+        ctx: typer.Context,
+        model: str,
+        settings: dict[str, Any],
+        workload: tuple[int, int, int, int, int],
+        *,
+        dry_run: bool,
+        json_out: bool,
+        junit_path: Path | None,
+    ) -> None:
+        self.ctx, self.model, self.settings, self.workload = ctx, model, settings, workload
+        self.dry_run, self.json_out, self.junit_path = dry_run, json_out, junit_path
+
+    def check(self) -> None:
         from rich.console import Console
 
         from kvdoctor._exceptions import InputError
-        from kvdoctor.cli.verdict import print_verdict
-        from kvdoctor.consistency import report
-        from kvdoctor.consistency.run import ConsistencyOptions, plan_for, prepare, run
+        from kvdoctor.consistency.run import ConsistencyOptions
         from kvdoctor.consistency.workload import Workload
-        from kvdoctor.pd.plan import LaunchPlan, render
-        from kvdoctor.report import serialize
-        from kvdoctor.report.preflight import check_outputs
-        from kvdoctor.report.verdicts import errors_published, publish
 
-        extra = tuple(ctx.args)
+        extra = tuple(self.ctx.args)
         if extra and not extra[0].startswith("-"):
             raise InputError(f"unexpected argument {extra[0]!r} (SGLang flags go after --)")
-        options = ConsistencyOptions(
-            model=model,
-            shrink=shrink,
-            topology=topology,
-            device=device,
-            inject=inject,
-            workload=Workload(requests, prompt_tokens, max_new_tokens, concurrency, seed),
-            output_dir=output_dir,
-            timeout_s=timeout,
+        self.options = ConsistencyOptions(
+            model=self.model,
+            workload=Workload(*self.workload),
             extra_args=extra,
-            junit_path=junit_path,
+            junit_path=self.junit_path,
+            **self.settings,
         )
-        console = Console(stderr=json_out)
-        if not dry_run:
-            check_outputs(junit_path=junit_path, output_dir=output_dir)
-        with errors_published("consistency", report.TITLE, junit_path=None if dry_run else junit_path):
-            prepared = prepare(options)
-            preview = plan_for(prepared, "<checkpoint>" if prepared.real_weights is None else model, None)
-            if dry_run:
-                steps = LaunchPlan(model, "consistency", preview.steps, None, external=False)
-                if json_out:
-                    print(serialize.dumps({"deployment": preview.to_dict(), "enablers": preview.enablers}), end="")
-                else:
-                    console.print(render(steps), markup=False, highlight=False, soft_wrap=True)
-                return
-            _print_head(console, prepared, preview)
-            result = run(prepared, notify=lambda phase, msg: _event(console, phase, msg))
-        _print_result(console, result)
-        document = report.json_document(result)
+        self.status = self.console = Console(stderr=self.json_out)
+
+    def preflight(self) -> None:
+        if not self.dry_run:
+            check_reports(self.junit_path, self.options.output_dir)
+
+    def record(self) -> Record:
+        from kvdoctor.consistency import report
+
+        return Record(report.SUITE, report.TITLE, None if self.dry_run else self.junit_path)
+
+    def work(self) -> ConsistencyResult | None:
+        from kvdoctor.consistency.run import plan_for, prepare, run
+        from kvdoctor.pd.plan import LaunchPlan, render
+        from kvdoctor.report import serialize
+
+        console = self.console
+        prepared = prepare(self.options)
+        preview = plan_for(prepared, "<checkpoint>" if prepared.real_weights is None else self.model, None)
+        if self.dry_run:
+            steps = LaunchPlan(self.model, "consistency", preview.steps, None, external=False)
+            if self.json_out:
+                print(serialize.dumps({"deployment": preview.to_dict(), "enablers": preview.enablers}), end="")
+            else:
+                console.print(render(steps), markup=False, highlight=False, soft_wrap=True)
+            return None
+        _print_head(console, prepared, preview)
+        return run(prepared, notify=lambda phase, msg: _event(console, phase, msg))
+
+    def deliver(self, result: ConsistencyResult) -> Publication:
+        from kvdoctor.consistency.report import Publication
+        from kvdoctor.report import publishable, serialize
+
+        _print_result(self.console, result)
+        published = Publication(result)
+        document = publishable.json_document(published)
         if result.run_dir:  # the run's own record, beside its logs
             serialize.write(Path(result.run_dir) / "result.json", document)
-        if json_out:
+        if self.json_out:
             print(serialize.dumps(document), end="")
-        publish("consistency", report.cases(result), report.summary(result), junit_path=junit_path)
-        print_verdict(console, report.verdict(result), result.summary_line())
-        if result.exit_code:
-            raise typer.Exit(result.exit_code)
+        publishable.publish(published, junit_path=self.junit_path)
+        return published
 
 
 def _event(console: Console, phase: str, message: str) -> None:
@@ -136,6 +171,8 @@ def _print_head(console: Console, prepared: Prepared, preview: Deployment) -> No
 
 
 def _print_result(console: Console, result: ConsistencyResult) -> None:
+    from kvdoctor._exceptions import EXIT_GATE, EXIT_PASS
+
     r = result
     p = console.print
     if r.weights_digest:
@@ -174,5 +211,5 @@ def _print_result(console: Console, result: ConsistencyResult) -> None:
         p(f"warning: {warning}", markup=False, soft_wrap=True)
     for g in r.gates:
         p(f"gate {g.name}: {'pass' if g.passed else 'FAIL'}: {g.message}", markup=False, soft_wrap=True)
-    if r.exit_code not in (0, 1) and r.message:
+    if r.exit_code not in (EXIT_PASS, EXIT_GATE) and r.message:
         p(r.message, markup=False, soft_wrap=True)

@@ -1,9 +1,11 @@
 """``kvdoctor drift``: kvdoctor's rules against the installed SGLang over every fixture x a launch matrix.
 
-One typed result (:class:`~kvdoctor.engines.sglang.drift.DriftReport`) feeds every output: ``--json``
-(the shared header, then the report's own keys; ``kvdoctor schema drift``), the table, JUnit (one case
-per matrix cell) and the step summary. A cell fails in JUnit exactly when it drifts, and the command
-exits 1 exactly when one does, so the CI file and the exit code cannot disagree.
+One typed result (:class:`~kvdoctor.core.sglang.drift_result.DriftReport`) feeds every output through its
+:class:`~kvdoctor.report.drift_publication.Publication`: ``--json`` (the shared header, then the report's own
+keys; ``kvdoctor schema drift``), the table, JUnit (one case per matrix cell) and the step summary. A cell
+fails in JUnit exactly when it drifts, and the command exits 1 exactly when one does, so the CI file and
+the exit code cannot disagree. Its reports are written first, then its output (the steps of
+``kvdoctor.cli.command``).
 """
 
 from __future__ import annotations
@@ -14,20 +16,17 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from kvdoctor.cli.errors import exit_on_error
+from kvdoctor.cli.command import CommandRun, Record, check_reports
 from kvdoctor.cli.options import GpuArchOption
 from kvdoctor.cli.progress import with_progress
 from kvdoctor.cli.text import safe
-from kvdoctor.engines import GpuArch
+from kvdoctor.engines import Capability, Engine, GpuArch, require
 
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from kvdoctor.engines.sglang.drift import DriftReport
-    from kvdoctor.engines.sglang.inspect import Drift
-    from kvdoctor.report.envelope import RunHeader
-
-EXIT_DRIFT = 1
+    from kvdoctor.core.sglang.drift_result import DriftReport
+    from kvdoctor.report.drift_publication import Publication
 
 
 def drift(
@@ -48,98 +47,64 @@ def drift(
     Needs SGLang importable (make sglang-env; run .venv-sglang/bin/kvdoctor drift). Exit 0 when every
     field agrees, 1 on any drift, 2 on bad input.
     """
-    with exit_on_error():
-        from kvdoctor.report.preflight import check_outputs
+    DriftRun(tuple(fixture or ()), tuple(case or ()), gpu_arch, json_output=json_output, junit_path=junit_path)()
 
-        check_outputs(junit_path=junit_path)
-        from kvdoctor.report.verdicts import errors_published
 
-        with errors_published("kvdoctor.drift", "kvdoctor drift", junit_path=junit_path):
-            from kvdoctor.engines.sglang.drift import run_drift
+class DriftRun(CommandRun["DriftReport", "Publication"]):
+    """One ``kvdoctor drift`` (the steps of ``kvdoctor.cli.command``): JUnit and the summary, then the output."""
 
-            if json_output:
-                result = run_drift(fixture or (), case or (), gpu_arch)
-            else:
-                result = with_progress(
-                    lambda update: run_drift(fixture or (), case or (), gpu_arch, update), "import SGLang"
-                )
-    exit_code = 0 if result.ok else EXIT_DRIFT
-    with exit_on_error():
-        _publish(result, junit_path)
-        head = run_header(result, exit_code)
-        if json_output:
-            from kvdoctor.report.envelope import document
+    def __init__(
+        self,
+        fixtures: tuple[str, ...],
+        cases: tuple[str, ...],
+        gpu_arch: GpuArch,
+        *,
+        json_output: bool,
+        junit_path: Path | None,
+    ) -> None:
+        self.fixtures, self.cases, self.gpu_arch = fixtures, cases, gpu_arch
+        self.json_output, self.junit_path = json_output, junit_path
 
-            typer.echo(json.dumps(document(head, result), indent=2, default=str))
+    def preflight(self) -> None:
+        check_reports(self.junit_path)
+
+    def record(self) -> Record:
+        from kvdoctor.report.drift_publication import SUITE, TITLE
+
+        return Record(SUITE, TITLE, self.junit_path)
+
+    def work(self) -> DriftReport:
+        adapter = require(Engine.SGLANG, Capability.DRIFT)  # the installed SGLang is the other side
+        if self.json_output:
+            return adapter.drift(self.fixtures, self.cases, self.gpu_arch, None)
+        return with_progress(
+            lambda update: adapter.drift(self.fixtures, self.cases, self.gpu_arch, update), "import SGLang"
+        )
+
+    def deliver(self, result: DriftReport) -> Publication:
+        from kvdoctor.report import publishable
+        from kvdoctor.report.drift_publication import Publication
+
+        published = Publication(result)
+        publishable.publish(published, junit_path=self.junit_path)
+        if self.json_output:
+            typer.echo(json.dumps(publishable.json_document(published), indent=2, default=str))
         else:
             from rich.console import Console
 
-            render(Console(emoji=False), result, head)
-    if exit_code:
-        raise typer.Exit(exit_code)
+            self.status = Console(emoji=False)
+            render(self.status, result)
+        return published
 
 
-def run_header(result: DriftReport, exit_code: int) -> RunHeader:
-    """The shared header: the engine is the installed SGLang compared against; the rules are kvdoctor's."""
-    from kvdoctor.core.sglang.rules import RULES_REVISION
-    from kvdoctor.report.envelope import EngineRef, header
-
-    engine = EngineRef("sglang", result.engine.version, result.engine.path)
-    return header("drift", exit_code=exit_code, engine=engine, rules_revision=RULES_REVISION, argv_fallback=("drift",))
-
-
-def drift_line(d: Drift) -> str:
-    """One disagreement in words (JUnit message); raw ``repr`` so a string and a number stay apart."""
-    return f"{d.field}: kvdoctor {d.kvdoctor!r}, SGLang {d.sglang!r}"
-
-
-def _publish(result: DriftReport, junit_path: Path | None) -> None:
-    from kvdoctor.report import github, junit, verdicts
-    from kvdoctor.report.envelope import Verdict
-
-    cases = [
-        junit.Case(
-            f"{r.model} · {r.case}",
-            junit.PASSED if r.ok else junit.FAILED,
-            message="; ".join(drift_line(d) for d in r.drift),
-            time_s=r.seconds,
-        )
-        for r in result.results
-    ]
-    rows = [
-        github.Row("drifting cases", str(result.drifting_cases), "0", junit.PASSED if result.ok else junit.FAILED),
-        *(
-            github.Row(f"{r.model} · {r.case}", ", ".join(d.field for d in r.drift), "no drift", junit.FAILED)
-            for r in result.drifting
-        ),
-    ]
-    summary = verdicts.summary("kvdoctor drift", Verdict.of(0 if result.ok else 1), rows)
-    verdicts.publish("kvdoctor.drift", cases, summary, junit_path=junit_path)
-
-
-def verdict_detail(result: DriftReport) -> str:
-    from kvdoctor.report.units import human
-
-    counts = (
-        f"{human(result.cases)} cases, {human(result.fields_compared)} fields compared, "
-        f"{human(result.drifting_cases)} drifting, {result.elapsed_s:.1f} s"
-    )
-    if result.ok:
-        return counts
-    names = ", ".join(f"{r.model} · {r.case}" for r in result.drifting[:5])
-    more = f" and {len(result.drifting) - 5} more" if len(result.drifting) > 5 else ""
-    return f"{counts}: {names}{more}"
-
-
-def render(console: Console, result: DriftReport, head: RunHeader) -> None:
-    """What drifts, where, and why either side refused; then the one verdict line. Values as a person
+def render(console: Console, result: DriftReport) -> None:
+    """What drifts, where, and why either side refused (the verdict line follows it). Values as a person
     writes them (``–``, yes/no); ``--json`` keeps them raw.
 
     Every column folds (never "…"): a value that does not fit at 80 columns goes on to the next line.
     """
     from rich.table import Table
 
-    from kvdoctor.cli.verdict import print_verdict
     from kvdoctor.report.units import human
 
     engine = result.engine
@@ -159,4 +124,3 @@ def render(console: Console, result: DriftReport, head: RunHeader) -> None:
         for who, why in (("kvdoctor", r.kvdoctor_refusal), ("SGLang", r.sglang_refusal)):
             if why:
                 console.print(f"{who} refuses: {safe(why)}", highlight=False)
-    print_verdict(console, head.verdict, verdict_detail(result))

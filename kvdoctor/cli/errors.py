@@ -24,9 +24,9 @@ import threading
 from collections.abc import Iterator
 from typing import NoReturn
 
-from kvdoctor._exceptions import InternalError, Interrupted, KvdoctorError, one_line
+from kvdoctor._exceptions import EXIT_SIGINT, InternalError, Interrupted, KvdoctorError, one_line
 
-INTERRUPTED_EXIT = 130
+INTERRUPTED_EXIT = EXIT_SIGINT  # the table's 130 under the name cli/app.py imports
 INTERRUPTED_LINE = "kvdoctor: interrupted"
 
 # What this process last told the user on stderr (or, for a quiet exit, would have): the reason a run

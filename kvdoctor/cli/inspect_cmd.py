@@ -1,20 +1,30 @@
-"""``kvdoctor inspect``: parse, analyse (pure core, no torch), render, exit code."""
+"""``kvdoctor inspect``: parse, analyse (pure core, no torch), render, exit code.
+
+Every mode runs the steps of ``kvdoctor.cli.command`` (:class:`InspectRun`): the report paths proven
+writable, the answer, then the ``--json`` document or the tables, the one verdict line, and JUnit and the
+step summary last, all read from one :class:`~kvdoctor.report.inspect_publication.Publication`. The SGLang
+question is answered here (:class:`SglangInspectRun`); ``--server vllm`` in ``kvdoctor/cli/inspect_vllm.py``.
+"""
 
 from __future__ import annotations
 
-import dataclasses
-import json
-from dataclasses import dataclass
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from kvdoctor.cli.command import Record
 from kvdoctor.cli.errors import exit_on_error
+from kvdoctor.cli.inspect_run import InspectRun
 from kvdoctor.cli.launch import launch_line
 from kvdoctor.cli.options import GpuArchOption
-from kvdoctor.engines import Engine, GpuArch, Server
-from kvdoctor.report.envelope import EngineRef, Verdict
+from kvdoctor.engines import Adapter, Capability, Engine, GpuArch, Inspected, InspectQuestion, Server, answers_for
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from kvdoctor.report import github
 
 
 def inspect(
@@ -47,158 +57,75 @@ def inspect(
     or paste a whole launch line after `--` (python -m sglang.launch_server --model-path X ...).
     An option that is neither kvdoctor's nor SGLang's is refused (exit 2) with a did-you-mean.
     """
-    if server is Server.VLLM or engine is Engine.VLLM:  # vLLM's flags, rules and engine: kvdoctor/cli/inspect_vllm.py
-        from kvdoctor.cli.inspect_vllm import inspect_vllm
+    with exit_on_error():
+        adapter = answers_for(engine, server)  # an engine that answers for another server: exit 2
+    settings = dict(
+        gpu_arch=gpu_arch,
+        request_tokens=request_tokens,
+        concurrent=concurrent,
+        json_output=json_output,
+        strict=strict,
+        junit_path=junit_path,
+    )
+    if server is Server.VLLM:  # vLLM's flags, rules and engine: kvdoctor/cli/inspect_vllm.py
+        from kvdoctor.cli.inspect_vllm import VllmInspectRun
 
-        return inspect_vllm(
-            ctx, model, server=server, engine=engine, json_output=json_output, strict=strict, junit_path=junit_path
-        )
+        return VllmInspectRun(ctx, model, adapter, **settings)()
+    return SglangInspectRun(ctx, model, adapter, **settings)()
+
+
+class SglangInspectRun(InspectRun):
+    """``inspect`` of an SGLang launch line: the rule model, and an engine beside it when asked."""
+
+    def record(self) -> Record:
+        from kvdoctor.report.inspect_publication import SUITE
+
+        return Record(SUITE, f"kvdoctor inspect {self.model}", self.junit_path)
+
+    def work(self) -> Inspected:
+        line = launch_line(self.ctx, self.model)
+        self.title = f"kvdoctor inspect {line.model}"
+        return _inspect(self.adapter, line.model, line.server_argv, self.gpu_arch, self.request_tokens, self.concurrent)
+
+    def facts(self, report: Any) -> tuple[github.Row, ...]:
+        from kvdoctor.core.sglang.inspect_result import InspectReport
+        from kvdoctor.report.inspect_publication import sglang_facts
+
+        # Not when kvdoctor refused the model and only SGLang answered (no rule-model facts to show).
+        return sglang_facts(report) if isinstance(report, InspectReport) else ()
+
+    def render(self, report: Any, console: Console) -> None:
+        from kvdoctor.cli import render_inspect
+        from kvdoctor.core.sglang.inspect_result import InspectReport
+
+        if isinstance(report, InspectReport):
+            render_inspect.render(report, console)
+        sglang = getattr(report, "sglang", None)
+        if sglang is not None:
+            from kvdoctor.cli.render_engine import render_beside
+
+            render_beside(sglang, console)
+            if not isinstance(report, InspectReport):  # kvdoctor refused: the hazards are SGLang's drift alone
+                console.print(render_inspect.hazards_block(report.hazards, console.width))
+
+
+def _inspect(
+    adapter: Adapter, model: str, argv: Sequence[str], arch: GpuArch, request_tokens: int, concurrent: int
+) -> Inspected:
+    """The rule model's result; with an engine that answers beside it, the engine's answers too (and a
+    KVD015 hazard per disagreement). A refusal of the rule model is then the engine's to judge: it may
+    still answer, and the refusal is drift."""
+    from kvdoctor._exceptions import InputError
     from kvdoctor.core.sglang.analysis import analyze
     from kvdoctor.core.sglang.inspect_result import inspect_report
 
-    with exit_on_error():
-        from kvdoctor.report.preflight import check_outputs
-
-        check_outputs(junit_path=junit_path)  # before any work: a red verdict must not end as exit 2
-        from kvdoctor.report.verdicts import errors_published
-
-        with errors_published("kvdoctor.inspect", f"kvdoctor inspect {model}", junit_path=junit_path):
-            line = launch_line(ctx, model)
-            model = line.model
-            if engine is Engine.SGLANG:
-                run = _with_sglang(model, list(line.server_argv), gpu_arch, request_tokens, concurrent)
-            else:
-                analysis = analyze(model, line.server_argv, platform=gpu_arch.platform())
-                run = Run(inspect_report(analysis, request_tokens, concurrent), None, 0)
-    publish_inspect(
-        ctx,
-        run.report,
-        strict=strict,
-        json_output=json_output,
-        junit_path=junit_path,
-        title=f"kvdoctor inspect {model}",
-        engine=run.engine,
-        drifts=run.drifts,
-    )
-
-
-@dataclass(frozen=True)
-class Run:
-    """One inspect run's typed result, the engine that answered beside kvdoctor (if any), its drifts."""
-
-    report: Any  # InspectReport | InspectBesideReport | RefusedInspectReport | VllmReport | VllmBesideReport
-    engine: EngineRef | None
-    drifts: int
-
-
-def publish_inspect(
-    ctx: typer.Context,
-    report: Any,
-    *,
-    strict: bool,
-    json_output: bool,
-    junit_path: Path | None,
-    title: str,
-    engine: EngineRef | None,
-    drifts: int,
-) -> None:
-    """Print REPORT (``--json`` document or tables and one verdict line), write JUnit and the step
-    summary from the same object, and exit as the verdict says: every mode of ``inspect`` ends here.
-
-    Exit 1 only under ``--strict`` with an error hazard (engine drift is one); otherwise ungated
-    hazards are the run's ``warnings`` and the verdict is ``warn``. JUnit and the summary fail exactly
-    when the exit code does.
-    """
-    from kvdoctor.core.sglang.inspect_result import ungated
-    from kvdoctor.report import verdicts
-    from kvdoctor.report.envelope import document, header
-
-    failed = strict and any(h.severity == "error" for h in report.hazards)
-    exit_code = 1 if failed else 0
-    warnings = ungated(report.hazards, strict=strict)
-    verdict = Verdict.of(exit_code, warnings=len(warnings))  # the last line and the summary say the same word
-    if json_output:
-        head = header(
-            "inspect",
-            exit_code=exit_code,
-            warnings=warnings,
-            engine=engine,
-            rules_revision=report.rules_revision,
-            argv_fallback=ctx.command_path.split()[1:],
-        )
-        typer.echo(json.dumps(document(head, report), indent=2))
-    else:
-        from rich.console import Console
-
-        from kvdoctor.cli.render_inspect import verdict_detail
-        from kvdoctor.cli.verdict import print_verdict
-
-        console = Console(emoji=False)
-        _render(report, console)
-        engine_name = "" if engine is None or engine.name == "kvdoctor" else f"{engine.name} {engine.version}"
-        detail = verdict_detail(report.hazards, strict=strict, drifts=drifts, engine=engine_name)
-        print_verdict(console, verdict, detail)
-    with exit_on_error():  # a failure in JUnit and the summary exactly when the exit code says so
-        rows = verdicts.inspect_rows(report, gated=strict)
-        summary = verdicts.summary(title, verdict, rows)
-        verdicts.publish(
-            "kvdoctor.inspect", verdicts.inspect_cases(report, gated=strict), summary, junit_path=junit_path
-        )
-    if failed:
-        raise typer.Exit(1)
-
-
-def _render(report: Any, console: Any) -> None:
-    from kvdoctor.cli import render_inspect
-    from kvdoctor.core.sglang.inspect_result import InspectReport
-    from kvdoctor.core.vllm.analysis import VllmReport
-
-    if isinstance(report, VllmReport):  # --server vllm: its own tables (kvdoctor/cli/inspect_vllm.py)
-        from kvdoctor.cli.inspect_vllm import render
-
-        render(report, console)
-        return
-    if isinstance(report, InspectReport):
-        render_inspect.render(report, console)
-    sglang = getattr(report, "sglang", None)
-    if sglang is not None:
-        from kvdoctor.cli.render_engine import render_beside
-
-        render_beside(sglang, console)
-        if not isinstance(report, InspectReport):  # kvdoctor refused: the hazards are SGLang's drift alone
-            console.print(render_inspect.hazards_block(report.hazards, console.width))
-
-
-def _with_sglang(model: str, argv: list[str], arch: GpuArch, request_tokens: int, concurrent: int) -> Run:
-    """kvdoctor's result, SGLang's live answers beside it, and a KVD015 hazard per disagreement."""
-    from kvdoctor._exceptions import InputError
-    from kvdoctor.core.sglang.analysis import analyze
-    from kvdoctor.core.sglang.inspect_result import (
-        InspectBesideReport,
-        ModelSource,
-        RefusedInspectReport,
-        inspect_report,
-    )
-    from kvdoctor.engines.sglang.inspect import beside
-
+    beside = Capability.INSPECT in adapter.capabilities
     try:
-        analysis = analyze(model, argv, platform=arch.platform())
-    except InputError as exc:  # kvdoctor refuses; SGLang may still answer, and the refusal is drift
-        answers = beside(None, model, argv, arch, kvdoctor_refusal=str(exc))
-        both = answers.refused_by_both()
-        if both is not None:  # both refuse the input: malformed (exit 2), never a report that passes
-            raise InputError(f"{exc}; {both}") from None
-        refused = RefusedInspectReport(
-            model=ModelSource(model), hazards=tuple(answers.hazards()), sglang=answers.answers()
-        )
-        return Run(refused, _engine_ref(answers), len(answers.drifts))
-    answers = beside(analysis, model, argv, arch)
-    base = inspect_report(analysis, request_tokens, concurrent)
-    fields = {f.name: getattr(base, f.name) for f in dataclasses.fields(base)}
-    fields["hazards"] = (*base.hazards, *answers.hazards())
-    return Run(InspectBesideReport(**fields, sglang=answers.answers()), _engine_ref(answers), len(answers.drifts))
-
-
-def _engine_ref(answers: Any) -> EngineRef:
-    info = answers.live.info
-    return EngineRef(info.name, info.version, info.path)
+        analysis, refusal = analyze(model, argv, platform=arch.platform()), None
+    except InputError as exc:
+        if not beside:
+            raise
+        analysis, refusal = None, str(exc)
+    if not beside:
+        return Inspected(inspect_report(analysis, request_tokens, concurrent))
+    return adapter.beside(InspectQuestion(model, tuple(argv), arch, request_tokens, concurrent, analysis, refusal))

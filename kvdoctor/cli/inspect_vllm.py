@@ -8,91 +8,58 @@ imported the rule model still answers and the report says why vLLM did not.
 
 from __future__ import annotations
 
-import dataclasses
 import sys
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import typer
-
-from kvdoctor._exceptions import EngineUnavailable, InputError
-from kvdoctor.cli.errors import exit_on_error
+from kvdoctor.cli.command import Record
+from kvdoctor.cli.inspect_run import InspectRun
 from kvdoctor.cli.launch import own_options
-from kvdoctor.core.vllm.analysis import (
-    GroupRow,
-    VllmAnalysis,
-    VllmAnswersFacts,
-    VllmBesideReport,
-    VllmReport,
-    VllmUnavailable,
-)
-from kvdoctor.engines import Engine, Server
-from kvdoctor.report.envelope import EngineRef
+from kvdoctor.core.vllm.analysis import GroupRow, VllmAnswersFacts, VllmBesideReport, VllmReport, VllmUnavailable
+from kvdoctor.engines import Capability, Inspected, InspectQuestion
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from kvdoctor.report import github
 
 
-def inspect_vllm(
-    ctx: typer.Context,
-    model: str | None,
-    *,
-    server: Server,
-    engine: Engine,
-    json_output: bool,
-    strict: bool,
-    junit_path: Path | None,
-) -> None:
-    """Parse the vLLM line, analyse, (ask vLLM); then ``publish_inspect`` prints, publishes and exits."""
-    from kvdoctor.core.vllm.analysis import analyze_vllm_config
-    from kvdoctor.core.vllm.flags import parse_vllm_flags, parse_vllm_launch_line
+class VllmInspectRun(InspectRun):
+    """``inspect --server vllm``: parse the vLLM line, analyse, (ask vLLM: the adapter, when it answers
+    beside the rule model); then the steps every ``inspect`` shares (``InspectRun``)."""
 
-    with exit_on_error():
-        if server is not Server.VLLM:
-            raise InputError("--engine vllm answers for --server vllm (add --server vllm)")
-        if engine not in (Engine.KVDOCTOR, Engine.VLLM):
-            raise InputError(f"--engine {engine.value} cannot answer for --server vllm (use --engine vllm)")
-        from kvdoctor.report.preflight import check_outputs
+    def record(self) -> Record:
+        from kvdoctor.report.inspect_publication import SUITE
 
-        check_outputs(junit_path=junit_path)
-        words = [model, *ctx.args] if model is not None else list(ctx.args)
-        line = parse_vllm_launch_line(words, own_options=own_options(ctx))
+        return Record(SUITE, f"kvdoctor inspect --server vllm {self.model}", self.junit_path)
+
+    def work(self) -> Inspected:
         from kvdoctor.core.config import load_config
+        from kvdoctor.core.vllm.analysis import analyze_vllm_config
+        from kvdoctor.core.vllm.flags import parse_vllm_flags, parse_vllm_launch_line
 
+        ctx = self.ctx
+        words = [self.model, *ctx.args] if self.model is not None else list(ctx.args)
+        line = parse_vllm_launch_line(words, own_options=own_options(ctx))
+        self.title = f"kvdoctor inspect --server vllm {line.model}"
         analysis = analyze_vllm_config(load_config(line.model), parse_vllm_flags(line.server_argv))
-        report: VllmReport = analysis.report()
-        engine_ref, drifts = None, 0
-        if engine is Engine.VLLM:
-            report, engine_ref, drifts = _beside_vllm(analysis, report)
-    from kvdoctor.cli.inspect_cmd import publish_inspect
+        if Capability.INSPECT in self.adapter.capabilities:
+            question = InspectQuestion(
+                line.model, tuple(line.server_argv), self.gpu_arch, self.request_tokens, self.concurrent, analysis
+            )
+            run = self.adapter.beside(question)
+        else:
+            run = Inspected(analysis.report())
+        for note in run.notes:  # e.g. why vLLM did not answer (the rule model still did)
+            print(f"kvdoctor: note: {note}", file=sys.stderr)
+        return run
 
-    publish_inspect(
-        ctx,
-        report,
-        strict=strict,
-        json_output=json_output,
-        junit_path=junit_path,
-        title=f"kvdoctor inspect --server vllm {line.model}",
-        engine=engine_ref,
-        drifts=drifts,
-    )
+    def facts(self, report: VllmReport) -> tuple[github.Row, ...]:
+        from kvdoctor.report.inspect_publication import vllm_facts
 
+        return vllm_facts(report)
 
-def _beside_vllm(analysis: VllmAnalysis, report: VllmReport) -> tuple[VllmBesideReport, EngineRef | None, int]:
-    """vLLM's own answers beside REPORT, drift hazards appended; when vLLM cannot be imported, the
-    rule model's report says why (and the engine that answered stays kvdoctor)."""
-    base = {f.name: getattr(report, f.name) for f in dataclasses.fields(report)}
-    try:
-        from kvdoctor.engines.vllm.inspect import beside
-
-        answers = beside(analysis)
-    except EngineUnavailable as exc:  # the rule model answered; say why vLLM did not
-        print(f"kvdoctor: note: {exc}; kvdoctor's rule model answered alone", file=sys.stderr)
-        return VllmBesideReport(**base, vllm=VllmUnavailable(available=False, reason=str(exc))), None, 0
-    base["hazards"] = (*report.hazards, *answers.hazards())
-    info = answers.info
-    return (
-        VllmBesideReport(**base, vllm=answers.facts()),
-        EngineRef(info.name, info.version, info.path),
-        len(answers.drifts),
-    )
+    def render(self, report: VllmReport, console: Console) -> None:
+        render(report, console)
 
 
 # --- rendering (reads only the typed result, so JSON and tables agree) ---

@@ -8,9 +8,12 @@ or ``sglang serve`` command. Unknown options get a did-you-mean over kvdoctor's 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import typer
 
-from kvdoctor.core.sglang.flags import LaunchLine, parse_launch_line
+if TYPE_CHECKING:
+    from kvdoctor.core.launch_line import LaunchLine
 
 
 def own_options(ctx: typer.Context) -> tuple[str, ...]:
@@ -21,5 +24,7 @@ def own_options(ctx: typer.Context) -> tuple[str, ...]:
 
 def launch_line(ctx: typer.Context, model: str | None, *, default_model: str | None = None) -> LaunchLine:
     """MODEL and the server flags, in SGLang's full spellings; a ``FlagError`` (exit 2) on a stray word."""
+    from kvdoctor.core.sglang.flags import parse_launch_line  # SGLang's flag table: not for --server vllm
+
     words = [model, *ctx.args] if model is not None else list(ctx.args)
     return parse_launch_line(words, own_options=own_options(ctx), default_model=default_model)

@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from kvdoctor.engines import Engine, GpuArch
+from kvdoctor.engines import GpuArch
 from kvdoctor.state.choices import Device
 
 GpuArchOption = Annotated[
@@ -23,15 +23,3 @@ DeviceOption = Annotated[
     Device,
     typer.Option("--device", help="Where the work runs: auto (CUDA when torch sees one, else the CPU), cpu or cuda."),
 ]
-
-
-def refuse_unsupported_engine(engine: Engine, command: str, supported: tuple[Engine, ...]) -> None:
-    """Exit 2 for an ``--engine`` the command lists (the enum is shared) but cannot drive.
-
-    Silently running kvdoctor's own model instead would report a verdict about the wrong system.
-    """
-    if engine not in supported:
-        from kvdoctor._exceptions import InputError
-
-        names = " or ".join(e.value for e in supported)
-        raise InputError(f"--engine {engine.value}: {command} runs on {names}; vLLM is answered by inspect only")

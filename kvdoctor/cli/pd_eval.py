@@ -15,16 +15,20 @@ second positional word is refused (exit 2, one line, did-you-mean), in every mod
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from typer.core import TyperCommand
 
-from kvdoctor.cli.errors import exit_on_error, say, signal_exit
+from kvdoctor.cli.command import CommandRun, Record
 from kvdoctor.cli.launch import own_options
 from kvdoctor.pd import argv
 from kvdoctor.pd.plan import DEFAULT_LAUNCHER, DEFAULT_ROUTER_LAUNCHER
 from kvdoctor.pd.presets import Api, EvalDefaults, PresetName  # pure data, no heavy import
+
+if TYPE_CHECKING:
+    from kvdoctor.pd.reporting import Publication
+    from kvdoctor.pd.result import PdEvalResult
 
 DEFAULT_OUTPUT_DIR = Path("kvdoctor-out/pd-eval")
 _EVAL = EvalDefaults()  # the generic defaults; a --preset brings its own, which is what "or the preset's" means
@@ -149,64 +153,106 @@ def pd_eval(
 ) -> None:
     """Launch SGLang prefill + decode + router, run GSM8K few-shot, and gate on accuracy *and* on
     decode-side retraction having happened. Extra server flags after `--` go to both roles."""
-    with exit_on_error():
+    settings = dict(
+        preset=preset,
+        tp=tp,
+        transfer_backend=transfer_backend,
+        ib_device=ib_device,
+        num_shots=num_shots,
+        num_questions=num_questions,
+        threshold=threshold,
+        max_new_tokens=max_new_tokens,
+        parallel=parallel,
+        api=api,
+        data_path=data_path,
+        launcher=launcher,
+        router_launcher=router_launcher,
+        mini_lb=mini_lb,
+        prefill_url=prefill_url,
+        decode_url=decode_url,
+        router_url=router_url,
+        host=host,
+        prefill_port=prefill_port,
+        decode_port=decode_port,
+        router_port=router_port,
+        bootstrap_port=bootstrap_port,
+        output_dir=output_dir,
+        timeout_s=timeout,
+        request_timeout_s=request_timeout,
+        allow_no_retraction=allow_no_retraction,
+    )
+    PdEvalRun(ctx, model, settings, dry_run=dry_run, json_out=json_out, junit_path=junit_path)()
+
+
+class PdEvalRun(CommandRun["PdEvalResult", "Publication"]):
+    """One ``kvdoctor pd-eval`` (the steps of ``kvdoctor.cli.command``).
+
+    Its report paths and pinned ports are proven in ``kvdoctor.pd.run.prepare`` (after the options, before
+    anything starts). The run itself turns a deployment failure or a signal into a result whose reports say
+    so; what stops it before that (bad input found in ``prepare``: a missing --data-path) leaves the
+    unfinished-run record's error case, never an earlier run's pass.
+    """
+
+    def __init__(
+        self,
+        ctx: typer.Context,
+        model: str,
+        settings: dict[str, Any],
+        *,
+        dry_run: bool,
+        json_out: bool,
+        junit_path: Path | None,
+    ) -> None:
+        self.ctx, self.model, self.settings = ctx, model, settings
+        self.dry_run, self.json_out, self.junit_path = dry_run, json_out, junit_path
+
+    def check(self) -> None:
         from rich.console import Console
 
-        from kvdoctor.cli.verdict import print_verdict
-        from kvdoctor.pd import publish, render, reporting
-        from kvdoctor.pd.run import PdEvalOptions, prepare, run
+        from kvdoctor.pd.run import PdEvalOptions
+
+        extra_args = _server_words(self.ctx, self.model)
+        self.options = PdEvalOptions(
+            model=self.model, extra_args=extra_args, junit_path=self.junit_path, **self.settings
+        )
+        self.status = self.console = Console(stderr=self.json_out)
+
+    def record(self) -> Record:
+        from kvdoctor.pd.reporting import SUITE, TITLE
+
+        return Record(SUITE, TITLE, None if self.dry_run else self.junit_path)
+
+    def work(self) -> PdEvalResult | None:
+        from kvdoctor.pd import render, reporting
+        from kvdoctor.pd.run import prepare, run
         from kvdoctor.report import serialize
 
-        extra_args = _server_words(ctx, model)
-        options = PdEvalOptions(
-            model=model,
-            preset=preset,
-            tp=tp,
-            transfer_backend=transfer_backend,
-            ib_device=ib_device,
-            num_shots=num_shots,
-            num_questions=num_questions,
-            threshold=threshold,
-            max_new_tokens=max_new_tokens,
-            parallel=parallel,
-            api=api,
-            data_path=data_path,
-            launcher=launcher,
-            router_launcher=router_launcher,
-            mini_lb=mini_lb,
-            prefill_url=prefill_url,
-            decode_url=decode_url,
-            router_url=router_url,
-            host=host,
-            prefill_port=prefill_port,
-            decode_port=decode_port,
-            router_port=router_port,
-            bootstrap_port=bootstrap_port,
-            output_dir=output_dir,
-            timeout_s=timeout,
-            request_timeout_s=request_timeout,
-            allow_no_retraction=allow_no_retraction,
-            extra_args=extra_args,
-            junit_path=junit_path,
-        )
-        console = Console(stderr=json_out)
-        prepared = prepare(options, download=not dry_run, dry_run=dry_run)
-        if dry_run:
+        console = self.console
+        prepared = prepare(self.options, download=not self.dry_run, dry_run=self.dry_run)
+        if self.dry_run:
             # A plan, not a verdict: the human form stays shell-ready lines (no verdict line to paste).
-            if json_out:
+            if self.json_out:
                 forecast = prepared.prediction.to_dict() if prepared.prediction else None
                 print(serialize.dumps(reporting.dry_run_document(prepared.plan.to_dict(), forecast)), end="")
             else:
                 render.print_plan(console, prepared)
-            return
+            return None
         render.print_plan(console, prepared)
         with render.progress(console) as hook:
-            result = run(prepared, progress=hook, notify=lambda m: render.event(console, m))
-        finished = publish.finish(
-            result, Path(result.run_dir), junit_path=junit_path, json_out=json_out, console=console
+            return run(prepared, progress=hook, notify=lambda m: render.event(console, m))
+
+    def deliver(self, result: PdEvalResult) -> Publication:
+        from kvdoctor.pd import publish
+
+        return publish.finish(
+            result, Path(result.run_dir), junit_path=self.junit_path, json_out=self.json_out, console=self.console
         )
-        print_verdict(console, finished.verdict, finished.detail)
-        if result.exit_reason == "interrupted":  # teardown is done: the line every command ends a signal with
-            say(signal_exit(result.exit_code - 128)[0])
-        if finished.exit_code:
-            raise typer.Exit(finished.exit_code)
+
+    def after(self, published: Publication) -> None:
+        from kvdoctor._exceptions import Interrupted
+        from kvdoctor.cli.errors import say, signal_exit
+
+        run = published.result
+        signum = Interrupted.signal_of(run.exit_code)
+        if run.exit_reason == "interrupted" and signum is not None:  # teardown is done: the line every
+            say(signal_exit(signum)[0])  # command ends a signal with

@@ -15,7 +15,7 @@ from rich.text import Text
 
 from kvdoctor.cli.layout import fits_whole, kv_table
 from kvdoctor.cli.text import safe
-from kvdoctor.core.sglang.inspect_result import SglangAnswers
+from kvdoctor.core.sglang.inspect_result import SglangAnswers, shown
 from kvdoctor.report.units import human
 
 
@@ -24,13 +24,6 @@ def _value(value: Any) -> str:
     if isinstance(value, (list, tuple)) and any(isinstance(v, (list, tuple)) for v in value):
         return " + ".join("x".join(str(d) for d in v) for v in value)
     return human(value)
-
-
-def _shown(name: str, value: Any) -> Any:
-    """A live pool by its own class, not its whole MRO."""
-    if isinstance(value, list) and value and all(isinstance(c, str) for c in value) and name.endswith("pool"):
-        return value[0]
-    return value
 
 
 def render_beside(answers: SglangAnswers, console: Console | None = None) -> None:
@@ -42,7 +35,7 @@ def render_beside(answers: SglangAnswers, console: Console | None = None) -> Non
     skipped = answers.skipped
     rows = []
     for name in names:
-        live = _shown(name, answers.fields.get(name))
+        live = shown(name, answers.fields.get(name))
         component = name.split(".")[0] if "." in name else None
         if name in skipped or (component and (component in skipped or "components" in skipped)):
             why = skipped.get(name) or skipped.get(component or "") or skipped.get("components", "")

@@ -21,7 +21,7 @@ from rich.text import Text
 
 from kvdoctor.cli.layout import fits_whole, kv_table
 from kvdoctor.cli.text import safe
-from kvdoctor.core.sglang.hazards import Hazard
+from kvdoctor.core.registry import Hazard
 from kvdoctor.core.sglang.inspect_result import ComponentRow, InspectReport
 from kvdoctor.report.units import NONE, format_bytes, human, yes_no
 
@@ -184,23 +184,3 @@ def render(report: InspectReport, console: Console | None = None) -> None:
     if report.not_modelled_flags:
         console.print(Text(f"not modelled (KVD009): {', '.join(report.not_modelled_flags)}", overflow="fold"))
     console.print(hazards_block(report.hazards, width))
-
-
-def verdict_detail(hazards: Sequence[Hazard], *, strict: bool, drifts: int = 0, engine: str = "") -> str:
-    """What the one verdict line says after the word: the hazards by severity, and whether they gate.
-
-    Short on purpose: the line should fit 80 columns, where a CI log shows it last."""
-    errors = sum(h.severity == "error" for h in hazards)
-    warnings = sum(h.severity == "warning" for h in hazards)
-    parts = []
-    if errors:
-        parts.append(f"{errors} error hazard{'s' * (errors != 1)}" + (" (--strict)" if strict else " not gated"))
-    else:
-        parts.append("no error hazards")
-    if warnings:
-        parts.append(f"{warnings} warning{'s' * (warnings != 1)}")
-    if engine:
-        parts.append(
-            f"{drifts} field{'s' * (drifts != 1)} drift from {engine}" if drifts else f"no drift from {engine}"
-        )
-    return "; ".join(parts)

@@ -1,6 +1,6 @@
 """``kvdoctor roundtrip``: run SGLang's retraction protocol on real pools and diff every byte.
 
-One typed result (:class:`kvdoctor.state.run.RoundtripResult`) is rendered four ways: the tables
+One typed result (:class:`kvdoctor.roundtrip.result.RoundtripResult`) is rendered four ways: the tables
 and key/value blocks below, ``--json`` (the report header, then the result's own keys), the JUnit
 file and the GitHub step summary (``kvdoctor.report.verdicts``). Every outside string (a model
 path, a pool class, an SGLang note) is printed as literal text, never parsed as rich markup, and
@@ -17,53 +17,21 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from kvdoctor.cli.errors import exit_on_error
+from kvdoctor.cli.command import CommandRun, Record, check_reports
 from kvdoctor.cli.launch import launch_line
-from kvdoctor.cli.options import DeviceOption, GpuArchOption, refuse_unsupported_engine
-from kvdoctor.cli.progress import Update, with_progress
-from kvdoctor.engines import Engine, GpuArch
+from kvdoctor.cli.options import DeviceOption, GpuArchOption
+from kvdoctor.cli.progress import with_progress
+from kvdoctor.engines import Capability, Engine, GpuArch, require
 from kvdoctor.report.units import NONE, format_bytes, human, yes_no
 from kvdoctor.state.choices import Device, FaultName
 
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from kvdoctor.core.sglang.flags import LaunchLine
-    from kvdoctor.report.envelope import EngineRef, RunHeader
-    from kvdoctor.state.run import ComponentRow, EngineUsed, ModelUsed, RoundtripOptions, RoundtripResult
-
-COMMAND = "roundtrip"
-
-
-# ---- the report ------------------------------------------------------------------------------
-
-
-def warnings(result: RoundtripResult) -> list[str]:
-    """Findings reported but not gated: the launch line's error hazards (the copy still ran). Spelled
-    as ``inspect`` spells its warnings: ``CODE (severity): message``."""
-    return [f"{h.code} ({h.severity}): {h.message}" for h in result.hazards]
-
-
-def run_header(result: RoundtripResult) -> RunHeader:
-    """The report header: one verdict, decided here, for the JSON, the verdict line and the exit code."""
-    from kvdoctor.report.envelope import header
-
-    return header(
-        COMMAND,
-        exit_code=result.exit_code,
-        warnings=warnings(result),
-        engine=result.engine,
-        rules_revision=result.rules_revision,
-        argv_fallback=(COMMAND,),
-    )
-
-
-def report(result: RoundtripResult, head: RunHeader | None = None) -> dict[str, Any]:
-    """What ``--json`` prints: the report header (verdict next to exit_code), then the result's keys."""
-    from kvdoctor.report.envelope import document
-
-    return document(head or run_header(result), result)
-
+    from kvdoctor.core.engine_ref import EngineRef
+    from kvdoctor.report.envelope import RunHeader
+    from kvdoctor.report.roundtrip_publication import Publication
+    from kvdoctor.roundtrip.result import ComponentCheck, EngineUsed, ModelUsed, RoundtripResult
 
 # ---- the human output ------------------------------------------------------------------------
 
@@ -174,7 +142,7 @@ def _engine_used(used: EngineUsed, result: RoundtripResult) -> list[tuple[str, o
     ]
 
 
-def _where(row: ComponentRow) -> str:
+def _where(row: ComponentCheck) -> str:
     if row.first_plane is None:
         return ""
     who = "padding" if row.first_request is None else f"req {row.first_request}"
@@ -182,7 +150,7 @@ def _where(row: ComponentRow) -> str:
     return f"{who}, {row.first_plane}, {at}"
 
 
-def why(row: ComponentRow) -> str:
+def why(row: ComponentCheck) -> str:
     """One sentence on why ROW is red."""
     if row.name == "backup_aliasing":
         return (
@@ -215,30 +183,12 @@ def inject_mismatch(result: RoundtripResult) -> str | None:
     return "; ".join(parts)
 
 
-def verdict_detail(result: RoundtripResult) -> str:
-    """What the verdict line says after its word."""
-    if result.ok:
-        detail = f"{len(result.components)} components equal"
-        if result.hazards:
-            detail += f"; {len(result.hazards)} launch-line error hazard(s), not gated (see above)"
-        return f"{detail} ({result.elapsed_s:.2f} s)"
-    detail = f"differs: {', '.join(result.failing)}"
-    if result.inject_matched is True:
-        detail += f" (--inject {result.injected} caught where expected)"
-    elif result.inject_matched is False:
-        detail += f" (--inject {result.injected} did not break exactly its targets, see above)"
-    return detail
-
-
-def render(result: RoundtripResult, head: RunHeader, console: Console | None = None) -> None:
-    """The tables, the run's facts, every red row's reason, and the verdict line (HEAD's) last."""
-    from rich.console import Console
+def render(console: Console, result: RoundtripResult, head: RunHeader) -> None:
+    """The tables, the run's facts and every red row's reason (the verdict line follows them)."""
     from rich.text import Text
 
-    from kvdoctor.cli.verdict import print_verdict
-    from kvdoctor.state.run import EngineUsed
+    from kvdoctor.roundtrip.result import EngineUsed
 
-    console = console or Console(emoji=False, highlight=False)
     _head(console, result, head)
     _table(console, result)
     if isinstance(result.used, EngineUsed):
@@ -262,7 +212,6 @@ def render(result: RoundtripResult, head: RunHeader, console: Console | None = N
         line = Text("injected fault mismatch: ", style="bold yellow")
         line.append(_plain(mismatch))
         console.print(line, overflow="fold")
-    print_verdict(console, head.verdict, verdict_detail(result))
 
 
 # ---- the command -----------------------------------------------------------------------------
@@ -307,70 +256,78 @@ def roundtrip(
     With --engine sglang the installed SGLang builds the pools and runs backup_kv_cache/restore_kv_cache.
     Exit 0 when everything matches, 1 when anything differs, 2 on bad input.
     """
-    with exit_on_error():
-        from kvdoctor.report.preflight import check_outputs
-
-        check_outputs(junit_path=junit_path)  # before any work: a red verdict must not end as exit 2
-        from kvdoctor.report.verdicts import errors_published
-
-        with errors_published("kvdoctor.roundtrip", f"kvdoctor roundtrip {model}", junit_path=junit_path):
-            refuse_unsupported_engine(engine, "roundtrip", (Engine.KVDOCTOR, Engine.SGLANG))
-            line = launch_line(ctx, model)
-            reductions = {"layers": layers, "heads": heads}
-            args = dict(
-                device=device.value,
-                requests=requests,
-                tokens=tokens,
-                seed=seed,
-                inject=inject.value if inject else None,
-            )
-            if engine is Engine.SGLANG:
-
-                def work(update: Update | None) -> RoundtripResult:
-                    return _run_engine(line, _options(args, reductions), gpu_arch, emulate_d2h, update)
-
-                first = "import torch and SGLang"
-            else:
-                from kvdoctor.core.sglang.analysis import analyze
-
-                analysis = analyze(line.model, line.server_argv, platform=gpu_arch.platform())  # pure: no torch
-
-                def work(update: Update | None) -> RoundtripResult:
-                    from kvdoctor.state.run import check_run, run_roundtrip
-
-                    options = _options(args, reductions)
-                    check_run(analysis, options)  # bad input (memory budget included) refused before any work
-                    return run_roundtrip(analysis, options, update)
-
-                first = "import torch"
-            result = work(None) if json_output else with_progress(work, first)
-    head = run_header(result)
-    if json_output:
-        typer.echo(json.dumps(report(result, head), indent=2, default=str))
-    else:
-        render(result, head)
-    from kvdoctor.report import verdicts
-
-    with exit_on_error():
-        summary = verdicts.summary(f"kvdoctor roundtrip {line.model}", head.verdict, verdicts.roundtrip_rows(result))
-        verdicts.publish("kvdoctor.roundtrip", verdicts.roundtrip_cases(result), summary, junit_path=junit_path)
-    if head.exit_code:
-        raise typer.Exit(head.exit_code)
+    RoundtripRun(
+        ctx,
+        model,
+        engine,
+        dict(device=device.value, requests=requests, tokens=tokens, seed=seed, inject=inject.value if inject else None),
+        (layers, heads),
+        gpu_arch=gpu_arch,
+        emulate_d2h=emulate_d2h,
+        json_output=json_output,
+        junit_path=junit_path,
+    )()
 
 
-def _options(args: dict[str, Any], reductions: dict[str, int | None]) -> RoundtripOptions:
-    """The run's options (imports torch: called under the progress spinner)."""
-    from kvdoctor.state.pools import Reductions
-    from kvdoctor.state.run import RoundtripOptions
+class RoundtripRun(CommandRun["RoundtripResult", "Publication"]):
+    """One ``kvdoctor roundtrip`` (the steps of ``kvdoctor.cli.command``): the output, the verdict line, then
+    JUnit and the step summary."""
 
-    return RoundtripOptions(**args, reductions=Reductions(**reductions))
+    def __init__(
+        self,
+        ctx: typer.Context,
+        model: str,
+        engine: Engine,
+        settings: dict[str, Any],
+        reductions: tuple[int | None, int | None],
+        *,
+        gpu_arch: GpuArch,
+        emulate_d2h: bool,
+        json_output: bool,
+        junit_path: Path | None,
+    ) -> None:
+        self.ctx, self.model, self.engine, self.settings, self.reductions = ctx, model, engine, settings, reductions
+        self.gpu_arch, self.emulate_d2h = gpu_arch, emulate_d2h
+        self.json_output, self.junit_path = json_output, junit_path
 
+    def preflight(self) -> None:
+        check_reports(self.junit_path)  # before any work: a red verdict must not end as exit 2
 
-def _run_engine(
-    line: LaunchLine, options: RoundtripOptions, arch: GpuArch, emulate_d2h: bool, update: Update | None
-) -> RoundtripResult:
-    """The round trip on the installed SGLang (imported here, never at CLI start-up)."""
-    from kvdoctor.engines.sglang.roundtrip import EngineOptions, run_roundtrip
+    def record(self) -> Record:
+        from kvdoctor.report.roundtrip_publication import SUITE, title
 
-    engine = EngineOptions(arch=arch, emulate_d2h=emulate_d2h)
-    return run_roundtrip(line.model, list(line.server_argv), options, engine, update)
+        return Record(SUITE, title(self.model), self.junit_path)
+
+    def work(self) -> RoundtripResult:
+        from kvdoctor.roundtrip.options import Reductions, RoundtripOptions
+
+        adapter = require(self.engine, Capability.ROUNDTRIP)
+        self.line = line = launch_line(self.ctx, self.model)
+        layers, heads = self.reductions
+        options = RoundtripOptions(**self.settings, reductions=Reductions(layers=layers, heads=heads))
+        # The engine checks what it can without torch now (kvdoctor's: the rule model's refusals), so bad
+        # input is one line before the progress bar; the work imports torch (and the server) under it.
+        work = adapter.roundtrip(
+            line.model, line.server_argv, options, arch=self.gpu_arch, emulate_d2h=self.emulate_d2h
+        )
+        return work(None) if self.json_output else with_progress(work, adapter.first_step)
+
+    def deliver(self, result: RoundtripResult) -> Publication:
+        from kvdoctor.report import publishable
+        from kvdoctor.report.roundtrip_publication import Publication
+
+        published = Publication(result, self.line.model)
+        head = publishable.header(published)
+        if self.json_output:
+            typer.echo(json.dumps(publishable.json_document(published, head), indent=2, default=str))
+        else:
+            from rich.console import Console
+
+            self.status = Console(emoji=False, highlight=False)
+            render(self.status, result, head)
+        return published
+
+    def after(self, published: Publication) -> None:
+        from kvdoctor.report import publishable
+
+        publishable.publish(published, junit_path=self.junit_path)

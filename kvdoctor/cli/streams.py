@@ -33,10 +33,9 @@ import unicodedata
 from collections.abc import Iterator
 from typing import Any, TextIO
 
-from kvdoctor._exceptions import InputError, KvdoctorError
+from kvdoctor._exceptions import EXIT_SIGPIPE, InputError, KvdoctorError
 
 ASCII_ERRORS = "kvdoctor-ascii"  # the codec error handler installed on both streams
-READER_GONE_EXIT = 141  # 128 + SIGPIPE: what a shell reports for a process SIGPIPE killed
 
 _SPELLED = {
     "\u2014": "-",  # — em dash (the verdict line)
@@ -76,7 +75,7 @@ class ReaderGone(KvdoctorError):
     """The reader of standard output went away (EPIPE). Exit 141 and no line: the reader chose to stop
     reading (``| head``), and a shell reports the same for a process that SIGPIPE killed."""
 
-    exit_code = READER_GONE_EXIT
+    exit_code = EXIT_SIGPIPE  # 141, 128 + SIGPIPE: what a shell reports for a process SIGPIPE killed
     quiet = True
 
     def __init__(self) -> None:

@@ -117,13 +117,14 @@ def split_command(option: str, command: str) -> list[str]:
 
 
 def server_flag_names(args: Sequence[str], own_options: Sequence[str] = ()) -> frozenset[str]:
-    """The SGLang flags the server words ARGS set, as SGLang's argparse reads them (``core.flags.scan``:
+    """The SGLang flags the server words ARGS set, as SGLang's argparse reads them (``core.launch_line.scan``:
     a unique prefix expanded, each value held to the flag's type and choices). An unknown flag (with a
     did-you-mean), a bad value, one of kvdoctor's own options (OWN_OPTIONS) or a stray word is refused
     here, exit 2, before anything starts: the same check ``inspect`` makes of the same words."""
-    from kvdoctor.core.sglang.flags import SGLANG, check_values, scan
+    from kvdoctor.core.launch_line import check_values, scan
+    from kvdoctor.core.sglang.flags import SGLANG
 
-    found = scan(args, own_options)
+    found = scan(args, SGLANG, own_options)
     check_values(found.options, SGLANG)  # the flags kvdoctor models too: no parse_flags reads these words
     if found.positionals:
         raise InputError(f"unexpected word {found.positionals[0]!r} after --: SGLang's launch line takes only flags")

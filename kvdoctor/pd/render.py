@@ -19,10 +19,11 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from kvdoctor._exceptions import EXIT_GATE, EXIT_PASS
 from kvdoctor.pd import plan as plan_mod
 from kvdoctor.pd.client import Completion
 from kvdoctor.pd.reporting import summary_rows
-from kvdoctor.pd.result import EXIT_GATE, EXIT_PASS, PdEvalResult
+from kvdoctor.pd.result import PdEvalResult
 from kvdoctor.pd.run import Prepared
 from kvdoctor.report.terminal import markup, plain
 

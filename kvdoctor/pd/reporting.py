@@ -2,7 +2,7 @@
 
 Pure functions of the result (no terminal, no rich): ``kvdoctor.pd.render`` draws the same rows on a
 terminal and ``kvdoctor.pd.publish`` writes and prints them, so this module imports neither and the
-pd modules form no import cycle (``tests/pd/test_import_graph_contract.py``).
+pd modules form no import cycle (``tests/test_layering.py``).
 
 Every output agrees with the exit code: JUnit holds a failure or an error exactly when the command
 exits non-zero, the step summary's headline says FAILED exactly then, and the JSON's ``verdict`` is
@@ -11,19 +11,23 @@ exits non-zero, the step summary's headline says FAILED exactly then, and the JS
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kvdoctor._exceptions import InputError
+from kvdoctor._exceptions import EXIT_DEPLOYMENT, EXIT_GATE, EXIT_PASS, InputError
+from kvdoctor.core.engine_ref import EngineRef
 from kvdoctor.core.sglang.rules import RULES_REVISION
 from kvdoctor.pd.gate import FAILED, PASSED, SKIPPED
-from kvdoctor.pd.result import EXIT_DEPLOYMENT, EXIT_GATE, EXIT_PASS, DryRunReport, PdEvalResult
-from kvdoctor.report import envelope, github, junit, records, serialize, verdicts
+from kvdoctor.pd.result import DryRunReport, PdEvalReport, PdEvalResult
+from kvdoctor.report import envelope, github, junit, publishable, records, serialize
 from kvdoctor.report.units import NONE, human
 
 COMMAND = "pd-eval"
 SUITE = "kvdoctor pd-eval"
+TITLE = "kvdoctor pd-eval"
+CLASSNAME = "kvdoctor.pd_eval"
 RESULT_FILE = "result.json"
 TABLE_FILES = ("questions.csv", "questions.parquet")
 OUTPUT_FILES = (RESULT_FILE, *TABLE_FILES)  # what a run writes into its run directory (beside logs)
@@ -35,10 +39,10 @@ def _fmt(value: float | None, spec: str = ".3f", unit: str = "") -> str:
     return format(value, spec) + (f" {unit}" if unit else "")
 
 
-def engine_ref(result: PdEvalResult) -> envelope.EngineRef:
+def engine_ref(result: PdEvalResult) -> EngineRef:
     """The engine that answered: the SGLang servers the run deployed (or attached to), at the version
     they report; null when none answered (a deployment that never came up)."""
-    return envelope.EngineRef("sglang", result.engine_version, None)
+    return EngineRef("sglang", result.engine_version, None)
 
 
 def document(result: PdEvalResult, *, exit_code: int | None = None) -> dict[str, Any]:
@@ -47,16 +51,7 @@ def document(result: PdEvalResult, *, exit_code: int | None = None) -> dict[str,
     EXIT_CODE overrides the run's own when the command ends differently (a report that could not be
     written exits 2), so ``verdict`` and ``exit_code`` say what the process really returned.
     """
-    code = result.exit_code if exit_code is None else exit_code
-    head = envelope.header(
-        COMMAND,
-        exit_code=code,
-        warnings=result.warnings if code == EXIT_PASS else (),
-        engine=engine_ref(result),
-        rules_revision=RULES_REVISION,
-        argv_fallback=(COMMAND,),
-    )
-    return envelope.document(head, result.report())
+    return publishable.json_document(Publication(result, exit_code))
 
 
 def dry_run_document(launch_plan: dict[str, Any], prediction: dict[str, Any] | None) -> dict[str, Any]:
@@ -64,7 +59,7 @@ def dry_run_document(launch_plan: dict[str, Any], prediction: dict[str, Any] | N
     head = envelope.header(
         COMMAND,
         exit_code=EXIT_PASS,
-        engine=envelope.EngineRef("sglang", None, None),
+        engine=EngineRef("sglang", None, None),
         rules_revision=RULES_REVISION,
         argv_fallback=(COMMAND,),
     )
@@ -156,7 +151,8 @@ def verdict_detail(result: PdEvalResult, exit_code: int | None = None) -> str:
     return "a report could not be written (see the error above)"
 
 
-def step_summary(result: PdEvalResult) -> str:
+def summary_details(result: PdEvalResult) -> dict[str, str]:
+    """Under the step summary's table: the failure (a deployment's log tail) and the launch plan."""
     details = {}
     if result.exit_code >= EXIT_DEPLOYMENT and result.message:
         details["failure"] = result.message
@@ -164,7 +160,58 @@ def step_summary(result: PdEvalResult) -> str:
         " ".join(step["argv"]) or f"(external) {step['url']}"  # type: ignore[index]
         for step in result.plan.get("steps", [])  # type: ignore[union-attr]
     )
-    return github.summary_markdown("kvdoctor pd-eval", status_line(result), summary_rows(result), details)
+    return details
+
+
+def step_summary(result: PdEvalResult) -> str:
+    return publishable.step_summary(Publication(result))
+
+
+@dataclass(frozen=True)
+class Publication(publishable.Publishable):
+    """One pd-eval run as every reporter reads it (``kvdoctor.report.publishable``).
+
+    OVERRIDE replaces the run's exit code when the command ends differently: a report that could not be
+    written exits 2, and the JSON then says so (verdict error) while the run's own gates stay as they ran.
+    """
+
+    result: PdEvalResult
+    override: int | None = None
+    command = COMMAND
+    suite = SUITE
+    title = TITLE
+    classname = CLASSNAME
+    rules_revision = RULES_REVISION
+
+    @property
+    def exit_code(self) -> int:
+        return self.result.exit_code if self.override is None else self.override
+
+    @property
+    def warnings(self) -> Sequence[str]:
+        return self.result.warnings if self.exit_code == EXIT_PASS else ()
+
+    @property
+    def engine(self) -> EngineRef:
+        return engine_ref(self.result)
+
+    def body(self) -> PdEvalReport:
+        return self.result.report()
+
+    def detail(self) -> str:
+        return verdict_detail(self.result, self.exit_code)
+
+    def junit_cases(self) -> list[junit.Case]:
+        return junit_cases(self.result)
+
+    def summary_rows(self) -> list[github.Row]:
+        return summary_rows(self.result)
+
+    def summary_head(self) -> str:
+        return status_line(self.result)
+
+    def summary_details(self) -> dict[str, str]:
+        return summary_details(self.result)
 
 
 def annotations(result: PdEvalResult) -> list[str]:
@@ -189,7 +236,7 @@ def write_all(
 
     DOC is the JSON document to write as ``result.json`` (built once by the caller so ``--json``
     prints the very same object); by default :func:`document`. JUnit and the step summary go through
-    ``kvdoctor.report.verdicts.publish`` like every other command's; a file that cannot be written is
+    ``kvdoctor.report.publishable.publish`` like every other command's; a file that cannot be written is
     an ``InputError``, never an OSError traceback. (Writability was checked before the run by
     ``kvdoctor.report.preflight``.)
     """
@@ -205,9 +252,7 @@ def write_all(
                 written[path.suffix[1:]] = path
     except OSError as exc:
         raise InputError(f"cannot write a report: {exc}") from None
-    summary = verdicts.publish(
-        SUITE, junit_cases(result), step_summary(result), junit_path=junit_path, classname="kvdoctor.pd_eval", env=env
-    )
+    summary = publishable.publish(Publication(result), junit_path=junit_path, env=env)
     if junit_path is not None:
         written["junit"] = junit_path
     if summary is not None:

@@ -13,11 +13,10 @@ from dataclasses import asdict, dataclass, field
 from decimal import Decimal
 from typing import Any
 
+from kvdoctor._exceptions import EXIT_DEPLOYMENT
 from kvdoctor.pd.client import Completion
 from kvdoctor.pd.gate import SKIPPED, GateResult
 from kvdoctor.pd.gsm8k import CONVENTION, Question, parse_number
-
-EXIT_PASS, EXIT_GATE, EXIT_INPUT, EXIT_DEPLOYMENT = 0, 1, 2, 3
 
 
 @dataclass(frozen=True)

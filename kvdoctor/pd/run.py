@@ -18,18 +18,11 @@ from pathlib import Path
 
 import httpx
 
-from kvdoctor._exceptions import DeploymentError, InputError, Interrupted
+from kvdoctor._exceptions import EXIT_DEPLOYMENT, EXIT_GATE, EXIT_PASS, DeploymentError, InputError, Interrupted
 from kvdoctor.pd import argv, client, gate, gsm8k, http, plan, ports, prediction, presets, rundir, urls
 from kvdoctor.pd.deadline import Deadline
 from kvdoctor.pd.metrics import RetractionProbe
-from kvdoctor.pd.result import (
-    EXIT_DEPLOYMENT,
-    EXIT_GATE,
-    EXIT_PASS,
-    PdEvalResult,
-    record,
-    score,
-)
+from kvdoctor.pd.result import PdEvalResult, record, score
 from kvdoctor.pd.signals import SignalLatch, signals_raise
 from kvdoctor.pd.supervisor import Supervisor
 from kvdoctor.report.preflight import check_outputs
@@ -288,7 +281,7 @@ def run(
     except (Interrupted, KeyboardInterrupt) as exc:
         signum = exc.signum if isinstance(exc, Interrupted) else 2
         result.passed = False
-        result.exit_code = 128 + signum
+        result.exit_code = Interrupted.exit_code_for(signum)
         result.exit_reason = "interrupted"
         result.message = f"interrupted by {exc or 'SIGINT'}; every started process was stopped"
     except Exception as exc:  # CI must get result.json and exit 3, never a traceback and exit 1

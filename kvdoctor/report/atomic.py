@@ -28,6 +28,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
 
+from kvdoctor._exceptions import Interrupted
 from kvdoctor.report.target import FIFO, REGULAR, Target, refusal, resolve
 
 # FIFOs opened by a preflight check (``hold``), kept open so that their reader does not see an early
@@ -142,7 +143,7 @@ def unwind_on_sigterm() -> Iterator[None]:
         return
 
     def handler(signum: int, _frame: object) -> None:
-        raise SystemExit(128 + signum)
+        raise SystemExit(Interrupted.exit_code_for(signum))
 
     previous = signal.signal(signal.SIGTERM, handler)
     try:

@@ -21,11 +21,13 @@ from datetime import datetime, timezone
 from enum import Enum
 from typing import Any
 
+from kvdoctor._exceptions import EXIT_GATE, EXIT_PASS
+from kvdoctor.core.engine_ref import EngineRef
 from kvdoctor.report.serialize import jsonable
 
 SCHEMA_VERSION = "1.0"
 
-__all__ = ["SCHEMA_VERSION", "EngineRef", "RunHeader", "Verdict", "document", "header", "record_argv"]
+__all__ = ["SCHEMA_VERSION", "RunHeader", "Verdict", "document", "header", "record_argv"]
 
 
 class Verdict(str, Enum):
@@ -39,23 +41,14 @@ class Verdict(str, Enum):
     @classmethod
     def of(cls, exit_code: int, *, warnings: int = 0) -> Verdict:
         """The verdict an exit code (and a count of ungated findings, for exit 0) stands for."""
-        if exit_code == 0:
+        if exit_code == EXIT_PASS:
             return cls.WARN if warnings else cls.PASS
-        return cls.FAIL if exit_code == 1 else cls.ERROR
+        return cls.FAIL if exit_code == EXIT_GATE else cls.ERROR
 
     @property
     def word(self) -> str:
         """How the one verdict line at the end of a command's output says it."""
         return {"pass": "passed", "warn": "passed with warnings", "fail": "FAILED", "error": "ERROR"}[self.value]
-
-
-@dataclass(frozen=True)
-class EngineRef:
-    """Who answered: ``kvdoctor`` (its own rule model and pools), ``sglang`` or ``vllm`` (their own code)."""
-
-    name: str
-    version: str | None
-    path: str | None = None
 
 
 _ARGV: list[str] | None = None
@@ -100,7 +93,7 @@ class RunHeader:
     command: str
     kvdoctor_version: str
     rules_revision: str | None
-    engine: EngineRef
+    engine: EngineRef  # who answered: kvdoctor (its own rule model and pools), sglang or vllm (their own code)
     timestamp: str
     command_line: list[str]
     verdict: Verdict

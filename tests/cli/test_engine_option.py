@@ -67,10 +67,11 @@ def test_sglangs_answers_render_literally_and_whole_at_80_columns() -> None:
     from rich.console import Console
 
     from kvdoctor.cli.render_engine import render_beside
-    from kvdoctor.core.sglang.inspect_result import EngineFacts, FieldDrift, LiveRefusal, SglangAnswers
+    from kvdoctor.core.engine_ref import EngineRef
+    from kvdoctor.core.sglang.inspect_result import FieldDrift, LiveRefusal, SglangAnswers
 
     answers = SglangAnswers(
-        engine=EngineFacts("sglang", "0.5.23", None),
+        engine=EngineRef("sglang", "0.5.23", None),
         stubs=("platform [/oops] [bold]facts[/bold]",),
         refusal=LiveRefusal("tree cache", "Host-pool retraction does not support Mamba models. (registry.py:156)"),
         fields={"kv_pool": ["SWAKVPoolWithAVeryLongClassNameIndeed", "KVCache"], "hicache_ratio": None},

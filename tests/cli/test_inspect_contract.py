@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
+from kvdoctor.core.engine_ref import EngineRef
 from kvdoctor.core.sglang.analysis import Analysis, analyze
 from kvdoctor.core.sglang.inspect_result import (
-    EngineFacts,
     FieldDrift,
     InspectBesideReport,
     LiveRefusal,
@@ -25,7 +25,7 @@ from kvdoctor.core.sglang.inspect_result import (
 )
 from kvdoctor.core.sglang.sizing import forecast
 from kvdoctor.core.sglang.spec import PER_TOKEN
-from kvdoctor.report.envelope import EngineRef, document, header
+from kvdoctor.report.envelope import document, header
 from tests.schema_check import assert_valid, errors
 
 INKLING = ["inkling-small", "--kv-cache-dtype", "mxfp8", "--disaggregation-mode", "decode", "--page-size", "128"]
@@ -170,7 +170,7 @@ def test_per_token_and_per_request_components_keep_their_one_size_key() -> None:
 # ---- --engine sglang's shapes (SGLang runs in .venv-sglang: tests/engines/test_sglang_inspect.py) --
 def _answers(drift: tuple[FieldDrift, ...] = ()) -> SglangAnswers:
     return SglangAnswers(
-        engine=EngineFacts("sglang", "0.5.23", "/site-packages/sglang"),
+        engine=EngineRef("sglang", "0.5.23", "/site-packages/sglang"),
         stubs=("platform: CUDA SM100 (Blackwell), through override_platform",),
         refusal=LiveRefusal("start-up", "unsupported (srt/server_args.py:1)"),
         fields={"refuses": True},
@@ -212,7 +212,7 @@ def test_engine_sglang_document_keeps_engine_and_sglang_keys_and_validates() -> 
 
 
 def test_the_refusal_only_engine_shape_validates() -> None:
-    from kvdoctor.core.sglang.hazards import Hazard
+    from kvdoctor.core.registry import Hazard
 
     body = RefusedInspectReport(
         model=ModelSource("weird-model"),

@@ -234,8 +234,8 @@ def test_help_lists_the_choices() -> None:
 
 
 def test_progress_names_the_step_that_is_running() -> None:
-    from kvdoctor.state.pools import Reductions
-    from kvdoctor.state.run import RoundtripOptions, run_roundtrip
+    from kvdoctor.roundtrip.options import Reductions, RoundtripOptions
+    from kvdoctor.state.run import run_roundtrip
     from tests.state.helpers import analysis
 
     seen: list[tuple[str, int, int]] = []

@@ -22,8 +22,9 @@ import jsonschema
 import pytest
 
 from kvdoctor import _exceptions
+from kvdoctor.core.engine_ref import EngineRef
 from kvdoctor.report import envelope
-from kvdoctor.report.envelope import SCHEMA_VERSION, EngineRef, RunHeader, Verdict, document, header, record_argv
+from kvdoctor.report.envelope import SCHEMA_VERSION, RunHeader, Verdict, document, header, record_argv
 from kvdoctor.schemas import DIALECT, ReportKind, schema
 
 TIMESTAMP = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z$")

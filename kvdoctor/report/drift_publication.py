@@ -1,0 +1,92 @@
+"""``kvdoctor drift``'s result as the shared reports: the ``--json`` document, JUnit cases, step-summary rows.
+
+All read one :class:`~kvdoctor.core.sglang.drift_result.DriftReport` through :class:`Publication` (the
+``kvdoctor.report.publishable`` protocol). A cell fails in JUnit exactly when it drifts, and the command
+exits 1 exactly when one does, so the CI file and the exit code cannot disagree.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from kvdoctor._exceptions import EXIT_GATE, EXIT_PASS
+from kvdoctor.core.engine_ref import EngineRef
+from kvdoctor.core.sglang.drift_result import DriftReport
+from kvdoctor.core.sglang.inspect_result import FieldDrift
+from kvdoctor.core.sglang.rules import RULES_REVISION
+from kvdoctor.report import github, junit
+from kvdoctor.report.publishable import Publishable
+from kvdoctor.report.units import human
+
+COMMAND = "drift"
+SUITE = "kvdoctor.drift"  # the JUnit suite (and the unfinished-run record's)
+TITLE = "kvdoctor drift"
+
+
+def drift_line(d: FieldDrift) -> str:
+    """One disagreement in words (JUnit message); raw ``repr`` so a string and a number stay apart."""
+    return f"{d.field}: kvdoctor {d.kvdoctor!r}, SGLang {d.sglang!r}"
+
+
+def verdict_detail(result: DriftReport) -> str:
+    """The status line after its verdict word: the counts, then the first drifting cells."""
+    counts = (
+        f"{human(result.cases)} cases, {human(result.fields_compared)} fields compared, "
+        f"{human(result.drifting_cases)} drifting, {result.elapsed_s:.1f} s"
+    )
+    if result.ok:
+        return counts
+    names = ", ".join(f"{r.model} · {r.case}" for r in result.drifting[:5])
+    more = f" and {len(result.drifting) - 5} more" if len(result.drifting) > 5 else ""
+    return f"{counts}: {names}{more}"
+
+
+@dataclass(frozen=True)
+class Publication(Publishable):
+    """A drift run as every reporter reads it (``kvdoctor.report.publishable``)."""
+
+    result: DriftReport
+    command = COMMAND
+    suite = SUITE
+    title = TITLE
+    rules_revision = RULES_REVISION
+
+    @property
+    def warnings(self) -> Sequence[str]:
+        return ()  # a cell agrees or drifts: nothing is reported ungated
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_PASS if self.result.ok else EXIT_GATE
+
+    @property
+    def engine(self) -> EngineRef:
+        return self.result.engine  # the installed SGLang compared against
+
+    def body(self) -> DriftReport:
+        return self.result
+
+    def detail(self) -> str:
+        return verdict_detail(self.result)
+
+    def junit_cases(self) -> list[junit.Case]:
+        return [
+            junit.Case(
+                f"{r.model} · {r.case}",
+                junit.PASSED if r.ok else junit.FAILED,
+                message="; ".join(drift_line(d) for d in r.drift),
+                time_s=r.seconds,
+            )
+            for r in self.result.results
+        ]
+
+    def summary_rows(self) -> list[github.Row]:
+        result = self.result
+        return [
+            github.Row("drifting cases", str(result.drifting_cases), "0", junit.PASSED if result.ok else junit.FAILED),
+            *(
+                github.Row(f"{r.model} · {r.case}", ", ".join(d.field for d in r.drift), "no drift", junit.FAILED)
+                for r in result.drifting
+            ),
+        ]
