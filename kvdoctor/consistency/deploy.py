@@ -9,7 +9,9 @@ peak demand, so retraction must happen). Both get the same model directory, flag
 - ``single``: two servers, ``reference`` and ``pressured`` (retraction by recompute).
 - ``pd``: one prefill shared by both (its work is identical for both), a decode and a mini-lb router
   per deployment; retraction happens on the pressured decode, which backs the state up and restores it.
-  The prefill and each decode/router pair come from ``kvdoctor.pd.plan.build``, as pd-eval's do.
+  The prefill and each decode/router pair come from ``kvdoctor.pd.plan.build``, as pd-eval's do. The
+  pressured decode records its state trace (``KVDOCTOR_DIGEST_LOG``, :mod:`kvdoctor.engines.sglang.digests`):
+  per retracted request and component, digests and positions at backup, restore and the next forward.
 
 On a CPU the plan adds SGLang's CPU path and its CPU-only flags (each an *enabler*, named in the
 report); on a GPU none of them applies.
@@ -113,6 +115,7 @@ class DeployOptions:
     site_hook_dir: str | None = None
     inherited_pythonpath: str = ""
     log_env: Mapping[str, str] = field(default_factory=dict)  # the stand-in and hook logs
+    digest_log: str | None = None  # the pressured decode's state trace (kvdoctor.engines.sglang.digests)
 
 
 def pools(w: Workload) -> tuple[int, int]:
@@ -183,7 +186,7 @@ def enablers(o: DeployOptions) -> tuple[Enabler, ...]:
     return tuple(out)
 
 
-def _env(o: DeployOptions, *, patches: Sequence[str] = (), inject: bool = False) -> dict[str, str]:
+def _env(o: DeployOptions, *, patches: Sequence[str] = (), inject: bool = False, trace: bool = False) -> dict[str, str]:
     env: dict[str, str] = {**PRESSURE_ENV, **o.log_env}
     if o.device == "cpu":
         env["SGLANG_USE_CPU_ENGINE"] = "1"
@@ -198,6 +201,8 @@ def _env(o: DeployOptions, *, patches: Sequence[str] = (), inject: bool = False)
         env["KVDOCTOR_PATCHES"] = ",".join(patches)
     if inject and o.inject:
         env["KVDOCTOR_INJECT"] = o.inject
+    if trace and o.digest_log and o.site_hook_dir:
+        env["KVDOCTOR_DIGEST_LOG"] = o.digest_log
     return env
 
 
@@ -285,7 +290,8 @@ def _pd(o: DeployOptions, ports: list[int], roomy: int, tight: int) -> Deploymen
     for name, launch in (("reference", ref), ("pressured", press)):
         decode = launch.step("decode")
         assert decode is not None
-        steps.append(dataclasses.replace(decode, role=f"decode-{name}", env=_env(o, inject=name == "pressured")))
+        pressured = name == "pressured"
+        steps.append(dataclasses.replace(decode, role=f"decode-{name}", env=_env(o, inject=pressured, trace=pressured)))
     for name, launch in (("reference", ref), ("pressured", press)):
         router = launch.step("router")
         assert router is not None

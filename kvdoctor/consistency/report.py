@@ -1,20 +1,26 @@
 """The consistency result as the shared reports: the ``--json`` document, JUnit cases, step-summary rows.
 
-All read one :class:`ConsistencyResult`, so the JSON, the JUnit file, the summary and the verdict
-line cannot disagree. The JSON opens with the shared header (``kvdoctor.report.envelope``); its
-schema is ``kvdoctor schema consistency``.
+All read one :class:`ConsistencyResult` through :class:`Publication` (the ``kvdoctor.report.publishable``
+protocol), so the JSON, the JUnit file, the summary and the verdict line cannot disagree. The JSON opens
+with the shared header (``kvdoctor.report.envelope``); its schema is ``kvdoctor schema consistency``.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kvdoctor.consistency.result import EXIT_GATE, EXIT_PASS, ConsistencyResult
+from kvdoctor._exceptions import EXIT_GATE, EXIT_PASS
+from kvdoctor.consistency.result import ConsistencyResult
+from kvdoctor.core.engine_ref import EngineRef
 from kvdoctor.report import github, junit
-from kvdoctor.report.envelope import EngineRef, Verdict, document, header
+from kvdoctor.report.publishable import Publishable
+from kvdoctor.report.publishable import json_document as published_document
 
 COMMAND = "consistency"
+SUITE = "consistency"  # the JUnit suite (and the unfinished-run record's)
 TITLE = "kvdoctor consistency"
 
 
@@ -30,12 +36,8 @@ def engine_ref() -> EngineRef:
 
 
 def json_document(result: ConsistencyResult) -> dict[str, Any]:
-    head = header(COMMAND, exit_code=result.exit_code, warnings=result.warnings, engine=engine_ref())
-    return document(head, result)
-
-
-def verdict(result: ConsistencyResult) -> Verdict:
-    return Verdict.of(result.exit_code, warnings=len(result.warnings))
+    """What ``--json`` prints and ``result.json`` holds."""
+    return published_document(Publication(result))
 
 
 def cases(result: ConsistencyResult) -> list[junit.Case]:
@@ -63,9 +65,43 @@ def rows(result: ConsistencyResult) -> list[github.Row]:
     return [github.Row(g.name, g.message, "", "passed" if g.passed else "failed") for g in result.gates]
 
 
-def summary(result: ConsistencyResult) -> str:
-    from kvdoctor.report.verdicts import summary as verdict_summary
+@dataclass(frozen=True)
+class Publication(Publishable):
+    """A consistency run as every reporter reads it (``kvdoctor.report.publishable``)."""
 
-    return verdict_summary(
-        f"{TITLE} {result.model} ({result.topology}, {result.device})", verdict(result), rows(result)
-    )
+    result: ConsistencyResult
+    command = COMMAND
+    suite = SUITE
+    rules_revision = None  # the run compares two deployments; kvdoctor's rule model is not consulted
+
+    @property
+    def title(self) -> str:
+        r = self.result
+        return f"{TITLE} {r.model} ({r.topology}, {r.device})"
+
+    @property
+    def exit_code(self) -> int:
+        return self.result.exit_code
+
+    @property
+    def warnings(self) -> Sequence[str]:
+        return self.result.warnings
+
+    @property
+    def engine(self) -> EngineRef:
+        return engine_ref()
+
+    def argv_fallback(self) -> Sequence[str]:
+        return ()  # this command's header never named a fallback command line
+
+    def body(self) -> ConsistencyResult:
+        return self.result
+
+    def detail(self) -> str:
+        return self.result.summary_line()
+
+    def junit_cases(self) -> list[junit.Case]:
+        return cases(self.result)
+
+    def summary_rows(self) -> list[github.Row]:
+        return rows(self.result)

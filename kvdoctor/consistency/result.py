@@ -5,10 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from kvdoctor._exceptions import EXIT_DEPLOYMENT, EXIT_GATE, EXIT_PASS
 from kvdoctor.consistency.compare import RequestDiff
 from kvdoctor.consistency.gates import Gate
-
-EXIT_PASS, EXIT_GATE, EXIT_INPUT, EXIT_DEPLOYMENT = 0, 1, 2, 3
 
 
 @dataclass(frozen=True)
@@ -68,6 +67,8 @@ class ConsistencyResult:
     run_dir: str | None = None
     wall_s: float = 0.0
     survivors: list[str] = field(default_factory=list)
+    # PD only: the pressured decode's state trace joined with the comparison (kvdoctor.consistency.attribution)
+    state_trace: dict[str, Any] | None = None
 
     @property
     def first_divergence(self) -> RequestDiff | None:

@@ -19,18 +19,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kvdoctor._exceptions import DeploymentError, InputError, Interrupted
-from kvdoctor.consistency import checkpoint, compare, deploy, gates, runnable
+from kvdoctor._exceptions import EXIT_DEPLOYMENT, EXIT_GATE, EXIT_PASS, DeploymentError, InputError, Interrupted
+from kvdoctor.consistency import attribution, checkpoint, compare, deploy, gates, runnable
 from kvdoctor.consistency.client import generate_all
 from kvdoctor.consistency.compare import Generation
-from kvdoctor.consistency.result import (
-    EXIT_DEPLOYMENT,
-    EXIT_GATE,
-    EXIT_PASS,
-    Burst,
-    ConsistencyResult,
-    FaultReport,
-)
+from kvdoctor.consistency.result import Burst, ConsistencyResult, FaultReport
 from kvdoctor.consistency.shrink import shrink as shrink_config
 from kvdoctor.consistency.workload import Workload, prompts
 from kvdoctor.pd import ports as pd_ports
@@ -122,12 +115,17 @@ def prepare(o: ConsistencyOptions) -> Prepared:
 
 
 def _deploy_options(
-    o: ConsistencyOptions, kind: runnable.ModelKind, model_dir: str, stand_in: bool, log_env: dict[str, str]
+    o: ConsistencyOptions,
+    kind: runnable.ModelKind,
+    model_dir: str,
+    stand_in: bool,
+    log_env: dict[str, str],
+    digest_log: str | None = None,
 ) -> deploy.DeployOptions:
     from kvdoctor.engines.sglang.cpu_shims import SHIM_DIR
 
     hook = Path(SHIM_DIR).parent / "site_hook"
-    needs_hook = o.inject is not None or (o.topology == "pd" and o.device == "cpu")
+    needs_hook = o.inject is not None or o.topology == "pd"  # pd: the pressured decode records its state trace
     return deploy.DeployOptions(
         model_dir=model_dir,
         topology=o.topology,
@@ -141,6 +139,7 @@ def _deploy_options(
         site_hook_dir=str(hook) if needs_hook else None,
         inherited_pythonpath=os.environ.get("PYTHONPATH", ""),
         log_env=log_env,
+        digest_log=digest_log if o.topology == "pd" else None,
     )
 
 
@@ -150,7 +149,8 @@ def plan_for(prepared: Prepared, model_dir: str, run_dir: Path | None) -> deploy
     log_env = {"KVDOCTOR_STANDIN_LOG": str(base / STANDIN_LOG), "KVDOCTOR_HOOK_LOG": str(base / HOOK_LOG)}
     count = 2 if o.topology == "single" else 6
     free = pd_ports.free_ports(count, host=o.host) if run_dir is not None else list(range(30000, 30000 + count))
-    return deploy.build(_deploy_options(o, prepared.kind, model_dir, prepared.stand_in, log_env), free)
+    digest_log = str(base / attribution.DIGEST_LOG)
+    return deploy.build(_deploy_options(o, prepared.kind, model_dir, prepared.stand_in, log_env, digest_log), free)
 
 
 Notify = Callable[[str, str], None]
@@ -201,7 +201,7 @@ def run(prepared: Prepared, *, notify: Notify | None = None) -> ConsistencyResul
         result.message = str(exc)
     except (Interrupted, KeyboardInterrupt) as exc:
         signum = exc.signum if isinstance(exc, Interrupted) else 2
-        result.passed, result.exit_code, result.exit_reason = False, 128 + signum, "interrupted"
+        result.passed, result.exit_code, result.exit_reason = False, Interrupted.exit_code_for(signum), "interrupted"
         result.message = f"interrupted by {exc or 'SIGINT'}; every started process was stopped"
     except Exception as exc:  # CI must get result.json and exit 3, never a traceback
         result.passed, result.exit_code, result.exit_reason = False, EXIT_DEPLOYMENT, "internal_error"
@@ -212,8 +212,32 @@ def run(prepared: Prepared, *, notify: Notify | None = None) -> ConsistencyResul
         if result.exit_code in (EXIT_PASS, EXIT_GATE):
             result.passed, result.exit_code, result.exit_reason = False, EXIT_DEPLOYMENT, "processes_survived"
     _read_hook_logs(run_dir, result)
+    _trace(prepared, run_dir, result, say)
     result.wall_s = time.monotonic() - began
     return result
+
+
+def _trace(prepared: Prepared, run_dir: Path, result: ConsistencyResult, say: Notify) -> None:
+    """PD: join the pressured decode's state trace with the comparison; say why each diverging request did.
+    Reported, not gated: the tokens and logprobs decide the verdict; the trace says where the state went wrong."""
+    if prepared.options.topology != "pd" or not result.requests:
+        return
+    hook_path = run_dir / HOOK_LOG
+    lines = hook_path.read_text(encoding="utf-8").splitlines() if hook_path.exists() else []
+    failed = [line.split(" ", 2)[-1] for line in lines if line.split(" ", 2)[1:2] == ["digest-failed"]]
+    trace = attribution.attribute(
+        run_dir / attribution.DIGEST_LOG,
+        prepared.prompts,
+        result.requests,
+        injected=prepared.options.inject,
+        failure=failed[0] if failed else None,
+        drifted=list((result.logprob_drift or {}).get("requests", [])),
+    )
+    result.state_trace = trace.to_dict()
+    for line in trace.lines():
+        say("attribute", line)
+    if not trace.complete:
+        result.warnings.append(f"the state trace is incomplete ({trace.failure or 'see state_trace'})")
 
 
 def _read_hook_logs(run_dir: Path, result: ConsistencyResult) -> None:
@@ -332,6 +356,8 @@ def _deploy_and_compare(
     ref2, b2 = burst("reference-repeat", deployment.reference_url, prepared.prompts, o.workload)
     ref_count, ref_source = finish(ref_probe)
     press_probe = probe(deployment.pressured_metrics, press_role)
+    if o.topology == "pd" and result.run_dir:  # the trace's events from here on are the pressured burst's
+        attribution.mark_burst(Path(result.run_dir) / attribution.DIGEST_LOG, "pressured", time.time())
     got, b3 = burst("pressured", deployment.pressured_url, prepared.prompts, o.workload)
     press_count, press_source = finish(press_probe)
     result.bursts = [b1, b2, b3]

@@ -12,25 +12,25 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kvdoctor._exceptions import NotRunnableHere
-from kvdoctor.core.sglang.rules import Cite
+from kvdoctor.core.cite import Cite
 
 MAMBA2 = (
     "its Mamba2 layers need causal_conv1d_fn, defined only for CUDA/NPU/XPU",
-    Cite("srt/layers/attention/mamba/mamba.py", "causal_conv1d_fn", 43, 75),
+    Cite("sglang", "srt/layers/attention/mamba/mamba.py", "causal_conv1d_fn", 43, 75),
 )
 GDN = (
     "its gated-delta-net layers need four sgl_kernel.mamba CPU ops (no CPU build of sgl-kernel is installed)",
-    Cite("srt/layers/attention/linear/gdn_backend.py", "sgl_kernel.mamba", 183, 188),
+    Cite("sglang", "srt/layers/attention/linear/gdn_backend.py", "sgl_kernel.mamba", 183, 188),
 )
 KDA = (
     "its KDA layers import sgl_kernel.mamba CPU ops (no CPU build of sgl-kernel is installed)",
-    Cite("srt/layers/attention/linear/kda_backend.py", "sgl_kernel.mamba", 39, 39),
+    Cite("sglang", "srt/layers/attention/linear/kda_backend.py", "sgl_kernel.mamba", 39, 39),
 )
 INKLING = (
     "its model module imports CUDA-only kernel libraries (cutlass, quack), so SGLang skips it, and its override "
     "forces the mamba extra_buffer strategy, which asserts platform support for state snapshots; LFM2 (ShortConv "
     "state and attention, like Inkling's) is the nearest model that runs",
-    Cite("srt/arg_groups/mamba_hook.py", "extra_buffer", 120, 120),
+    Cite("sglang", "srt/arg_groups/mamba_hook.py", "extra_buffer", 120, 120),
 )
 NOT_ON_CPU: dict[str, tuple[str, Cite]] = {
     "nemotron_h": MAMBA2,

@@ -1,10 +1,12 @@
 """Real SGLang 0.5.23 servers on this machine (``make test-server``, in .venv-server/; minutes each).
 
 CI's chosen few (``make test-server`` in ``.ci/run``): a shrunk Llama over PD must be identical under forced
-retraction, and red with an injected KV fault inside its decode; a shrunk LFM2 must be identical on one server.
-Marked ``matrix`` (``make consistency-matrix`` only): LFM2 over PD with the recurrent state dropped from its
-retraction backup (red), and LFM2 over PD without a fault, an expected red (issue 21) that makes the former
-prove nothing the latter does not. A small workload keeps each run to a few minutes on 2 cores.
+retraction, with the state trace's proof of every round trip, and red with an injected KV fault inside its
+decode, the trace naming the fault's seam; a shrunk LFM2 must be identical on one server. Marked ``matrix``
+(``make consistency-matrix`` only): LFM2 over PD with the recurrent state dropped from its retraction backup
+(red), LFM2 over PD without a fault, an expected red (issue 21, SGLang's overlap decode loop) attributed by
+the state trace, and the same run with the overlap schedule off, identical. A small workload keeps each run
+to a few minutes on 2 cores.
 """
 
 from __future__ import annotations
@@ -59,6 +61,10 @@ def test_llama_pd_is_identical_under_forced_retraction(out: Path) -> None:
     assert doc["identical"] == doc["total"] == 16
     assert_clean(doc)
     assert "MooncakeKVSender.supports_host_tensor_indices=False" in doc["stand_in"]["site_hook_patches"]
+    trace = doc["state_trace"]  # the proof, per retracted request, that its KV made every round trip
+    assert trace["recorded"] and trace["complete"] and trace["backups"] == doc["retractions"]["pressured"]
+    assert trace["requests"] and all(r["verdict"] == "round_trip" for r in trace["requests"])
+    assert {c for r in trace["requests"] for c in r["components"]} == {"full_kv"}
 
 
 def test_llama_pd_with_the_kv_dropped_on_restore_is_red(out: Path) -> None:
@@ -67,6 +73,9 @@ def test_llama_pd_with_the_kv_dropped_on_restore_is_red(out: Path) -> None:
     assert doc["fault"]["installed"] and doc["fault"]["backups"] > 0 and doc["fault"]["restores"] > 0
     assert doc["identical"] < doc["total"]
     assert_clean(doc)
+    finding = doc["state_trace"]["finding"]  # the trace names the fault's seam and component, and blames no SGLang line
+    assert (finding["verdict"], finding["component"], finding["injected"]) == ("restore_differs", "full_kv", "drop-kv")
+    assert finding["cite"] == []
 
 
 def test_lfm2_single_is_identical_under_forced_retraction(out: Path) -> None:
@@ -90,15 +99,35 @@ def test_lfm2_pd_with_the_recurrent_state_left_out_of_the_backup_is_red(out: Pat
 
 @pytest.mark.matrix  # long, and red without a fault too (issue 21): make consistency-matrix
 def test_lfm2_pd_under_a_tight_decode_pool_shows_issue_21(out: Path) -> None:
-    """EXPECTED RED, issue 21 (not yet attributed; kept until fixed or shown to be kvdoctor's). With no
-    fault, a tight PD decode pool gives LFM2's retracted requests the signature of a lost conv state:
-    measured 7 retractions, logprobs drifting by 1e-4 to 3e-3 (noise floor 5e-7) and 2/16 requests diverging
-    at near-ties, the same signature as --inject missing-mamba; LFM2 on one server (retraction by
-    recompute, 6e-6) and Llama over PD (1e-6) stay at the noise floor. If this fails because the run is
-    clean, the bug is fixed: move LFM2 PD to the green tests."""
+    """EXPECTED RED, issue 21 (SGLang's; kept until SGLang fixes it). With no fault, a tight PD decode pool
+    gives LFM2's retracted requests a conv state one position ahead: SGLang's overlap decode loop retracts
+    after the forward in flight advanced the state in place (srt/disaggregation/decode.py:3189-3218), drops
+    that forward's token (srt/managers/scheduler_components/batch_result_processor.py:1021-1026), and
+    Req.offload_kv_cache backs up the advanced state beside a KV one position shorter
+    (srt/managers/schedule_batch.py:2109-2128); the resumed request feeds that position twice. The state
+    trace names it per request: every byte moved intact, the positions disagree. If this fails because the
+    run is clean, the bug is fixed: move LFM2 PD to the green tests (and drop the engine suite's xfail)."""
     code, doc = consistency(out, "lfm2-1.2b", "--topology", "pd")
     assert doc["retractions"]["pressured"] > 0 and doc["retractions"]["reference"] == 0
     assert doc["noise_floor"]["diverged_requests"] == 0
     assert code == 1 and doc["exit_reason"] in ("diverged", "logprob_drift"), "issue 21 not seen: LFM2 PD is clean"
     assert doc["logprob_drift"]["requests"] or doc["identical"] < doc["total"]
+    assert_clean(doc)
+    finding = doc["state_trace"]["finding"]
+    assert (finding["verdict"], finding["component"]) == ("state_ahead", "conv_state"), finding
+    assert any("srt/disaggregation/decode.py:3189-3218" in c for c in finding["cite"])
+    red = [r for r in doc["state_trace"]["requests"] if r["diverged"] and not r["within_noise"]]
+    assert red and all(r["retractions"] > 0 and r["verdict"] == "state_ahead" for r in red), red
+
+
+@pytest.mark.matrix  # long: make consistency-matrix
+def test_lfm2_pd_without_the_overlap_schedule_is_identical(out: Path) -> None:
+    """The control that attributes issue 21: the same tight PD run with SGLang's overlap schedule off on every
+    server (the decode then processes a batch's result before it retracts) keeps LFM2's state exact."""
+    code, doc = consistency(out, "lfm2-1.2b", "--topology", "pd", "--", "--disable-overlap-schedule")
+    assert code == 0, doc["message"]
+    assert doc["retractions"]["pressured"] > 0 and doc["identical"] == doc["total"]
+    trace = doc["state_trace"]
+    assert trace["overlap"] is False and trace["complete"]
+    assert all(r["verdict"] == "round_trip" for r in trace["requests"]), trace["requests"]
     assert_clean(doc)

@@ -68,3 +68,52 @@ def test_a_fault_the_model_cannot_show_is_refused(fault: str, recurrent: bool, s
     else:
         with pytest.raises(InputError):
             live_faults.check(fault, has_recurrent=recurrent, has_swa=swa)
+
+
+def test_the_sitecustomize_arms_the_state_trace_on_both_modules(tmp_path: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": str(HOOK_DIR), "KVDOCTOR_DIGEST_LOG": str(tmp_path / "d.jsonl")}
+    env["KVDOCTOR_HOOK_LOG"] = str(tmp_path / "hook.log")
+    code = (
+        "import sys; from kvdoctor.engines.sglang.server_hooks import AfterImport, SCHEDULE_BATCH_MODULE, "
+        "SCHEDULER_MODULE;"
+        "f = [m for m in sys.meta_path if isinstance(m, AfterImport)];"
+        "assert f and {SCHEDULE_BATCH_MODULE, SCHEDULER_MODULE} <= set(f[0].hooks), f"
+    )
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr + done.stdout
+
+
+def test_with_a_fault_the_fault_wraps_the_digests(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The digests sit next to SGLang's code, so they see what SGLang's code did under the fault."""
+    from types import SimpleNamespace
+
+    from kvdoctor.engines.sglang import digests, server_hooks
+
+    order: list[str] = []
+
+    class Req:
+        def offload_kv_cache(self, a: object, b: object) -> None:
+            order.append("sglang")
+
+        def load_kv_cache(self, a: object, b: object) -> None:
+            order.append("sglang-load")
+
+    def install(name: str, a: object, b: object) -> live_faults.Installed:
+        order.append("fault")
+        return live_faults.Installed(name, [])
+
+    def backup(self: object, req: object, a: object, b: object, offload: object) -> object:
+        order.append("digest")
+        return offload()  # type: ignore[operator]
+
+    monkeypatch.setattr(live_faults, "install", install)
+    monkeypatch.setattr(digests.Recorder, "backup", backup)
+    monkeypatch.setenv("KVDOCTOR_DIGEST_LOG", str(tmp_path / "d.jsonl"))
+    monkeypatch.setenv("KVDOCTOR_INJECT", "drop-kv")
+    monkeypatch.delenv("KVDOCTOR_HOOK_LOG", raising=False)
+    server_hooks.install()
+    finder = sys.meta_path.pop(0)
+    assert isinstance(finder, AfterImport)
+    finder.hooks[server_hooks.SCHEDULE_BATCH_MODULE](SimpleNamespace(Req=Req, __name__="fake"))  # type: ignore[arg-type]
+    Req().offload_kv_cache(1, 2)
+    assert order == ["fault", "digest", "sglang"]

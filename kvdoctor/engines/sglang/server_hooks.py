@@ -13,6 +13,11 @@ attribute of it. Which changes apply is read from the environment kvdoctor sets 
 - ``KVDOCTOR_INJECT=<fault>``: wraps ``Req.offload_kv_cache`` (``srt/managers/schedule_batch.py``)
   so the first retraction backup installs the fault on the server's pools
   (:mod:`kvdoctor.engines.sglang.live_faults`).
+- ``KVDOCTOR_DIGEST_LOG=<file>``: wraps ``Req.offload_kv_cache``/``Req.load_kv_cache`` and
+  ``Scheduler.run_batch`` (``srt/managers/scheduler.py``) to record per-component digests of every
+  retracted request's state at backup, restore and its next forward, and the positions each covers
+  (:mod:`kvdoctor.engines.sglang.digests`). Observation only: SGLang's calls run unchanged. With a fault
+  as well, the fault wraps the digests, so the digests see what SGLang's own code (under the fault) did.
 
 Each event is one line in ``$KVDOCTOR_HOOK_LOG`` (``<pid> <event> <detail>``), which the run reads
 back: a fault that never ran, or was refused, must not pass as a caught fault.
@@ -32,8 +37,10 @@ from typing import Any
 PATCHES_ENV = "KVDOCTOR_PATCHES"
 INJECT_ENV = "KVDOCTOR_INJECT"
 LOG_ENV = "KVDOCTOR_HOOK_LOG"
+DIGEST_ENV = "KVDOCTOR_DIGEST_LOG"
 MOONCAKE_MODULE = "sglang.srt.disaggregation.mooncake.conn"
 SCHEDULE_BATCH_MODULE = "sglang.srt.managers.schedule_batch"
+SCHEDULER_MODULE = "sglang.srt.managers.scheduler"
 MOONCAKE_HOST_INDICES = "mooncake-host-indices"
 
 
@@ -129,13 +136,48 @@ def _fault(name: str) -> Callable[[ModuleType], None]:
     return hook
 
 
+def _digests(path: str) -> tuple[Callable[[ModuleType], None], Callable[[ModuleType], None]]:
+    """The two digest hooks (schedule_batch, scheduler), sharing one recorder."""
+    from kvdoctor.engines.sglang import digests
+
+    recorder = digests.Recorder(path, lambda message: log("digest-failed", message))
+
+    def on_schedule_batch(module: ModuleType) -> None:
+        digests.hook_schedule_batch(module, recorder)
+        log("digests-armed", "Req.offload_kv_cache, Req.load_kv_cache")
+
+    def on_scheduler(module: ModuleType) -> None:
+        digests.hook_scheduler(module, recorder)
+        log("digests-armed", "Scheduler.run_batch")
+
+    return on_schedule_batch, on_scheduler
+
+
+def _chain(*hooks: Callable[[ModuleType], None]) -> Callable[[ModuleType], None]:
+    """One module's hooks, run in order: a later hook wraps what an earlier one installed."""
+
+    def hook(module: ModuleType) -> None:
+        for h in hooks:
+            h(module)
+
+    return hook
+
+
 def install() -> None:
     hooks: dict[str, Callable[[ModuleType], None]] = {}
     patches = {p for p in os.environ.get(PATCHES_ENV, "").split(",") if p}
     if MOONCAKE_HOST_INDICES in patches:
         hooks[MOONCAKE_MODULE] = _mooncake
+    batch_hooks: list[Callable[[ModuleType], None]] = []
+    digest_log = os.environ.get(DIGEST_ENV)
+    if digest_log:
+        on_schedule_batch, on_scheduler = _digests(digest_log)
+        batch_hooks.append(on_schedule_batch)  # first: the fault, if any, wraps the digests
+        hooks[SCHEDULER_MODULE] = on_scheduler
     fault = os.environ.get(INJECT_ENV)
     if fault:
-        hooks[SCHEDULE_BATCH_MODULE] = _fault(fault)
+        batch_hooks.append(_fault(fault))
+    if batch_hooks:
+        hooks[SCHEDULE_BATCH_MODULE] = _chain(*batch_hooks)
     if hooks:
         sys.meta_path.insert(0, AfterImport(hooks))
