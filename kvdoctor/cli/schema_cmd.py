@@ -16,8 +16,8 @@ def schema(
     """Print the JSON Schema (draft 2020-12) that COMMAND's --json output validates against.
 
     The header keys (schema_version, kvdoctor_version, rules_revision, engine, timestamp,
-    command_line, verdict, exit_code, warnings) are the same in every command; see the README's
-    "JSON contract" for what may change between versions.
+    command_line, verdict, exit_code, warnings) are the same in every command; see
+    docs/output-contract.md for what may change between versions.
     """
     from kvdoctor.schemas import schema as load
 

@@ -6,7 +6,7 @@ module registers its rules here once, with the checks that emit them (:func:`reg
 ``core/sglang/hazards.py`` the KVD0xx codes over its ``Context``, ``core/vllm/hazards.py`` the KVD1xx codes
 over ``VllmContext``. The registry imports neither (a server's rules are registered when its hazards
 module is imported, which the server's analysis does), so no server's rules depend on the other's.
-The README's hazard tables are checked against :data:`RULES` (``tests/core/test_readme_hazards.py``).
+The hazard tables of docs/inspect.md are checked against :data:`RULES` (``tests/core/test_readme_hazards.py``).
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ class RefusalFacts:
 @dataclass(frozen=True)
 class Rule:
     """One hazard code of one server: the severities it is emitted with (the first is the usual one), ``doc``
-    (the one line the README's hazard table shows for it) and the server source it restates."""
+    (the one line the hazard table of docs/inspect.md shows for it) and the server source it restates."""
 
     server: str
     code: str

@@ -2,7 +2,7 @@
 
 SGLang decides recurrent state by the config *class* registered for a ``model_type`` and decides
 hybrid SWA and MLA by *architecture name*; kvdoctor reproduces both from ``config.json`` alone by
-evaluating the tables in ``rules.py``.
+evaluating the tables in ``rules/``.
 """
 
 from __future__ import annotations

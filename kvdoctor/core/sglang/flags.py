@@ -7,7 +7,7 @@ the wheel) is refused with a did-you-mean: a typo such as ``--strcit`` must not 
 and silently switch a gate off. Unique prefixes are expanded as SGLang's argparse does (``--tp``).
 A whole launch line may be pasted: ``python -m sglang.launch_server ...`` or ``sglang serve ...``,
 with ``--model-path`` / ``--model`` (or serve's positional) naming MODEL.
-Spellings and defaults follow ``sglang/srt/server_args.py`` of the revision in ``rules.py``.
+Spellings and defaults follow ``sglang/srt/server_args.py`` of the revision in ``rules/``.
 """
 
 from __future__ import annotations
