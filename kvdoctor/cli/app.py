@@ -226,8 +226,8 @@ def main() -> None:
 
 def _said(exc: BaseException) -> int:
     """EXC's one stderr line (none for a quiet one) and its exit code."""
-    from kvdoctor._exceptions import Interrupted, KvdoctorError
-    from kvdoctor.cli.errors import INTERRUPTED_EXIT, INTERRUPTED_LINE, error_line, say, signal_exit
+    from kvdoctor._exceptions import EXIT_SIGINT, Interrupted, KvdoctorError
+    from kvdoctor.cli.errors import INTERRUPTED_LINE, error_line, say, signal_exit
 
     if isinstance(exc, KvdoctorError):
         say(error_line(exc), str(exc))
@@ -237,15 +237,23 @@ def _said(exc: BaseException) -> int:
         say(line)
         return code
     say(INTERRUPTED_LINE)
-    return INTERRUPTED_EXIT
+    return EXIT_SIGINT
 
 
 def _run(argv: list[str]) -> int:
     """The command ARGV names, run; what it exits with."""
     from typer._click.exceptions import NoArgsIsHelpError
 
-    from kvdoctor._exceptions import InternalError, Interrupted, KvdoctorError, one_line
-    from kvdoctor.cli.errors import INTERRUPTED_EXIT, INTERRUPTED_LINE, last_said, say
+    from kvdoctor._exceptions import (
+        EXIT_INPUT,
+        EXIT_PASS,
+        EXIT_SIGINT,
+        InternalError,
+        Interrupted,
+        KvdoctorError,
+        one_line,
+    )
+    from kvdoctor.cli.errors import INTERRUPTED_LINE, last_said, say
     from kvdoctor.cli.repeats import refuse_repeated
 
     try:
@@ -261,7 +269,7 @@ def _run(argv: list[str]) -> int:
         code = exc.exit_code
     except typer.Abort:  # typer's main() raises it for an EOF (its Ctrl-C is the silent Exit(130) below)
         say("kvdoctor: error: aborted (end of input)")  # no verdict was reached: exit 1 would read "a gate failed"
-        code = 2
+        code = EXIT_INPUT
     except (KvdoctorError, Interrupted, KeyboardInterrupt) as exc:  # outside every command's exit_on_error
         if debug_enabled():
             raise
@@ -271,13 +279,13 @@ def _run(argv: list[str]) -> int:
 
         if isinstance(exc, TyperException) and hasattr(exc, "format_message"):  # a click usage error
             print(_usage_line(exc), file=sys.stderr)
-            code = getattr(exc, "exit_code", 2)
+            code = getattr(exc, "exit_code", EXIT_INPUT)
         elif debug_enabled():
             raise
         else:  # escaped every command's exit_on_error: still a kvdoctor bug, still one line
             say(one_line(InternalError.wrap(exc)))
             code = InternalError.exit_code
-    code = code if isinstance(code, int) else 0
-    if code == INTERRUPTED_EXIT and last_said() is None:  # click turned a Ctrl-C outside a command's guard
+    code = code if isinstance(code, int) else EXIT_PASS
+    if code == EXIT_SIGINT and last_said() is None:  # click turned a Ctrl-C outside a command's guard
         say(INTERRUPTED_LINE)  # into a silent exit 130
     return code

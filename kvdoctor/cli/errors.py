@@ -26,7 +26,6 @@ from typing import NoReturn
 
 from kvdoctor._exceptions import EXIT_SIGINT, InternalError, Interrupted, KvdoctorError, one_line
 
-INTERRUPTED_EXIT = EXIT_SIGINT  # the table's 130 under the name cli/app.py imports
 INTERRUPTED_LINE = "kvdoctor: interrupted"
 
 # What this process last told the user on stderr (or, for a quiet exit, would have): the reason a run
@@ -119,7 +118,7 @@ def exit_on_error() -> Iterator[None]:
     except KeyboardInterrupt:
         if debug_enabled():
             raise
-        _exit(INTERRUPTED_LINE, INTERRUPTED_EXIT)
+        _exit(INTERRUPTED_LINE, EXIT_SIGINT)
     except Interrupted as exc:
         if debug_enabled():
             raise
@@ -139,4 +138,4 @@ def startup_guard() -> Iterator[None]:
         if debug_enabled():
             raise
         print(INTERRUPTED_LINE, file=sys.stderr)
-        raise SystemExit(INTERRUPTED_EXIT) from None
+        raise SystemExit(EXIT_SIGINT) from None

@@ -30,7 +30,7 @@ from kvdoctor.cli import streams
 PACKAGE = Path(kvdoctor.__file__).parent
 README = PACKAGE.parent / "README.md"
 TABLE_HOME = PACKAGE / "_exceptions.py"
-_CODE_NAME = re.compile(r"(^EXIT_|_EXIT$|^exit_code$)")
+_CODE_NAME = re.compile(r"(^EXIT_|_EXIT$|^exit_code$|^code$)")
 
 
 def readme_codes() -> list[int]:
@@ -104,10 +104,10 @@ def test_the_scanner_sees_each_way_of_spelling_a_code_by_hand(tmp_path: Path) ->
     sample = tmp_path / "sample.py"
     sample.write_text(
         "EXIT_DRIFT = 1\nexit_code = 3\ncode = 128 + signum\nraise typer.Exit(1)\nsys.exit(2)\n"
-        "raise typer.Exit(0)\nmask = bits & 128\nexit_code = EXIT_GATE\nexit_code = 1 if failed else 0\n",
+        "raise typer.Exit(0)\nmask = bits & 128\nexit_code = EXIT_GATE\nexit_code = 1 if failed else 0\ncode = 2\n",
         encoding="utf-8",
     )
-    assert sorted(int(line.split(":")[0]) for line in offences(sample)) == [1, 2, 3, 4, 5, 9]
+    assert sorted(int(line.split(":")[0]) for line in offences(sample)) == [1, 2, 3, 4, 5, 9, 10]
 
 
 # Modules that still spell a code by hand (another helper's files while this change landed): a strict
