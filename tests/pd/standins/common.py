@@ -12,6 +12,7 @@ import math
 import os
 import subprocess
 import sys
+import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -36,9 +37,23 @@ class Knobs:
         return self.raw(name) not in ("", "0", "false")
 
 
+_LOG_LOCK = threading.Lock()
+
+
+def log_line(line: str) -> None:
+    """One whole line per write, as SGLang's logging handler does.
+
+    ``print`` writes the text and its newline separately, so two request threads could splice their
+    lines together (one retraction line lost to the log counter's line anchor).
+    """
+    with _LOG_LOCK:
+        sys.stdout.write(line + "\n")
+        sys.stdout.flush()
+
+
 def log(message: str) -> None:
     stamp = time.strftime("%Y-%m-%d %H:%M:%S")
-    print(f"[{stamp}] {message}", flush=True)
+    log_line(f"[{stamp}] {message}")
 
 
 class AnswerBook:

@@ -31,6 +31,7 @@ from common import (
     Knobs,
     exit_now,
     log,
+    log_line,
     spawn_escapee,
 )
 
@@ -129,11 +130,10 @@ class State:
         for rank in ranks:
             prefix = f" TP{rank}" if rank is not None else ""
             stamp = time.strftime("%Y-%m-%d %H:%M:%S")
-            print(
+            log_line(
                 f"[{stamp}{prefix}] KV cache pool is full. Retract requests. "
                 "#retracted_reqs: 1, #new_tokens_gained: 1024, "
-                "#new_token_ratio: 0.7000 -> 0.8000",
-                flush=True,
+                "#new_token_ratio: 0.7000 -> 0.8000"
             )
 
     def metrics(self) -> str:
