@@ -18,8 +18,8 @@ test-only: lint
 	$(PY) -m pytest -q
 
 lint:
-	$(PY) -m ruff check kvdoctor kernels tests scripts
-	$(PY) -m ruff format --check kvdoctor kernels tests scripts
+	$(PY) -m ruff check kvdoctor tests scripts
+	$(PY) -m ruff format --check kvdoctor tests scripts
 
 ## The --engine sglang environment: .venv-sglang/ with torch 2.14.1 (as SGLang pins it), the pinned set
 ## SGLang's pool and scheduler modules import, sglang==0.5.23 without its CUDA-only dependencies, and

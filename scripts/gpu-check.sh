@@ -31,12 +31,10 @@ cd "$(dirname "$0")/.." || exit 2
 mkdir -p "$OUT_DIR"
 PY="${PYTHON:-python}"
 
-if ! "$PY" -c "import kvdoctor, kvdoctor_kernels" 2>/dev/null; then
-  # Not installed here: import the checkout directly (kernels/ installs as kvdoctor_kernels).
-  SHIM="$(mktemp -d)"
-  ln -s "$PWD/kernels" "$SHIM/kvdoctor_kernels"
-  export PYTHONPATH="$PWD:$SHIM${PYTHONPATH:+:$PYTHONPATH}"
-  "$PY" -c "import kvdoctor, kvdoctor_kernels" \
+if ! "$PY" -c "import kvdoctor.mxfp8.kernels" 2>/dev/null; then
+  # Not installed here: import the checkout directly.
+  export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+  "$PY" -c "import kvdoctor.mxfp8.kernels" \
     || { echo "gpu-check: cannot import kvdoctor (missing torch/triton/typer/rich?)" >&2; exit 2; }
 fi
 kvdoctor() { "$PY" -c "from kvdoctor.cli.app import main; main()" "$@"; }

@@ -50,7 +50,7 @@ FLOORS: dict[str, int] = {
     "kvdoctor.cli": 4,
     "kvdoctor.__main__": 5,
 }
-HEAVY = frozenset({"torch", "triton", "pandas", "httpx", "kvdoctor_kernels"})  # none of them in core, roundtrip
+HEAVY = frozenset({"torch", "triton", "pandas", "httpx"})  # none of them in core, roundtrip
 TORCH_FREE = ("kvdoctor.core", "kvdoctor.roundtrip")
 SERVERS = frozenset({"sglang", "vllm", "sgl_kernel"})  # the servers' own packages: engines/ only
 ROOMS = ("kvdoctor.core.sglang", "kvdoctor.core.vllm")

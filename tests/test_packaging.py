@@ -1,6 +1,6 @@
 """Every folder of Python modules under kvdoctor/ ships in a non-editable install.
 
-pyproject.toml lists its packages by hand (``kernels/`` installs under another name, which find() cannot
+pyproject.toml lists its packages by hand (``fixtures/`` installs under another name, which find() cannot
 express), so a folder the list forgets installs nothing from a wheel: an ImportError that an editable
 checkout never shows. Issue 17's move added five such folders.
 """
@@ -29,6 +29,6 @@ def test_every_folder_of_modules_is_a_listed_package() -> None:
 
 
 def test_every_listed_package_is_a_folder() -> None:
-    renamed = {"kvdoctor_kernels": "kernels", "kvdoctor_fixtures": "fixtures"}
+    renamed = {"kvdoctor_fixtures": "fixtures"}
     missing = {p for p in _listed() if not (ROOT / renamed.get(p, p.replace(".", "/"))).is_dir()}
     assert missing == set()

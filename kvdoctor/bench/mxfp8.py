@@ -213,7 +213,7 @@ def _sweep_tiles(
     row: Callable[..., BenchRow],
 ) -> list[BenchRow]:
     """Quantize kernel at each (blocks per program, warps) tile, straight through the launcher."""
-    from kvdoctor_kernels.mxfp8_quant import launch_quantize
+    from kvdoctor.mxfp8.kernels.mxfp8_quant import launch_quantize
 
     n = x.numel()
     payload = torch.empty(x.shape, dtype=torch.uint8, device=x.device)

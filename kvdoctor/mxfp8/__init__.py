@@ -21,7 +21,7 @@ Elements are encoded by round-to-nearest-even with saturation to +/-448 (Inf -> 
 scale is finite); -0.0 stays 0x80.  Dequantize multiplies the exact E4M3 value by 2^(byte - 127)
 (byte 0 -> 2^-127, 0xFF -> NaN) in fp32 and rounds once to the output dtype.
 
-Backends: ``"torch"`` (the reference in ``reference.py``), ``"triton"`` (``kvdoctor_kernels``; on
+Backends: ``"torch"`` (the reference in ``reference.py``), ``"triton"`` (``kvdoctor.mxfp8.kernels``; on
 CPU tensors it needs ``TRITON_INTERPRET=1`` set before triton is imported) and ``"auto"`` (Triton on
 CUDA, torch elsewhere).  All give the same bytes; the tests prove it.
 """

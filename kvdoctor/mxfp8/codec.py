@@ -45,7 +45,7 @@ def quantize(x: torch.Tensor, *, scale_mode: str = "sglang", backend: str = "aut
     if resolve_backend(backend, x.device) == "torch":
         payload, scales = reference.quantize(x, scale_mode)
     else:
-        from kvdoctor_kernels.mxfp8_quant import launch_quantize
+        from kvdoctor.mxfp8.kernels.mxfp8_quant import launch_quantize
 
         x = x.contiguous()
         payload = torch.empty(x.shape, dtype=torch.uint8, device=x.device)
@@ -68,7 +68,7 @@ def dequantize(t: MXFP8Tensor, dtype: torch.dtype = torch.bfloat16, *, backend: 
     scales = t.scales.view(torch.uint8)
     if resolve_backend(backend, payload.device) == "torch":
         return reference.dequantize(payload, scales, dtype)
-    from kvdoctor_kernels.mxfp8_dequant import launch_dequantize
+    from kvdoctor.mxfp8.kernels.mxfp8_dequant import launch_dequantize
 
     out = torch.empty(payload.shape, dtype=dtype, device=payload.device)
     launch_dequantize(payload.contiguous(), scales.contiguous(), out)
@@ -135,7 +135,7 @@ def quantize_scatter(
             skip_padding_slot=skip_padding_slot,
         )
         return
-    from kvdoctor_kernels.mxfp8_scatter import launch_quantize_scatter
+    from kvdoctor.mxfp8.kernels.mxfp8_scatter import launch_quantize_scatter
 
     launch_quantize_scatter(
         x.contiguous(),

@@ -2,7 +2,7 @@
 
 Two layers:
 * the *rules*, in integer bit operations on int32 tensors (``scale_bytes``, ``encode_e4m3``,
-  ``inverse_scale``, ``scale_value``), mirrored line for line by ``kvdoctor_kernels.mxfp8_numerics``;
+  ``inverse_scale``, ``scale_value``), mirrored line for line by ``kvdoctor.mxfp8.kernels.mxfp8_numerics``;
 * ``quantize`` / ``dequantize``: the fast path pools and benchmarks use.  It applies the same scale
   rule but lets torch's own (RNE, satfinite) fp8 cast encode the exactly scaled values, in
   cache-sized chunks.  Tests prove it byte-equal to ``quantize_exact`` (the integer rules end to

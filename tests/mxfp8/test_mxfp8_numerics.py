@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 import torch
-from kvdoctor_kernels import mxfp8_numerics
 from mxfp8_impls import IMPLS
 
 from kvdoctor.mxfp8 import reference
+from kvdoctor.mxfp8.kernels import mxfp8_numerics
 
 
 def _bits(value: float) -> int:

@@ -11,7 +11,8 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
-from kvdoctor_kernels.mxfp8_numerics import (
+
+from kvdoctor.mxfp8.kernels.mxfp8_numerics import (
     MODE_IDS,
     block_amax_bits,
     encode_e4m3,

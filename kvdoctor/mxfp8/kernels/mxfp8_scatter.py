@@ -10,8 +10,9 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
-from kvdoctor_kernels.mxfp8_numerics import MODE_IDS
-from kvdoctor_kernels.mxfp8_quant import quantize_blocks, widen
+
+from kvdoctor.mxfp8.kernels.mxfp8_numerics import MODE_IDS
+from kvdoctor.mxfp8.kernels.mxfp8_quant import quantize_blocks, widen
 
 
 @triton.jit

@@ -9,7 +9,8 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
-from kvdoctor_kernels.mxfp8_numerics import bf16_bits_rne, decode_e4m3, scale_value
+
+from kvdoctor.mxfp8.kernels.mxfp8_numerics import bf16_bits_rne, decode_e4m3, scale_value
 
 FP32, FP16, BF16 = 0, 1, 2
 _OUT_KIND = {
