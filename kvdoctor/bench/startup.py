@@ -80,6 +80,10 @@ HEAVY = (
     "kvdoctor.pd",
     "kvdoctor.consistency",
     "kvdoctor.roundtrip",
+    # The report writers: a run loads each only when its report is asked for (--junit, --json, a step summary).
+    "kvdoctor.report.junit",
+    "kvdoctor.report.serialize",
+    "kvdoctor.report.target",
 )
 SLOWEST = 8  # imports listed per case, by their own time
 

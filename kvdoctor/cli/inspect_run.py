@@ -6,7 +6,6 @@ for vLLM) stands on it without importing the other.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -54,7 +53,8 @@ class InspectRun(CommandRun[Inspected, "Publication"]):
         raise NotImplementedError
 
     def facts(self, report: Any) -> tuple[github.Row, ...]:
-        """The model's facts in the step summary (none when the rule model did not answer)."""
+        """The model's facts in the step summary (none when the rule model did not answer); asked only when
+        a step summary is written."""
         return ()
 
     def deliver(self, result: Inspected) -> Publication:
@@ -67,10 +67,12 @@ class InspectRun(CommandRun[Inspected, "Publication"]):
             self.strict,
             result.engine,
             result.drifts,
-            self.facts(result.report),
+            self.facts,
             tuple(self.ctx.command_path.split()[1:]),
         )
         if self.json_output:
+            import json
+
             typer.echo(json.dumps(publishable.json_document(published), indent=2))
         else:
             from rich.console import Console

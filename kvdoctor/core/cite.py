@@ -10,9 +10,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Generic, TypeVar
-
-T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -87,11 +84,3 @@ class Citations:
 
     def __len__(self) -> int:
         return len(self._made)
-
-
-@dataclass(frozen=True)
-class Fact(Generic[T]):
-    """A value a rule model states, with the citation of the server's source it restates."""
-
-    value: T
-    cite: Source

@@ -16,7 +16,6 @@ kvdoctor does not restate: the table names it ``custom:<name>`` and its values a
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -69,6 +68,13 @@ def _vllm_human_int(text: str) -> int:
     return int(float(number) * SI[suffix.upper() if suffix != "k" else suffix])
 
 
+def _json_loads(text: str) -> object:
+    """argparse's ``type=json.loads``; ``json`` is imported by the launch lines that give such a flag."""
+    import json
+
+    return json.loads(text)
+
+
 def _vllm_human_int_or_auto(text: str) -> int:
     """vllm/utils/argparse_utils.py:77-94 (human_readable_int_or_auto): -1 or auto, else human_readable_int."""
     value = text.strip()
@@ -81,7 +87,7 @@ CONVERTERS: dict[str, tuple[Callable[[str], object], str]] = {
     "str": (str, "str"),
     "int": (int, "int"),
     "float": (float, "float"),
-    "json": (json.loads, "loads"),
+    "json": (_json_loads, "loads"),
     "sglang_human_int": (_sglang_human_int, "human_readable_int"),
     "vllm_human_int": (_vllm_human_int, "human_readable_int"),
     "vllm_human_int_or_auto": (_vllm_human_int_or_auto, "human_readable_int_or_auto"),

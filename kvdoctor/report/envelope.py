@@ -23,7 +23,6 @@ from typing import Any
 
 from kvdoctor._exceptions import EXIT_GATE, EXIT_PASS
 from kvdoctor.core.engine_ref import EngineRef
-from kvdoctor.report.serialize import jsonable
 
 SCHEMA_VERSION = "1.0"
 
@@ -134,6 +133,8 @@ def document(head: RunHeader, body: Any) -> dict[str, Any]:
     A body key the header also defines (``engine``, ``exit_code``, ``rules_revision``) takes the
     header's value: the header is the one place those facts are decided.
     """
+    from kvdoctor.report.serialize import jsonable  # the JSON writer, for the runs that print or write JSON
+
     top = jsonable(head)
     rest = jsonable(body)
     if not isinstance(rest, Mapping):

@@ -13,9 +13,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from kvdoctor.report.atomic import write_through
-from kvdoctor.report.target import REGULAR, resolve
-
 STEP_SUMMARY_ENV = "GITHUB_STEP_SUMMARY"
 STEP_SUMMARY_LIMIT = 1024 * 1024
 _TRUNCATED = "\n\n_(summary truncated to fit GitHub's 1 MiB step-summary limit)_\n"
@@ -58,15 +55,23 @@ def summary_markdown(
     return "\n".join(lines) + "\n\n"
 
 
+def step_summary_file(env: Mapping[str, str] | None = None) -> str | None:
+    """The file ``$GITHUB_STEP_SUMMARY`` names (ENV, or this process's environment); None when unset or empty."""
+    return (os.environ if env is None else env).get(STEP_SUMMARY_ENV) or None
+
+
 def append_step_summary(markdown: str, env: Mapping[str, str] | None = None) -> Path | None:
     """Append to the file ``$GITHUB_STEP_SUMMARY`` names; None (nothing written) when unset.
 
     The path goes through ``kvdoctor.report.target`` like every report: a device or FIFO is written
     through, a symlink's target is appended to, and anything else is refused in one line.
     """
-    target_name = (os.environ if env is None else env).get(STEP_SUMMARY_ENV)
+    target_name = step_summary_file(env)
     if not target_name:
         return None
+    from kvdoctor.report.atomic import write_through  # the writers, only when there is a summary to write
+    from kvdoctor.report.target import REGULAR, resolve
+
     path = Path(target_name)
     target = resolve(path, f"${STEP_SUMMARY_ENV}")
     used = target.real.stat().st_size if target.kind == REGULAR and not target.through else 0

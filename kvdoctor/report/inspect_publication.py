@@ -13,19 +13,23 @@ does.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from kvdoctor._exceptions import EXIT_GATE, EXIT_PASS
 from kvdoctor.core.engine_ref import EngineRef
-from kvdoctor.core.registry import Hazard
-from kvdoctor.report import github, junit
 from kvdoctor.report.publishable import Publishable
 
 if TYPE_CHECKING:
+    from kvdoctor.core.registry import Hazard
     from kvdoctor.core.sglang.inspect_result import InspectReport
     from kvdoctor.core.vllm.analysis import VllmReport
+    from kvdoctor.report import github, junit
+
+# The JUnit cases and the step-summary rows are made only when their report is written
+# (``publishable.publish``): ``junit`` and ``github`` are imported by the functions that make them, so a
+# plain ``inspect`` (tables, or --json) loads neither.
 
 COMMAND = "inspect"
 SUITE = "kvdoctor.inspect"  # the JUnit suite (and the unfinished-run record's)
@@ -34,6 +38,8 @@ SUITE = "kvdoctor.inspect"  # the JUnit suite (and the unfinished-run record's)
 def _hazard_status(severity: str, gated: bool) -> str:
     """An error hazard fails a case exactly when it fails the command (``--strict``): JUnit and the
     step summary must agree with the exit code; ungated, it is reported in the case's output."""
+    from kvdoctor.report import junit
+
     return junit.FAILED if severity == "error" and gated else junit.PASSED
 
 
@@ -48,6 +54,8 @@ def _not_gated_note(severity: str, gated: bool) -> str:
 def cases(hazards: Sequence[Hazard], *, gated: bool) -> list[junit.Case]:
     """One case per hazard, plus the error-hazard verdict as its own case; errors fail only when GATED
     (``--strict``), otherwise each case carries the hazard, marked as not gated, as its output."""
+    from kvdoctor.report import junit
+
     out = []
     for h in hazards:
         status = _hazard_status(h.severity, gated)
@@ -74,6 +82,8 @@ def cases(hazards: Sequence[Hazard], *, gated: bool) -> list[junit.Case]:
 
 def hazard_rows(hazards: Sequence[Hazard], *, gated: bool) -> list[github.Row]:
     """One step-summary row per hazard (an ungated error or a warning is a passing row whose value says so)."""
+    from kvdoctor.report import github, junit
+
     out = []
     for h in hazards:
         status = _hazard_status(h.severity, gated)
@@ -87,6 +97,8 @@ def hazard_rows(hazards: Sequence[Hazard], *, gated: bool) -> list[github.Row]:
 
 def sglang_facts(report: InspectReport) -> tuple[github.Row, ...]:
     """The SGLang rule model's facts for the step summary: family, retraction backup, PD state types."""
+    from kvdoctor.report import github, junit
+
     backup = report.retraction_backup
     applies = "yes" if backup.applies else "no"
     return (
@@ -98,6 +110,8 @@ def sglang_facts(report: InspectReport) -> tuple[github.Row, ...]:
 
 def vllm_facts(report: VllmReport) -> tuple[github.Row, ...]:
     """The vLLM rule model's facts for the step summary: family, hybrid KV cache manager, preemption."""
+    from kvdoctor.report import github, junit
+
     hma = report.hybrid_kv_cache_manager
     return (
         github.Row("family", report.model.family, "", junit.PASSED),
@@ -130,8 +144,9 @@ def verdict_detail(hazards: Sequence[Hazard], *, strict: bool, drifts: int = 0, 
 class Publication(Publishable):
     """One ``inspect`` answer as every reporter reads it (``kvdoctor.report.publishable``).
 
-    REPORT is the typed result of any mode (it has ``hazards`` and ``rules_revision``); FACTS are the
-    model's step-summary rows its command made; ARGV the command line when the entry point recorded none.
+    REPORT is the typed result of any mode (it has ``hazards`` and ``rules_revision``); FACTS makes the
+    model's step-summary rows from it (its command's function, called only when a summary is written);
+    ARGV the command line when the entry point recorded none.
     """
 
     report: Any
@@ -139,7 +154,7 @@ class Publication(Publishable):
     strict: bool
     engine: EngineRef | None  # who answered beside kvdoctor; None: the rule model alone
     drifts: int
-    facts: tuple[github.Row, ...]
+    facts: Callable[[Any], Sequence[github.Row]]
     argv: tuple[str, ...]
     command = COMMAND
     suite = SUITE
@@ -174,4 +189,4 @@ class Publication(Publishable):
         return cases(self.report.hazards, gated=self.strict)
 
     def summary_rows(self) -> list[github.Row]:
-        return [*self.facts, *hazard_rows(self.report.hazards, gated=self.strict)]
+        return [*self.facts(self.report), *hazard_rows(self.report.hazards, gated=self.strict)]

@@ -2,21 +2,25 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from kvdoctor.report.atomic import write_text
-
 PASSED, FAILED, SKIPPED, ERROR = "passed", "failed", "skipped", "error"
-# Characters XML 1.0 cannot carry at all (not even escaped): a log tail's ANSI colour codes and
-# stray NULs would otherwise make the whole file unparseable.
-_NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+
+
+@functools.cache
+def _not_xml() -> re.Pattern[str]:
+    """Characters XML 1.0 cannot carry at all (not even escaped): a log tail's ANSI colour codes and
+    stray NULs would otherwise make the whole file unparseable. Compiled on first use (about 10 ms:
+    the astral-plane range), by the run that writes a JUnit file, not by every importer."""
+    return re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
 
 
 def xml_safe(text: str) -> str:
-    return _NOT_XML.sub("", text)
+    return _not_xml().sub("", text)
 
 
 @dataclass(frozen=True)
@@ -54,4 +58,6 @@ def render(suite: str, cases: Sequence[Case], *, classname: str = "kvdoctor") ->
 
 
 def write(path: Path, suite: str, cases: Sequence[Case], *, classname: str = "kvdoctor") -> None:
+    from kvdoctor.report.atomic import write_text
+
     write_text(path, render(suite, cases, classname=classname))

@@ -15,11 +15,15 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from kvdoctor.report import github
-from kvdoctor.report.atomic import hold
-from kvdoctor.report.target import FIFO, MISSING, Target, os_error, refusal, resolve
 
+if TYPE_CHECKING:
+    from kvdoctor.report.target import Target
+
+# ``target`` and ``atomic`` are imported by the checks that read a path: a run that names no report
+# path (no --junit, no $GITHUB_STEP_SUMMARY) checks nothing and loads neither.
 STEP_SUMMARY = f"${github.STEP_SUMMARY_ENV}"
 
 
@@ -31,13 +35,16 @@ def check_outputs(
         check_directory("--output-dir", output_dir)
     if junit_path is not None:
         check_file("--junit", junit_path)
-    summary = (os.environ if env is None else env).get(github.STEP_SUMMARY_ENV)
+    summary = github.step_summary_file(env)
     if summary:
         check_file(STEP_SUMMARY, Path(summary))
 
 
 def check_file(what: str, path: Path) -> Target:
     """A report file: replaceable (its directory writable) or writable through; never created here."""
+    from kvdoctor.report.atomic import hold
+    from kvdoctor.report.target import FIFO, MISSING, refusal, resolve
+
     target = resolve(path, what)
     if target.kind == FIFO:
         hold(target, what=what)
@@ -56,6 +63,8 @@ def check_file(what: str, path: Path) -> Target:
 
 def check_directory(what: str, path: Path) -> None:
     """A directory reports go into: an existing writable directory, or one we could create."""
+    from kvdoctor.report.target import os_error, refusal
+
     try:
         is_dir = path.is_dir()
     except OSError as exc:  # Python < 3.12 raises on a symlink loop
@@ -76,6 +85,8 @@ def check_directory(what: str, path: Path) -> None:
 
 def _check_creatable(what: str, given: Path, directory: Path) -> None:
     """``directory`` exists and is writable, or its nearest existing ancestor is."""
+    from kvdoctor.report.target import refusal
+
     ancestor = Path(os.path.abspath(directory))
     while not os.path.lexists(ancestor) and ancestor != ancestor.parent:
         ancestor = ancestor.parent

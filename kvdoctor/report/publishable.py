@@ -17,10 +17,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from kvdoctor.core.engine_ref import EngineRef
-from kvdoctor.report import envelope, github
+from kvdoctor.report import envelope
 
 if TYPE_CHECKING:
-    from kvdoctor.report import junit
+    from kvdoctor.report import github, junit
 
 
 class Publishable(Protocol):
@@ -96,18 +96,22 @@ def json_document(result: Publishable, head: envelope.RunHeader | None = None) -
 
 def step_summary(result: Publishable) -> str:
     """RESULT's GitHub step summary: title, headline, the rows, then the details."""
+    from kvdoctor.report import github
+
     return github.summary_markdown(result.title, result.summary_head(), result.summary_rows(), result.summary_details())
 
 
 def publish(result: Publishable, *, junit_path: Path | None, env: Mapping[str, str] | None = None) -> Path | None:
     """Write RESULT's JUnit file (when asked) and append its step summary (when ``$GITHUB_STEP_SUMMARY`` is
-    set), through ``kvdoctor.report.verdicts.publish``; returns the summary file written, if any."""
-    from kvdoctor.report import verdicts
+    set), through ``kvdoctor.report.verdicts.publish``; returns the summary file written, if any. Each
+    report is made only when it is written: a run with neither asks RESULT for no cases and no rows (and
+    imports no JUnit writer)."""
+    from kvdoctor.report import github, verdicts
 
     return verdicts.publish(
         result.suite,
-        result.junit_cases(),
-        step_summary(result),
+        result.junit_cases() if junit_path is not None else (),
+        step_summary(result) if github.step_summary_file(env) else "",
         junit_path=junit_path,
         classname=result.classname,
         env=env,

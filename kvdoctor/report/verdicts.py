@@ -13,11 +13,16 @@ import signal
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from kvdoctor._exceptions import EXIT_GATE, EXIT_PASS, InputError, InternalError, Interrupted, KvdoctorError
-from kvdoctor.report import github, junit
-from kvdoctor.report.envelope import Verdict
 from kvdoctor.text import printable
+
+if TYPE_CHECKING:
+    from kvdoctor.report import junit
+
+# The writers (``junit``, ``github``) are imported when a report is written, not with this module: every
+# command enters ``errors_published``, and a run that writes no report must not pay for them.
 
 
 def publish(
@@ -37,8 +42,12 @@ def publish(
     EXIT_CODE is the code these reports stand for (a run whose own reports say "deployment failed",
     exit 3): the process ending with it keeps them (``unfinished``).
     """
+    from kvdoctor.report import github
+
     try:
         if junit_path is not None:
+            from kvdoctor.report import junit
+
             junit.write(junit_path, suite, cases, classname=classname)
         written = github.append_step_summary(summary, env)
     except OSError as exc:
@@ -88,6 +97,9 @@ def _stopped_by(signum: int) -> str:
 
 
 def _publish_error(run: _Run, exit_code: int, message: str) -> None:
+    from kvdoctor.report import github, junit
+    from kvdoctor.report.envelope import Verdict
+
     verdict = Verdict.of(exit_code)
     status = junit.FAILED if exit_code == EXIT_GATE else junit.ERROR  # a finding (exit 1) fails; the rest errs
     case = junit.Case("kvdoctor", status, message=message, details=message)

@@ -10,8 +10,10 @@ runs needs httpx. Each check runs a fresh interpreter, so what this test session
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 import typer
@@ -21,14 +23,23 @@ from kvdoctor.cli import app as cli_app
 
 HEAVY = ("torch", "triton", "pandas", "pyarrow", "httpx", "psutil", "prometheus_client", "sglang", "vllm")
 COMMAND_MODULES = sorted({c.module for c in (*cli_app.COMMANDS, *cli_app.BENCH_COMMANDS)})
+# The report writers a run loads only when that report is asked for: JUnit (--junit; its writer compiles a
+# 10 ms regex), the path checks and atomic writes (--junit or $GITHUB_STEP_SUMMARY), JSON (--json).
+JUNIT_WRITER = ("kvdoctor.report.junit", "junitparser")
+FILE_WRITERS = ("kvdoctor.report.target", "kvdoctor.report.atomic")
+JSON_WRITER = ("kvdoctor.report.serialize",)
 
 
 def _loaded(prefixes: tuple[str, ...], modules: list[str]) -> list[str]:
     return sorted(m for m in modules if any(m == p or m.startswith(p + ".") for p in prefixes))
 
 
-def _modules_after(tmp_path: Path, *argv: str) -> list[str]:
-    """sys.modules at the end of a fresh ``kvdoctor ARGV`` run through the console entry point (exit 0)."""
+def _modules_after(tmp_path: Path, *argv: str, env: Mapping[str, str] | None = None) -> list[str]:
+    """sys.modules at the end of a fresh ``kvdoctor ARGV`` run through the console entry point (exit 0).
+
+    The child writes no step summary unless ENV names one (a CI run's own ``$GITHUB_STEP_SUMMARY`` is dropped).
+    """
+    child_env = {k: v for k, v in os.environ.items() if k != "GITHUB_STEP_SUMMARY"} | dict(env or {})
     dump = tmp_path / "modules.json"
     code = (
         "import json, sys\n"
@@ -40,7 +51,9 @@ def _modules_after(tmp_path: Path, *argv: str) -> list[str]:
         "    status = exc.code\n"
         f"open({str(dump)!r}, 'w').write(json.dumps({{'status': status, 'modules': sorted(sys.modules)}}))\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False, env=child_env
+    )
     assert out.returncode == 0, out.stderr
     result = json.loads(dump.read_text())
     assert result["status"] == 0, out.stderr  # the command ran to its answer: its imports are the real ones
@@ -74,7 +87,7 @@ def test_building_the_cli_imports_no_command_module() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     (top, bench), modules = json.loads(out.stdout)
     assert top == ["inspect", "roundtrip", "pd-eval", "consistency", "drift", "schema", "bench"]
-    assert bench == ["mxfp8", "roundtrip", "pd-eval", "startup"]
+    assert bench == ["mxfp8", "roundtrip", "pd-eval", "startup", "consistency"]
     assert set(COMMAND_MODULES).isdisjoint(modules), modules
     assert not _loaded(("kvdoctor.core", "kvdoctor.engines", "kvdoctor.pd", "kvdoctor.report"), modules), modules
 
@@ -109,6 +122,37 @@ def test_inspect_starts_without_what_only_other_runs_need(tmp_path: Path) -> Non
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     assert out.stderr.strip().splitlines()[-1] == "[]", out.stderr
+
+
+def test_a_plain_inspect_loads_no_report_writer_and_nothing_of_vllm(tmp_path: Path) -> None:
+    """Tables and the verdict line only: no JUnit writer, no path checks, no JSON writer, no vLLM analysis.
+
+    Each was imported by every ``inspect`` through the shared reporters (``report.verdicts`` and
+    ``report.inspect_publication`` imported ``junit`` at load time, ``report.envelope`` the JSON writer)."""
+    modules = _modules_after(tmp_path, "inspect", "inkling-small")
+    assert "kvdoctor.core.sglang.inspect_result" in modules  # it did answer, and published its verdict
+    assert "kvdoctor.report.verdicts" in modules  # the unfinished-run record was kept, as in every run
+    assert _loaded((*JUNIT_WRITER, *FILE_WRITERS, *JSON_WRITER), modules) == []
+    assert _loaded(("kvdoctor.core.vllm", "kvdoctor.cli.inspect_vllm"), modules) == []
+
+
+def test_each_report_writer_loads_when_its_report_is_asked_for(tmp_path: Path) -> None:
+    """The same writers are there, and write, when the run asks for their report."""
+    junit_file = tmp_path / "inspect.xml"
+    modules = _modules_after(tmp_path, "inspect", "inkling-small", "--junit", str(junit_file))
+    assert set(JUNIT_WRITER) | set(FILE_WRITERS) <= set(modules)
+    assert _loaded(JSON_WRITER, modules) == []
+    assert 'name="no-error-hazards"' in junit_file.read_text()
+
+    summary = tmp_path / "summary.md"
+    modules = _modules_after(tmp_path, "inspect", "inkling-small", env={"GITHUB_STEP_SUMMARY": str(summary)})
+    assert set(FILE_WRITERS) <= set(modules)
+    assert _loaded(("junitparser",), modules) == []  # no --junit: no JUnit file made (the rows read junit's words)
+    assert "| family | inkling |" in summary.read_text()  # the model's fact rows, made when the summary is
+
+    modules = _modules_after(tmp_path, "inspect", "inkling-small", "--json")
+    assert set(JSON_WRITER) <= set(modules)
+    assert _loaded(JUNIT_WRITER, modules) == []
 
 
 def test_inspect_json_on_an_sglang_question_imports_nothing_of_vllm(tmp_path: Path) -> None:
