@@ -1,6 +1,9 @@
-"""``kvdoctor drift``: kvdoctor's rules against the installed SGLang over every fixture x a launch matrix.
+"""``kvdoctor drift``: kvdoctor's rules against the installed server over every fixture x a launch matrix.
 
-One typed result (:class:`~kvdoctor.core.sglang.drift_result.DriftReport`) feeds every output through its
+``--server sglang`` (the default) holds kvdoctor's SGLang rules to the installed SGLang
+(``kvdoctor.engines.sglang.drift``); ``--server vllm`` holds its vLLM rules to the installed vLLM
+(``kvdoctor.engines.vllm.drift``, the matrix in ``kvdoctor.core.vllm.matrix``).
+One typed result (:class:`~kvdoctor.core.drift_result.DriftReport`) feeds every output through its
 :class:`~kvdoctor.report.drift_publication.Publication`: ``--json`` (the shared header, then the report's own
 keys; ``kvdoctor schema drift``), the table, JUnit (one case per matrix cell) and the step summary. A cell
 fails in JUnit exactly when it drifts, and the command exits 1 exactly when one does, so the CI file and
@@ -16,20 +19,22 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from kvdoctor._exceptions import InputError
 from kvdoctor.cli.command import CommandRun, Record, check_reports
 from kvdoctor.cli.options import GpuArchOption
 from kvdoctor.cli.progress import with_progress
 from kvdoctor.cli.text import safe
-from kvdoctor.engines import Capability, Engine, GpuArch, require
+from kvdoctor.engines import Capability, Engine, GpuArch, Server, require
 
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from kvdoctor.core.sglang.drift_result import DriftReport
+    from kvdoctor.core.drift_result import DriftReport
     from kvdoctor.report.drift_publication import Publication
 
 
 def drift(
+    ctx: typer.Context,
     fixture: Annotated[
         list[str] | None, typer.Option("--fixture", help="Only this bundled fixture (repeatable).")
     ] = None,
@@ -41,13 +46,31 @@ def drift(
     junit_path: Annotated[
         Path | None, typer.Option("--junit", help="Write JUnit XML: one case per matrix cell.")
     ] = None,
+    server: Annotated[
+        Server,
+        typer.Option(
+            "--server",
+            help="Whose rules and code: sglang (default) or vllm (kvdoctor's vLLM rules against the installed vLLM).",
+        ),
+    ] = Server.SGLANG,
 ) -> None:
-    """Compare kvdoctor's frozen rules with the installed SGLang on every fixture x launch case.
+    """Compare kvdoctor's frozen rules with the installed server on every fixture x launch case.
 
-    Needs SGLang importable (make sglang-env; run .venv-sglang/bin/kvdoctor drift). Exit 0 when every
+    Needs the server importable: SGLang (make sglang-env; run .venv-sglang/bin/kvdoctor drift) or, with
+    --server vllm, vLLM (make vllm-env; run .venv-vllm/bin/kvdoctor drift --server vllm). Exit 0 when every
     field agrees, 1 on any drift, 2 on bad input.
     """
-    DriftRun(tuple(fixture or ()), tuple(case or ()), gpu_arch, json_output=json_output, junit_path=junit_path)()
+    source = ctx.get_parameter_source("gpu_arch")  # click's ParameterSource (Typer may vendor click: by name)
+    explicit_arch = source is not None and source.name != "DEFAULT"
+    DriftRun(
+        tuple(fixture or ()),
+        tuple(case or ()),
+        gpu_arch,
+        json_output=json_output,
+        junit_path=junit_path,
+        server=server,
+        explicit_arch=explicit_arch,
+    )()
 
 
 class DriftRun(CommandRun["DriftReport", "Publication"]):
@@ -61,9 +84,18 @@ class DriftRun(CommandRun["DriftReport", "Publication"]):
         *,
         json_output: bool,
         junit_path: Path | None,
+        server: Server = Server.SGLANG,
+        explicit_arch: bool = False,
     ) -> None:
         self.fixtures, self.cases, self.gpu_arch = fixtures, cases, gpu_arch
         self.json_output, self.junit_path = json_output, junit_path
+        self.server, self.explicit_arch = server, explicit_arch
+
+    def check(self) -> None:
+        if self.server is Server.VLLM and self.explicit_arch:  # silently ignored, the user would think it was used
+            raise InputError(
+                "--gpu-arch is the platform SGLang is told; drift --server vllm compares answers that take none"
+            )
 
     def preflight(self) -> None:
         check_reports(self.junit_path)
@@ -74,11 +106,11 @@ class DriftRun(CommandRun["DriftReport", "Publication"]):
         return Record(SUITE, TITLE, self.junit_path)
 
     def work(self) -> DriftReport:
-        adapter = require(Engine.SGLANG, Capability.DRIFT)  # the installed SGLang is the other side
+        adapter = require(Engine(self.server.value), Capability.DRIFT)  # the installed server is the other side
         if self.json_output:
             return adapter.drift(self.fixtures, self.cases, self.gpu_arch, None)
         return with_progress(
-            lambda update: adapter.drift(self.fixtures, self.cases, self.gpu_arch, update), "import SGLang"
+            lambda update: adapter.drift(self.fixtures, self.cases, self.gpu_arch, update), f"import {adapter.title}"
         )
 
     def deliver(self, result: DriftReport) -> Publication:
@@ -105,22 +137,24 @@ def render(console: Console, result: DriftReport) -> None:
     """
     from rich.table import Table
 
+    from kvdoctor.core.drift_result import server_answer
+    from kvdoctor.report.drift_publication import refusal_lines
     from kvdoctor.report.units import human
 
-    engine = result.engine
+    engine, title, server = result.engine, result.server_title, result.server
+    platform = f", GPU {result.gpu_arch}" if result.gpu_arch else ""
     console.print(
-        safe(f"kvdoctor rules vs SGLang {engine.version} ({engine.path or 'path unknown'}), GPU {result.gpu_arch}"),
+        safe(f"kvdoctor rules vs {title} {engine.version} ({engine.path or 'path unknown'}){platform}"),
         highlight=False,
         soft_wrap=True,
     )
     for r in result.drifting:
         # One small table per drifting cell (three columns fit 80 columns without cutting a value).
         table = Table(title=safe(f"{r.model} · {r.case}"), title_justify="left")
-        for col in ("field", "kvdoctor", "SGLang"):
+        for col in ("field", "kvdoctor", title):
             table.add_column(col, overflow="fold")
         for d in r.drift:
-            table.add_row(safe(d.field), safe(human(d.kvdoctor)), safe(human(d.sglang)))
+            table.add_row(safe(d.field), safe(human(d.kvdoctor)), safe(human(server_answer(d, server))))
         console.print(table)
-        for who, why in (("kvdoctor", r.kvdoctor_refusal), ("SGLang", r.sglang_refusal)):
-            if why:
-                console.print(f"{who} refuses: {safe(why)}", highlight=False)
+        for line in refusal_lines(r, server):
+            console.print(safe(line), highlight=False)

@@ -33,7 +33,7 @@ from kvdoctor.core.engine_ref import EngineRef
 
 if TYPE_CHECKING:
     from kvdoctor.bench.roundtrip import BenchOptions, ExtraPath
-    from kvdoctor.core.sglang.drift_result import DriftReport
+    from kvdoctor.core.drift_result import DriftReport
     from kvdoctor.core.sglang.policy import Platform
     from kvdoctor.roundtrip.options import RoundtripOptions
     from kvdoctor.roundtrip.result import RoundtripResult

@@ -1,8 +1,9 @@
 """``kvdoctor drift``'s result as the shared reports: the ``--json`` document, JUnit cases, step-summary rows.
 
-All read one :class:`~kvdoctor.core.sglang.drift_result.DriftReport` through :class:`Publication` (the
-``kvdoctor.report.publishable`` protocol). A cell fails in JUnit exactly when it drifts, and the command
-exits 1 exactly when one does, so the CI file and the exit code cannot disagree.
+All read one :class:`~kvdoctor.core.drift_result.DriftReport` through :class:`Publication` (the
+``kvdoctor.report.publishable`` protocol), whichever server was compared against (SGLang, vLLM: the report's
+``server``). A cell fails in JUnit exactly when it drifts, and the command exits 1 exactly when one does, so
+the CI file and the exit code cannot disagree.
 """
 
 from __future__ import annotations
@@ -11,10 +12,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from kvdoctor._exceptions import EXIT_GATE, EXIT_PASS
+from kvdoctor.core.drift_result import SERVER_TITLES, CaseResult, Disagreement, DriftReport, server_answer
 from kvdoctor.core.engine_ref import EngineRef
-from kvdoctor.core.sglang.drift_result import DriftReport
-from kvdoctor.core.sglang.inspect_result import FieldDrift
-from kvdoctor.core.sglang.rules import RULES_REVISION
 from kvdoctor.report import github, junit
 from kvdoctor.report.publishable import Publishable
 from kvdoctor.report.units import human
@@ -24,9 +23,31 @@ SUITE = "kvdoctor.drift"  # the JUnit suite (and the unfinished-run record's)
 TITLE = "kvdoctor drift"
 
 
-def drift_line(d: FieldDrift) -> str:
+def rules_revision(server: str) -> str:
+    """The revision of kvdoctor's rule model for SERVER (the JSON header's ``rules_revision``)."""
+    if server == "vllm":
+        from kvdoctor.core.vllm.rules import RULES_REVISION as VLLM_RULES
+
+        return VLLM_RULES
+    from kvdoctor.core.sglang.rules import RULES_REVISION as SGLANG_RULES
+
+    return SGLANG_RULES
+
+
+def drift_line(d: Disagreement, server: str = "sglang") -> str:
     """One disagreement in words (JUnit message); raw ``repr`` so a string and a number stay apart."""
-    return f"{d.field}: kvdoctor {d.kvdoctor!r}, SGLang {d.sglang!r}"
+    title = SERVER_TITLES.get(server, server)
+    return f"{d.field}: kvdoctor {d.kvdoctor!r}, {title} {server_answer(d, server)!r}"
+
+
+def refusal_lines(case: CaseResult, server: str) -> list[str]:
+    """Who refused the cell's launch, in their words (both when both did)."""
+    title = SERVER_TITLES.get(server, server)
+    return [
+        f"{who} refuses: {why}"
+        for who, why in (("kvdoctor", case.kvdoctor_refusal), (title, case.server_refusal))
+        if why
+    ]
 
 
 def verdict_detail(result: DriftReport) -> str:
@@ -50,7 +71,6 @@ class Publication(Publishable):
     command = COMMAND
     suite = SUITE
     title = TITLE
-    rules_revision = RULES_REVISION
 
     @property
     def warnings(self) -> Sequence[str]:
@@ -62,7 +82,11 @@ class Publication(Publishable):
 
     @property
     def engine(self) -> EngineRef:
-        return self.result.engine  # the installed SGLang compared against
+        return self.result.engine  # the installed server compared against
+
+    @property
+    def rules_revision(self) -> str:
+        return rules_revision(self.result.server)
 
     def body(self) -> DriftReport:
         return self.result
@@ -75,7 +99,7 @@ class Publication(Publishable):
             junit.Case(
                 f"{r.model} · {r.case}",
                 junit.PASSED if r.ok else junit.FAILED,
-                message="; ".join(drift_line(d) for d in r.drift),
+                message="; ".join(drift_line(d, self.result.server) for d in r.drift),
                 time_s=r.seconds,
             )
             for r in self.result.results

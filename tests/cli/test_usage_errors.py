@@ -33,7 +33,9 @@ def test_an_engine_the_command_cannot_drive_is_refused_not_ignored(command: list
     )
     assert out.returncode == 2 and out.stdout == ""
     name = "roundtrip" if command[0] == "roundtrip" else "bench roundtrip"
-    expected = f"kvdoctor: error: --engine vllm: {name} runs on kvdoctor or sglang; vLLM is answered by inspect only"
+    expected = (
+        f"kvdoctor: error: --engine vllm: {name} runs on kvdoctor or sglang; vLLM is answered by inspect and drift only"
+    )
     assert out.stderr.strip() == expected
 
 

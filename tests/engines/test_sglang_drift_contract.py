@@ -18,8 +18,8 @@ import pytest
 from typer.testing import CliRunner
 
 from kvdoctor.cli.app import app
+from kvdoctor.core.drift_result import DriftReport, SglangCaseResult
 from kvdoctor.core.engine_ref import EngineRef
-from kvdoctor.core.sglang.drift_result import CaseResult, DriftReport
 from kvdoctor.core.sglang.inspect_result import FieldDrift
 from kvdoctor.core.sglang.rules import RULES_REVISION
 from kvdoctor.engines.sglang import drift as drift_mod
@@ -31,8 +31,8 @@ LONG_PATH = "/opt/" + "very-long-directory-name/" * 4 + "sglang/__init__.py"
 
 def report(*, drifting: bool) -> DriftReport:
     cells = [
-        CaseResult("llama-3.1-8b", "colocated", ("--max-total-tokens", "65536"), 40),
-        CaseResult(
+        SglangCaseResult("llama-3.1-8b", "colocated", ("--max-total-tokens", "65536"), 40),
+        SglangCaseResult(
             "inkling-small",
             "decode+mxfp8+fa4",
             ("--disaggregation-mode", "decode"),

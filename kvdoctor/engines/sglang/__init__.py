@@ -18,7 +18,7 @@ from kvdoctor.engines import Adapter, Engine, GpuArch, Inspected, InspectQuestio
 
 if TYPE_CHECKING:
     from kvdoctor.bench.roundtrip import BenchOptions, ExtraPath
-    from kvdoctor.core.sglang.drift_result import DriftReport
+    from kvdoctor.core.drift_result import DriftReport
     from kvdoctor.roundtrip.options import RoundtripOptions
     from kvdoctor.roundtrip.result import RoundtripResult
     from kvdoctor.roundtrip.steps import Progress

@@ -12,10 +12,10 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from kvdoctor._exceptions import InputError
+from kvdoctor._exceptions import EngineUnavailable, InputError
 from kvdoctor.core.config import bundled_fixtures
+from kvdoctor.core.drift_result import DriftReport, SglangCaseResult
 from kvdoctor.core.sglang.analysis import analyze
-from kvdoctor.core.sglang.drift_result import CaseResult, DriftReport
 from kvdoctor.core.sglang.inspect_result import FieldDrift
 from kvdoctor.engines import GpuArch
 from kvdoctor.engines.sglang import _runtime
@@ -60,7 +60,7 @@ MATRIX: tuple[LaunchCase, ...] = (
 )
 
 
-def one_case(model: str, case: LaunchCase, arch: GpuArch) -> CaseResult:
+def one_case(model: str, case: LaunchCase, arch: GpuArch) -> SglangCaseResult:
     started = time.perf_counter()
     argv = [*case.argv, *SIZED]
     try:
@@ -70,9 +70,14 @@ def one_case(model: str, case: LaunchCase, arch: GpuArch) -> CaseResult:
         analysis, refusal = None, str(exc)
     try:
         answers: Beside = beside(analysis, model, argv, arch, kvdoctor_refusal=refusal)
+    except EngineUnavailable:
+        raise  # this SGLang cannot be driven (import, version, a piece it lacks): drift refuses, exit 2
     except Exception as exc:  # SGLang failed in a way it does not refuse: a finding for this cell only
+        different = _runtime.api_difference(exc, f"drift cell {model} · {case.name}")
+        if different is not None:
+            raise different from exc  # kvdoctor's call into another version failed: not drift, exit 2
         error = f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]} ({_runtime.sglang_frame(exc)})"
-        return CaseResult(
+        return SglangCaseResult(
             model,
             case.name,
             tuple(argv),
@@ -83,7 +88,7 @@ def one_case(model: str, case: LaunchCase, arch: GpuArch) -> CaseResult:
             time.perf_counter() - started,
         )
     live = answers.live
-    return CaseResult(
+    return SglangCaseResult(
         model=model,
         case=case.name,
         argv=tuple(argv),

@@ -21,13 +21,19 @@ from kvdoctor.engines import engine_info as installed
 INSTALL_HINT = "make vllm-env (then run .venv-vllm/bin/kvdoctor)"
 
 
-def engine_info() -> EngineRef:
-    """vLLM's version and location, without importing it (``EngineUnavailable`` with the install command)."""
-    return installed("vllm", f"--engine vllm: vLLM is not installed here; install it with: {INSTALL_HINT}")
+def engine_info(asked_by: str = "--engine vllm") -> EngineRef:
+    """vLLM's version and location, without importing it (``EngineUnavailable`` naming ASKED_BY, the option
+    that needs vLLM, and the install command)."""
+    return installed("vllm", f"{asked_by}: vLLM is not installed here; install it with: {INSTALL_HINT}")
+
+
+_LOADED: dict[str, ModuleType] = {}  # a drift matrix asks thousands of times: logging's setLevel is not free
 
 
 def load(module: str) -> ModuleType:
     """Import one vLLM module; any failure is one line naming the module, the error and the fix."""
+    if module in _LOADED:
+        return _LOADED[module]
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
     os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
     try:
@@ -38,6 +44,7 @@ def load(module: str) -> ModuleType:
             f"--engine vllm: importing {module} failed ({type(exc).__name__}: {first}); install with: {INSTALL_HINT}"
         ) from None
     logging.getLogger("vllm").setLevel(logging.ERROR)
+    _LOADED[module] = imported
     return imported
 
 

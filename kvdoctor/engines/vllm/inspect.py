@@ -3,13 +3,16 @@
 What vLLM itself computes here, on CPU, from its own classes and functions (no model weights):
 - each layer's spec as vLLM's spec class (``FullAttentionSpec``, ``SlidingWindowSpec``,
   ``MLAAttentionSpec``, ``MambaSpec``) and its ``page_size_bytes``; Mamba state shapes and dtypes from
-  vLLM's ``MambaStateShapeCalculator`` / ``MambaStateDtypeCalculator`` on the config's fields;
+  vLLM's ``MambaStateShapeCalculator`` / ``MambaStateDtypeCalculator`` on the config's fields; the Mamba
+  block and cache mode from vLLM's ``MambaModelConfig`` (``cache_config.py`` here);
 - the groups, from vLLM's ``get_kv_cache_groups`` (hybrid manager on or off as decided below);
 - the connector's HMA support, from ``KVConnectorFactory.supports_hma_config`` on a real
   ``KVTransferConfig`` (which imports the connector class);
 - per group, what the offloading connector does: ``prefix_cacheable`` and
-  ``get_sliding_window_size_in_chunks`` (offloading/config.py).
-Inputs kvdoctor supplies (printed as such): which layer is which kind, and the block size.
+  ``get_sliding_window_size_in_chunks`` (offloading/config.py), and whether vLLM's own
+  ``build_offloading_config`` accepts the groups at all (a hybrid without prefix caching fails its assertion).
+Inputs kvdoctor supplies (printed as such): which layer is which kind, the block size and, for a Mamba model,
+the max model length.
 Each disagreement is a ``KVD115-VLLM-DRIFT`` error.
 """
 
@@ -37,6 +40,7 @@ from kvdoctor.core.vllm.refusals import total_kv_heads
 from kvdoctor.core.vllm.specs import LayerSpec, SpecKind
 from kvdoctor.engines import Inspected, InspectQuestion
 from kvdoctor.engines.vllm import _runtime as rt
+from kvdoctor.engines.vllm import cache_config
 
 OFFLOADING_CONFIG = "vllm.distributed.kv_transfer.kv_connector.v1.offloading.config"
 REFUSES_CODE = "KVD114-VLLM-REFUSES"
@@ -55,6 +59,7 @@ class VllmAnswers:
     groups: list[dict[str, Any]] | None = None
     refusals: list[str] = field(default_factory=list)  # what vLLM's own start-up checks raised
     rule_refuses: bool = False  # the rule model reported a start-up refusal (KVD114) itself
+    inputs: tuple[str, ...] = ("layer kinds", "block size")  # what kvdoctor supplied to vLLM's code
 
     @property
     def drifts(self) -> list[VllmCheck]:
@@ -92,7 +97,7 @@ class VllmAnswers:
             name=self.info.name,
             version=self.info.version,
             path=self.info.path,
-            inputs_from_kvdoctor=("layer kinds", "block size"),
+            inputs_from_kvdoctor=self.inputs,
             checks=tuple(self.checks),
             groups=groups,
         )
@@ -224,7 +229,9 @@ def beside(a: VllmAnalysis) -> VllmAnswers:
     """Ask the installed vLLM; ``EngineUnavailable`` when it cannot be imported."""
     answers = VllmAnswers(rt.engine_info())
     answers.refusals = parallel_refusals(a)
-    answers.rule_refuses = bool(a.refusals) or a.refusal is not None
+    answers.rule_refuses = (
+        bool(a.refusals) or a.refusal is not None or any(r.status is Status.REFUSED for r in a.connector.rows)
+    )
     answers.checks.append(
         check(
             "start-up refusals (tensor parallel)",
@@ -234,6 +241,12 @@ def beside(a: VllmAnalysis) -> VllmAnswers:
     )
     mamba = mamba_state(a)
     specs = {name: vllm_spec(s, a.flags.kv_cache_dtype, mamba) for name, s in a.specs.layers.items()}
+    if mamba is not None:  # the Mamba block and cache mode as vLLM's config code resolves them
+        mode, block = cache_config.mamba_cache(a)
+        answers.inputs += ("max model length (max_position_embeddings)",)
+        specs = {
+            n: cache_config.with_mamba_cache(s, mode, block) if n in _mamba_layers(a) else s for n, s in specs.items()
+        }
     for name, rule_spec in a.specs.layers.items():
         theirs = specs[name]
         answers.checks.append(check(f"{name} page bytes", str(rule_spec.page_size_bytes), str(theirs.page_size_bytes)))
@@ -284,8 +297,16 @@ def beside(a: VllmAnalysis) -> VllmAnswers:
         offloading = rt.load(OFFLOADING_CONFIG)
         ours_s = [r.status.value for r in a.connector.rows]
         theirs_s = [_status_of(g.kv_cache_spec, g.kv_cache_spec.block_size, offloading) for g in groups]
+        refused = cache_config.offloading_refusal(a, list(groups))  # vLLM's build_offloading_config
+        if refused is not None:
+            theirs_s = [Status.REFUSED.value for _ in groups]
+            answers.refusals.append(refused)
         answers.checks.append(check("OffloadingConnector per group", str(ours_s), str(theirs_s)))
     return answers
+
+
+def _mamba_layers(a: VllmAnalysis) -> set[str]:
+    return {name for name, s in a.specs.layers.items() if s.kind is SpecKind.MAMBA}
 
 
 def _supports_hma(a: VllmAnalysis, answers: VllmAnswers) -> bool | None:

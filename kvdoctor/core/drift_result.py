@@ -1,0 +1,147 @@
+"""``kvdoctor drift``'s one result, typed, for every server: kvdoctor's frozen rules against the installed
+server's own code, per matrix cell (one fixture under one launch line).
+
+Pure data (no torch, no server): built by ``kvdoctor.engines.<server>.drift``, read by the CLI's table,
+JUnit and the step summary (``kvdoctor.report.drift_publication``), and serialized by
+``kvdoctor.report.serialize.jsonable`` for ``--json`` (``kvdoctor/schemas/drift.json``): a field is never
+renamed or removed, only added.
+
+What differs by server is only the name of the server's side, and it is a key of its own, as in
+``inspect``'s JSON: a SGLang cell carries ``sglang_refusal`` and its drifts ``sglang``
+(:class:`SglangCaseResult`, ``FieldDrift``); a vLLM cell ``vllm_refusal`` and ``vllm``
+(:class:`VllmCaseResult`, :class:`VllmFieldDrift`). A reader tests which key is present; neither appears
+as ``null`` beside the other. Everything else (the totals, ``ok``, the verdict) is this one type.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Protocol
+
+from kvdoctor.core.engine_ref import EngineRef
+
+__all__ = [
+    "SERVER_TITLES",
+    "CaseResult",
+    "Disagreement",
+    "DriftReport",
+    "SglangCaseResult",
+    "VllmCaseResult",
+    "VllmFieldDrift",
+    "server_answer",
+]
+
+# How a sentence names each server's side (a table's column, a JUnit message).
+SERVER_TITLES: dict[str, str] = {"sglang": "SGLang", "vllm": "vLLM"}
+
+
+class Disagreement(Protocol):
+    """One field where the sides disagree: its name, kvdoctor's answer, and the server's under its own name
+    (``FieldDrift.sglang``, :attr:`VllmFieldDrift.vllm`)."""
+
+    field: str
+    kvdoctor: Any
+
+
+def server_answer(drift: Disagreement, server: str) -> Any:
+    """The server's side of DRIFT (its attribute is the server's name)."""
+    return getattr(drift, server)
+
+
+@dataclass(frozen=True)
+class VllmFieldDrift:
+    """One field where kvdoctor's vLLM rule model and the installed vLLM disagree (values as text, as
+    ``inspect --server vllm --engine vllm`` compares them)."""
+
+    field: str
+    kvdoctor: Any
+    vllm: Any
+
+
+@dataclass
+class CaseResult:
+    """One fixture under one launch line: the fields compared and where they differ (the shared part).
+
+    A server's cell is its subclass (:class:`SglangCaseResult`, :class:`VllmCaseResult`), which adds the
+    server's refusal under its own key and the cell's time; the positional order of the fields is the
+    one ``drift`` always had (model, case, argv, fields, drift, kvdoctor_refusal, <server>_refusal, seconds).
+    """
+
+    server: ClassVar[str]
+
+    model: str
+    case: str
+    argv: tuple[str, ...]
+    fields: int
+    ok: bool = field(init=False)
+    drift: list[Any] = field(default_factory=list)
+    kvdoctor_refusal: str | None = None
+
+    def __post_init__(self) -> None:
+        self.ok = not self.drift
+        self.seconds: float = round(getattr(self, "seconds", 0.0), 3)  # a subclass's field, after the refusal
+
+    @property
+    def server_refusal(self) -> str | None:
+        """What the installed server refused, in its words (None: it did not refuse)."""
+        return getattr(self, f"{self.server}_refusal")
+
+
+@dataclass
+class SglangCaseResult(CaseResult):
+    """A cell against the installed SGLang (``results`` row of ``drift --json``)."""
+
+    server: ClassVar[str] = "sglang"
+
+    sglang_refusal: str | None = None
+    seconds: float = 0.0
+
+
+@dataclass
+class VllmCaseResult(CaseResult):
+    """A cell against the installed vLLM (``results`` row of ``drift --server vllm --json``)."""
+
+    server: ClassVar[str] = "vllm"
+
+    vllm_refusal: str | None = None
+    seconds: float = 0.0
+
+
+@dataclass
+class DriftReport:
+    """The whole matrix: every case, and the totals a CI gate reads.
+
+    ``engine`` is the installed server compared against; in ``--json`` the shared header's ``engine``
+    (the same name, version and path) stands for it. The other fields are the report's own keys.
+    ``gpu_arch`` is the GPU SGLang was told it runs on; None for vLLM, whose compared answers take no
+    platform.
+    """
+
+    ok: bool = field(init=False)
+    engine: EngineRef
+    cases: int = field(init=False)  # how many matrix cells ran
+    fields_compared: int = field(init=False)
+    drifting_cases: int = field(init=False)
+    results: list[CaseResult]
+    elapsed_s: float
+    gpu_arch: str | None = "sm100"  # the --gpu-arch both sides were told (SGLang)
+
+    def __post_init__(self) -> None:
+        self.elapsed_s = round(self.elapsed_s, 3)
+        self.ok = all(c.ok for c in self.results)
+        self.cases = len(self.results)
+        self.fields_compared = sum(c.fields for c in self.results)
+        self.drifting_cases = sum(not c.ok for c in self.results)
+
+    @property
+    def server(self) -> str:
+        """Which server was compared against (``sglang``, ``vllm``): the installed package's name."""
+        return self.engine.name
+
+    @property
+    def server_title(self) -> str:
+        return SERVER_TITLES.get(self.server, self.server)
+
+    @property
+    def drifting(self) -> list[CaseResult]:
+        return [c for c in self.results if not c.ok]
