@@ -2,7 +2,8 @@
 PY ?= python3
 INSTALL = $(PY) -m pip install -q -c constraints/cpu.txt -e
 
-.PHONY: demo test test-only lint sglang-env test-sglang vllm-env test-vllm server-env server-apt test-server consistency-matrix
+.PHONY: demo test test-only lint sglang-env test-sglang vllm-env test-vllm server-env server-apt test-server consistency-matrix \
+	sglang-overlay test-sglang-overlay
 
 ## Install, then run the main job on a built-in default (CPU, no GPU needed).
 demo:
@@ -86,8 +87,33 @@ test-server: server-env
 	$(SERVER_VENV)/bin/python -m pytest -q -p no:cacheprovider -m "server and not matrix" tests/consistency
 
 ## Every model x topology x fault kvdoctor consistency runs on CPU (long; not part of CI): every real-server
-## test (LFM2 PD with missing-mamba, LFM2 PD's issue-21 expected red), then Llama on one server.
+## test (LFM2 PD with missing-mamba, LFM2 PD's issue-21 expected red, pd-eval --oracle tokens green and red,
+## bench consistency over PD), then Llama on one server.
 CONSISTENCY_OUT ?= kvdoctor-out/consistency
 consistency-matrix: server-env
-	$(SERVER_VENV)/bin/python -m pytest -q -p no:cacheprovider -m server tests/consistency
+	$(SERVER_VENV)/bin/python -m pytest -q -p no:cacheprovider -m server tests/consistency tests/bench
 	$(SERVER_VENV)/bin/kvdoctor consistency llama-3.1-8b --topology single --shrink --device cpu --output-dir $(CONSISTENCY_OUT)
+
+## Another SGLang on the one engine environment (docs/sglang-versions.md): sglang==VERSION without its
+## dependencies, plus the few pins that version needs (constraints/sglang-overlay-VERSION.txt, which must exist:
+## only measured versions overlay), into .overlay/sglang-VERSION/. Run it with that folder first on PYTHONPATH:
+##   PYTHONPATH=.overlay/sglang-0.5.22 .venv-sglang/bin/kvdoctor inspect ... --engine sglang
+OVERLAY_ROOT ?= .overlay
+sglang-overlay:
+	@test -n "$(VERSION)" || { echo "usage: make sglang-overlay VERSION=0.5.22 (see docs/sglang-versions.md)" >&2; exit 2; }
+	@test -f constraints/sglang-overlay-$(VERSION).txt || { echo "SGLang $(VERSION) has no constraints/sglang-overlay-$(VERSION).txt: not a measured overlay (docs/sglang-versions.md)" >&2; exit 2; }
+	$(MAKE) $(OVERLAY_ROOT)/sglang-$(VERSION)/.installed
+
+$(OVERLAY_ROOT)/sglang-%/.installed: constraints/sglang-overlay-%.txt
+	@test -x $(SGLANG_VENV)/bin/python || { echo "no $(SGLANG_VENV)/: run make sglang-env first" >&2; exit 2; }
+	rm -rf $(OVERLAY_ROOT)/sglang-$*
+	$(SGLANG_VENV)/bin/python -m pip install -q --no-deps --target $(OVERLAY_ROOT)/sglang-$* sglang==$* -r $<
+	touch $@
+
+## One overlaid SGLang's check (CI runs it for 0.5.22 beside test-sglang's 0.5.23): the version probes, a small
+## drift matrix (3 fixtures x every launch case), inspect's version header, and roundtrip on SGLang's own pools,
+## clean and with each fault (each must turn its components red).
+test-sglang-overlay: sglang-overlay
+	PYTHONPATH=$(OVERLAY_ROOT)/sglang-$(VERSION) TRITON_INTERPRET=1 $(SGLANG_VENV)/bin/python -m pytest -q -p no:cacheprovider \
+		-m sglang tests/engines/test_sglang_versions.py \
+		tests/engines/test_sglang_roundtrip.py::test_every_fault_turns_exactly_its_components_red

@@ -158,15 +158,9 @@ bench = typer.Typer(cls=_Bench, help="Side-by-side benchmarks (ratios measured i
 
 def _version(value: bool) -> None:
     if value:
-        from importlib.metadata import PackageNotFoundError, version
+        from kvdoctor.cli.versions import version_lines  # kvdoctor's, then each server found (metadata only)
 
-        from kvdoctor import __version__
-
-        try:
-            installed = version("kvdoctor")
-        except PackageNotFoundError:
-            installed = __version__
-        typer.echo(f"kvdoctor {installed}")
+        typer.echo("\n".join(version_lines()))
         raise typer.Exit(0)
 
 

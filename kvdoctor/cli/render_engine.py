@@ -26,6 +26,14 @@ def _value(value: Any) -> str:
     return human(value)
 
 
+def version_line(answers: SglangAnswers) -> str:
+    """Which SGLang answered, and whether it is the version kvdoctor's rules restate."""
+    version = human(answers.engine.version)
+    if answers.differs_from_rules:
+        return f"installed SGLang {version} differs from the rules revision (SGLang {answers.rules_version})"
+    return f"installed SGLang {version} is the rules revision (SGLang {answers.rules_version})"
+
+
 def render_beside(answers: SglangAnswers, console: Console | None = None) -> None:
     console = console or Console(emoji=False)
     engine = answers.engine
@@ -54,7 +62,7 @@ def render_beside(answers: SglangAnswers, console: Console | None = None) -> Non
         for name, ours, theirs, agree in rows:
             table.add_row(name, f"kvdoctor {ours}; SGLang {theirs}; agree: {agree}")
     console.print(table)
-    lines = []
+    lines = [version_line(answers)] if answers.rules_version else []
     if answers.kvdoctor_refusal:
         lines.append(f"kvdoctor refuses: {answers.kvdoctor_refusal}")
     if answers.refusal:

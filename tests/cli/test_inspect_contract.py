@@ -206,6 +206,8 @@ def test_engine_sglang_document_keeps_engine_and_sglang_keys_and_validates() -> 
         "kvdoctor",
         "kvdoctor_refusal",
         "drift",
+        "rules_version",  # added (issue 20): the version the rules restate, and whether engine.version differs
+        "differs_from_rules",
     }
     assert doc["sglang"]["drift"] == [{"field": "refuses", "kvdoctor": False, "sglang": True}]
     assert doc["sglang"]["refusal"] == {"stage": "start-up", "message": "unsupported (srt/server_args.py:1)"}

@@ -231,6 +231,8 @@ def _define_engine_answer_types() -> None:
         kvdoctor: Mapping[str, Any]
         kvdoctor_refusal: str | None
         drift: tuple[FieldDrift, ...]
+        rules_version: str | None = None  # the SGLang version kvdoctor's rules restate (added: issue 20)
+        differs_from_rules: bool | None = None  # whether engine.version is another one
 
     @dataclass(frozen=True)
     class InspectBesideReport(InspectReport):

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kvdoctor.engines.sglang._runtime import Runtime, _refusal, import_sglang, quiet
+from kvdoctor.engines.sglang._support import Lazy, Missing, fitted_call, unsupported
 
 
 @dataclass(frozen=True)
@@ -84,6 +85,15 @@ class _SingleRankGroup:
     is_last_rank = True
 
 
+_MAX_TRACKING_SLOTS = 2  # a slot count only sizes kvdoctor's tiny pools: more is harmless, fewer fails alloc
+
+
+def _single_rank_state(attn_dp_size: int) -> Any:
+    """SGLang's ``ParallelState`` of a one-rank deployment (the versions whose configurator takes one)."""
+    wrapper = import_sglang("sglang.srt.distributed.parallel_state_wrapper")
+    return wrapper.ParallelState.trivial(attn_dp_size=attn_dp_size)
+
+
 def mamba_slots_per_request(runtime: Runtime) -> int:
     """Mamba slots one request takes: its state slot, plus ping-pong tracking buffers when SGLang's
     extra-buffer strategy is on (``HybridReqToTokenPool.alloc``)."""
@@ -92,11 +102,22 @@ def mamba_slots_per_request(runtime: Runtime) -> int:
         return 1
     pool_mod = import_sglang("sglang.srt.mem_cache.memory_pool")
     overlap = not ctx.get_schedule().disable_overlap_schedule
-    return 1 + int(pool_mod.get_mamba_tracking_slots(extra_buffer=True, overlap=overlap))
+    tracking = getattr(pool_mod, "get_mamba_tracking_slots", None)
+    if tracking is None:  # SGLang 0.5.20 sizes the ping-pong buffer inside the pool: room for its largest (2)
+        return 1 + _MAX_TRACKING_SLOTS
+    return 1 + int(tracking(extra_buffer=True, overlap=overlap))
 
 
 def build(runtime: Runtime, plan: PoolPlan, device: str) -> EnginePools:
-    """Run SGLang's configurator on PLAN's sizes and return the pools it built on DEVICE."""
+    """Run SGLang's configurator on PLAN's sizes and return the pools it built on DEVICE (exit 2, one line, when
+    this SGLang lacks a piece the configurator call needs)."""
+    try:
+        return _build(runtime, plan, device)
+    except Missing as exc:
+        raise unsupported(runtime.info.version, f"building the pools needs {exc}") from None
+
+
+def _build(runtime: Runtime, plan: PoolPlan, device: str) -> EnginePools:
     kcc = import_sglang("sglang.srt.mem_cache.kv_cache_configurator")
     ctx = import_sglang("sglang.srt.runtime_context")
     spec_info = import_sglang("sglang.srt.speculative.spec_info")
@@ -104,11 +125,15 @@ def build(runtime: Runtime, plan: PoolPlan, device: str) -> EnginePools:
     load_utils = import_sglang("sglang.srt.model_executor.model_runner_components.load_model_utils")
     mc = runtime.model_config
     arch = import_sglang("sglang.srt.configs.model_config").AttentionArch
-    configurator = kcc.KVCacheConfigurator(
+    version = runtime.info.version
+    configurator = fitted_call(
+        kcc.KVCacheConfigurator,
+        version,
         device=device,
         gpu_id=0,
         attn_dp_size=ctx.get_parallel().attn_dp_size,
         pp_size=1,
+        ps=Lazy(lambda: _single_rank_state(ctx.get_parallel().attn_dp_size)),  # SGLang 0.5.20: one ParallelState
         pp_group=_SingleRankGroup(),
         model=None,
         model_config=mc,
@@ -132,7 +157,9 @@ def build(runtime: Runtime, plan: PoolPlan, device: str) -> EnginePools:
         memory_pool_config=None,
     )
     tokens = plan.tokens
-    sizes = kcc._PoolSizes(
+    sizes = fitted_call(
+        kcc._PoolSizes,
+        version,
         max_total_num_tokens=tokens,
         max_running_requests=plan.rows,
         full_max_total_num_tokens=tokens if mc.is_hybrid_swa else None,

@@ -31,23 +31,27 @@ import traceback
 import warnings
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from importlib import util as import_util
 from pathlib import Path
 from typing import Any
 
-from kvdoctor._exceptions import EngineRefuses, EngineUnavailable
+from kvdoctor._exceptions import EngineRefuses, EngineUnavailable, InputError, KvdoctorError
 from kvdoctor.core.config import resolve_config_path
 from kvdoctor.core.engine_ref import EngineRef
-from kvdoctor.core.sglang import rules
 from kvdoctor.engines import GpuArch
 from kvdoctor.engines import engine_info as installed
+from kvdoctor.engines.sglang import _support
+from kvdoctor.engines.sglang._support import RULES_SGLANG_VERSION
 
 INSTALL_HINT = "make sglang-env (then run .venv-sglang/bin/kvdoctor)"
-RULES_SGLANG_VERSION = "0.5.23"
 
 
 def engine_info() -> EngineRef:
-    """SGLang's version and location, without importing it (exit 2 with the install command)."""
-    return installed("sglang", f"SGLang is not installed in this environment; install it with: {INSTALL_HINT}")
+    """SGLang's version and location, without importing it (exit 2 with the install command, or when the
+    installed version is outside the supported range: ``_support.check_version``)."""
+    info = installed("sglang", f"SGLang is not installed in this environment; install it with: {INSTALL_HINT}")
+    _support.check_version(info.version)
+    return info
 
 
 def platform_facts(arch: GpuArch) -> dict[str, Any]:
@@ -89,18 +93,26 @@ def quiet() -> Iterator[None]:
 
 
 def import_sglang(module: str) -> Any:
-    """Import an SGLang module; any failure names the import that failed and the fix (exit 2)."""
+    """Import an SGLang module; any failure names the import that failed (exit 2): for the rules' SGLang the
+    fix is the engine environment; for another version, that this version cannot be driven, and the range."""
     if not os.environ.get("TRITON_INTERPRET") and not _cuda_available():
         # SGLang's Triton kernels (e.g. the MXFP8 scale store) run on the CPU only interpreted.
         os.environ["TRITON_INTERPRET"] = "1"
     try:
         with quiet():
             return importlib.import_module(module)
-    except ImportError as exc:
-        missing = getattr(exc, "name", None) or str(exc)
+    except Exception as exc:  # SGLang's own import failing (ImportError, or its code raising at import): exit 2
+        version = engine_info().version
+        if isinstance(exc, ImportError):
+            missing = getattr(exc, "name", None) or " ".join(str(exc).split())[:200]
+        else:
+            missing = f"{' '.join(str(exc).split())[:200]} at {sglang_frame(exc)}"
+        failed = f"importing {module} failed ({type(exc).__name__}: {missing})"
+        if version != RULES_SGLANG_VERSION:
+            pins = "docs/sglang-versions.md lists the pins each version needs"
+            raise _support.unsupported(version, f"{failed}; {pins}") from None
         raise EngineUnavailable(
-            f"--engine sglang: importing {module} failed ({type(exc).__name__}: {missing}); "
-            f"install the engine environment with: {INSTALL_HINT}"
+            f"--engine sglang: {failed}; install the engine environment with: {INSTALL_HINT}"
         ) from None
 
 
@@ -110,14 +122,69 @@ def _cuda_available() -> bool:
     return bool(torch.cuda.is_available())
 
 
+# SGLang's retraction backup and restore (``mem_cache/common.py``), under the names versions gave them: 0.5.22 and
+# later ``backup_kv_cache``/``restore_kv_cache``, 0.5.20 ``retraction_backup``/``retraction_restore`` (same arguments).
+_BACKUP_NAMES = ("backup_kv_cache", "retraction_backup")
+_RESTORE_NAMES = ("restore_kv_cache", "retraction_restore")
+
+
+def retraction_functions(command: str) -> tuple[Any, Any]:
+    """SGLang's (backup, restore) retraction functions; exit 2 naming them and the version when it has neither,
+    because COMMAND drives exactly these."""
+    common = import_sglang("sglang.srt.mem_cache.common")
+    version = engine_info().version
+    try:
+        return _support.first_piece(common, _BACKUP_NAMES, version), _support.first_piece(
+            common, _RESTORE_NAMES, version
+        )
+    except _support.Missing as exc:
+        raise _support.unsupported(version, f"{command} drives {exc}") from None
+
+
+_KVDOCTOR_ROOT = Path(__file__).resolve().parents[2]  # the kvdoctor package: its adapter files are not SGLang's
+
+
+def _sglang_root() -> Path | None:
+    """The installed SGLang package's directory (where its frames live), without importing it."""
+    spec = import_util.find_spec("sglang")
+    return Path(spec.origin).resolve().parent if spec and spec.origin else None
+
+
+def raised_in_sglang(exc: BaseException) -> bool:
+    """Whether any frame of EXC's traceback is in the installed SGLang (else kvdoctor's call itself failed)."""
+    root = _sglang_root()
+    return root is not None and any(
+        Path(f.filename).resolve().is_relative_to(root) for f in traceback.extract_tb(exc.__traceback__)
+    )
+
+
+def api_difference(exc: BaseException, what: str) -> InputError | None:
+    """Exit 2 when kvdoctor's own call into another SGLang version than the rules' failed before any SGLang
+    code ran (a name or signature that version lacks: an API difference, never a finding about SGLang nor a
+    kvdoctor bug); None otherwise."""
+    if isinstance(exc, KvdoctorError):
+        return None  # kvdoctor's own verdict or refusal, already what it means
+    version = engine_info().version
+    if version == RULES_SGLANG_VERSION or raised_in_sglang(exc):
+        return None
+    message = " ".join(str(exc).split())[:200]
+    return _support.unsupported(version, f"{what}: {type(exc).__name__}: {message} ({sglang_frame(exc)})")
+
+
 def sglang_frame(exc: BaseException) -> str:
-    """``file.py:line in function`` of the innermost frame inside SGLang that raised EXC."""
-    frames = [f for f in traceback.extract_tb(exc.__traceback__) if f"{os.sep}sglang{os.sep}" in f.filename]
-    if not frames:
-        return "outside SGLang"
-    frame = frames[-1]
-    where = frame.filename.split(f"{os.sep}sglang{os.sep}", 1)[1]
-    return f"sglang/{where}:{frame.lineno} in {frame.name}"
+    """``sglang/file.py:line in function`` of the innermost frame inside SGLang that raised EXC; when no frame
+    is SGLang's, kvdoctor's own innermost frame, named as kvdoctor's (``kvdoctor/engines/sglang/...``)."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    root = _sglang_root()
+    for frame in reversed(frames):
+        path = Path(frame.filename).resolve()
+        if root is not None and path.is_relative_to(root):
+            return f"sglang/{path.relative_to(root).as_posix()}:{frame.lineno} in {frame.name}"
+    for frame in reversed(frames):
+        path = Path(frame.filename).resolve()
+        if path.is_relative_to(_KVDOCTOR_ROOT):
+            return f"kvdoctor's own {path.relative_to(_KVDOCTOR_ROOT.parent).as_posix()}:{frame.lineno} in {frame.name}"
+    return "outside SGLang"
 
 
 @dataclass
@@ -173,29 +240,42 @@ def resolve(model: str, server_argv: Sequence[str], arch: GpuArch = GpuArch.SM10
     model_cfg_mod = import_sglang("sglang.srt.configs.model_config")
     layers_mod = import_sglang("sglang.srt.model_executor.model_runner_components.layer_setup")
     kv_dtype_mod = import_sglang("sglang.srt.mem_cache.kv_cache_dtype")
+    spec_info = import_sglang("sglang.srt.speculative.spec_info")
 
     model_dir, tmp = _model_dir(model)
     argv = ["--model-path", str(model_dir), "--trust-remote-code", "--device", "cuda", *server_argv]
-    ctx.override_platform(**platform_facts(arch)).install()
+    facts, unknown = _support.fitted_facts(platform_facts(arch), _support.known_platform_facts(ctx))
+    ctx.override_platform(**facts).install()
     _stub_device_capability(arch)
     runtime: Runtime | None = None
     try:
         with quiet():
+            said = io.StringIO()  # argparse prints its whole usage on stderr before it exits: keep its last line
             try:
-                server_args = server_args_mod.prepare_server_args(argv)
+                with contextlib.redirect_stderr(said):
+                    server_args = server_args_mod.prepare_server_args(argv)
             except SystemExit:
                 line = " ".join(server_argv)
-                raise EngineRefuses(f"SGLang's argument parser refuses the launch line: {line}") from None
+                why = said.getvalue().strip().splitlines()[-1:] or [""]
+                because = f" ({' '.join(why[0].split())[:300]})" if why[0] else ""
+                raise EngineRefuses(f"SGLang's argument parser refuses the launch line: {line}{because}") from None
             try:
                 ctx.publish(server_args, role="scheduler")
             except Exception as exc:
                 raise _refusal(exc, "refuses this launch at start-up") from None
             try:
                 model_config = model_cfg_mod.ModelConfig.from_server_args(server_args)
-                layer_info = layers_mod.resolve_layer_indices(
-                    model=None, model_config=model_config, is_draft_worker=False
+                layer_info = _support.fitted_call(
+                    layers_mod.resolve_layer_indices,
+                    info.version,
+                    model=None,
+                    model_config=model_config,
+                    is_draft_worker=False,
+                    spec_algorithm=spec_info.SpeculativeAlgorithm.from_string(None),
                 )
-                resolved, dtype = kv_dtype_mod.configure_kv_cache_dtype(
+                resolved, dtype = _support.fitted_call(
+                    kv_dtype_mod.configure_kv_cache_dtype,
+                    info.version,
                     server_args_kv_cache_dtype=ctx.get_model().kv_cache_dtype,
                     model=None,
                     model_dtype=model_config.dtype,
@@ -204,8 +284,11 @@ def resolve(model: str, server_argv: Sequence[str], arch: GpuArch = GpuArch.SM10
                     speculative_draft_attention_backend=None,
                     speculative_draft_kv_cache_dtype=None,
                 )
+            except _support.Missing as exc:
+                raise _support.unsupported(info.version, f"resolving a launch needs {exc}") from None
             except Exception as exc:
-                raise _refusal(exc, "cannot build this model") from None
+                different = api_difference(exc, "resolving a launch failed in kvdoctor's call")
+                raise different or _refusal(exc, "cannot build this model") from None
         runtime = Runtime(
             info=info,
             server_args=server_args,
@@ -216,6 +299,11 @@ def resolve(model: str, server_argv: Sequence[str], arch: GpuArch = GpuArch.SM10
             arch=arch,
             stubs=[
                 f"platform: {describe_platform(arch)} (runtime_context.override_platform; no GPU is consulted)",
+                *(
+                    [f"platform facts SGLang {info.version} does not know, not passed: {', '.join(unknown)}"]
+                    if unknown
+                    else []
+                ),
                 f"torch.cuda.get_device_capability: {platform_facts(arch)['device_capability']} (DSA's dtype asks)",
                 "launch line: --device cuda (the pools are built on kvdoctor's --device)",
                 "model weights: none (model=None; layer ranges come from the config)",
@@ -232,9 +320,7 @@ def resolve(model: str, server_argv: Sequence[str], arch: GpuArch = GpuArch.SM10
 
 def version_note(info: EngineRef) -> str | None:
     """A sentence when the installed SGLang is not the version kvdoctor's rules restate."""
-    if info.version == RULES_SGLANG_VERSION:
-        return None
-    return f"installed SGLang {info.version} differs from the rules revision ({rules.RULES_REVISION})"
+    return _support.differs_note(info.version)
 
 
 def interpreter_note() -> str | None:

@@ -41,7 +41,7 @@ def sglang_path(model: str, server_argv: list[str], opts: BenchOptions, arch: Gp
     """The timed SGLang path and what it used (pool classes, SGLang version)."""
     runtime = _runtime.resolve(model, server_argv, arch)
     device = resolve_device(opts.device)
-    common = _runtime.import_sglang("sglang.srt.mem_cache.common")
+    backup_fn, restore_fn = _runtime.retraction_functions("bench roundtrip --engine sglang")
     ctx = _runtime.import_sglang("sglang.srt.runtime_context")
     page = int(ctx.get_schedule().page_size)
     plan = _pools.PoolPlan(
@@ -62,12 +62,12 @@ def sglang_path(model: str, server_argv: list[str], opts: BenchOptions, arch: Gp
     def offload() -> None:
         for live in lives:
             instruments.rid = int(live.req.rid)
-            common.backup_kv_cache(live.req, None, rtt, alloc, "cpu_tensor")
+            backup_fn(live.req, None, rtt, alloc, "cpu_tensor")
 
     def restore(_: object) -> None:
         for live in lives:
             instruments.rid = int(live.req.rid)
-            common.restore_kv_cache(live.req, None, rtt, alloc, "cpu_tensor")
+            restore_fn(live.req, None, rtt, alloc, "cpu_tensor")
 
     patches = Patches()
     instruments.install(patches, pools.sub_pools, pools.mamba_pool)

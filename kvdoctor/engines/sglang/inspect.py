@@ -39,7 +39,7 @@ from kvdoctor.core.sglang.inspect_result import (
     shown,
 )
 from kvdoctor.engines import GpuArch, Inspected, InspectQuestion
-from kvdoctor.engines.sglang import _pools, _runtime
+from kvdoctor.engines.sglang import _pools, _runtime, _support
 from kvdoctor.engines.sglang._planes import planes_of
 
 DRIFT_CODE = "KVD015-RULES-DRIFT"
@@ -106,11 +106,28 @@ class _StopAfterChecks:
         raise _ChecksPassed
 
 
-def _tree_cache_refusal(runtime: _runtime.Runtime, pools: _pools.EnginePools, ssm: bool) -> str | None:
-    """Run the checks ``create_unified_radix_cache`` makes before it builds the tree (and only them)."""
+def _create_unified_radix_cache(registry: Any, build: Any, version: str) -> None:
+    """SGLang's ``create_unified_radix_cache(ctx)``; SGLang 0.5.20 names it ``_create_unified_radix_cache(ctx,
+    server_args, params)`` (the same checks before the same tree). ``_support.Missing`` when neither is there."""
+    public = getattr(registry, "create_unified_radix_cache", None)
+    if public is not None:
+        public(build)
+        return
+    _support.piece(registry, "_create_unified_radix_cache", version)(build, build.server_args, build.params)
+
+
+def _tree_cache_refusal(
+    runtime: _runtime.Runtime, pools: _pools.EnginePools, ssm: bool, skipped: dict[str, str]
+) -> str | None:
+    """Run the checks ``create_unified_radix_cache`` makes before it builds the tree (and only them).
+
+    A check this SGLang has no callable for is not run: ``refuses`` is then not asked (SKIPPED says why)
+    unless SGLang refused anyway, because a launch that passes the checks that ran may fail the one that
+    did not."""
     registry = _runtime.import_sglang("sglang.srt.mem_cache.registry")
     builder = _runtime.import_sglang("sglang.srt.mem_cache.kv_cache_builder")
     ctx = _runtime.import_sglang("sglang.srt.runtime_context")
+    version = runtime.info.version
     swa = bool(runtime.model_config.is_hybrid_swa)
     full_tokens = pools.allocator.size_full if swa else None
     build = types.SimpleNamespace(
@@ -123,15 +140,23 @@ def _tree_cache_refusal(runtime: _runtime.Runtime, pools: _pools.EnginePools, ss
     try:
         with _runtime.quiet():
             if ctx.get_disagg().disaggregation_decode_enable_radix_cache:
-                builder.validate_decode_radix_cache(
-                    model_config=runtime.model_config,
-                    token_to_kv_pool=pools.kv_pool,
-                    is_hybrid_swa=swa,
-                    enable_hierarchical_cache=ctx.get_memory().enable_hierarchical_cache,
-                )
-            registry.create_unified_radix_cache(build)
+                try:
+                    validate = _support.piece(builder, "validate_decode_radix_cache", version)
+                except _support.Missing as exc:
+                    skipped["refuses"] = f"decode radix-cache check {exc.not_available}"
+                else:
+                    validate(
+                        model_config=runtime.model_config,
+                        token_to_kv_pool=pools.kv_pool,
+                        is_hybrid_swa=swa,
+                        enable_hierarchical_cache=ctx.get_memory().enable_hierarchical_cache,
+                    )
+            _create_unified_radix_cache(registry, build, version)
     except _ChecksPassed:
         pass
+    except _support.Missing as exc:
+        skipped["refuses"] = f"tree-cache checks {exc.not_available}"
+        return None
     except ValueError as exc:
         return _runtime._refusal(exc, "refuses to build its tree cache").args[0]
     if ctx.get_disagg().disaggregation_decode_retraction_backup != "host_pool":
@@ -199,6 +224,11 @@ def ask(model: str, server_argv: list[str], arch: GpuArch, pool_tokens: int | No
         return LiveAnswers(info, [], refusal=LiveRefusal("start-up", str(exc)), fields={"refuses": True})
     try:
         return _ask(runtime, pool_tokens)
+    except Exception as exc:
+        different = _runtime.api_difference(exc, "inspect's call into it failed")
+        if different is not None:
+            raise different from exc  # another version's API, not an answer and not a kvdoctor bug: exit 2
+        raise
     finally:
         runtime.close()
 
@@ -244,9 +274,10 @@ def _ask(runtime: _runtime.Runtime, pool_tokens: int | None) -> LiveAnswers:
         f["retraction_backup"], f["hicache_ratio"] = _pools.resolve_backup(runtime, pools, pool_tokens)
         if pool_tokens is None:
             live.skipped["hicache_ratio"] = "kvdoctor has no pool size for this launch (pass --max-total-tokens)"
-    refusal = _tree_cache_refusal(runtime, pools, ssm)
+    refusal = _tree_cache_refusal(runtime, pools, ssm, live.skipped)
     if refusal is not None:
         live.refusal = LiveRefusal("tree cache", refusal)
+        live.skipped.pop("refuses", None)  # SGLang refused with the checks it has: that is its answer
     f["refuses"] = live.refusal is not None
     return live
 
@@ -274,7 +305,10 @@ def _asked(name: str, skipped: dict[str, str]) -> bool:
 def compare(ours: dict[str, Any], live: LiveAnswers) -> list[FieldDrift]:
     """Every field both sides answered and where they differ (a refusal on either side ends the list)."""
     theirs = live.fields
-    if ours.get("refuses") or theirs.get("refuses"):
+    if not _asked("refuses", live.skipped) and not theirs.get("refuses"):
+        if ours.get("refuses"):
+            return []  # kvdoctor refuses; whether this SGLang would, its missing check cannot say
+    elif ours.get("refuses") or theirs.get("refuses"):
         if bool(ours.get("refuses")) != bool(theirs.get("refuses")):
             return [FieldDrift("refuses", bool(ours.get("refuses")), bool(theirs.get("refuses")))]
         return []
@@ -348,6 +382,8 @@ class Beside:
             kvdoctor=dict(self.ours),
             kvdoctor_refusal=self.kvdoctor_refusal,
             drift=tuple(self.drifts),
+            rules_version=_support.RULES_SGLANG_VERSION,
+            differs_from_rules=live.info.version != _support.RULES_SGLANG_VERSION,
         )
 
 

@@ -323,6 +323,9 @@ def _call_sglang(what: str, fn: Callable[[], Any]) -> Any:
     except (InputError, EngineFinding):
         raise
     except Exception as exc:
+        different = _runtime.api_difference(exc, f"kvdoctor's call for {what} failed")
+        if different is not None:
+            raise different from exc
         msg = " ".join(str(exc).split())[:200]
         raise EngineFinding(
             f"SGLang raised during {what}: {type(exc).__name__}: {msg} ({_runtime.sglang_frame(exc)})"
@@ -347,6 +350,11 @@ def run_roundtrip(
     runtime = _runtime.resolve(model, server_argv, engine.arch)
     try:
         return _run(runtime, model, options, engine, device, fault, report, started)
+    except Exception as exc:
+        different = _runtime.api_difference(exc, "roundtrip's call into it failed")
+        if different is not None:
+            raise different from exc  # another version's API, never a finding about SGLang: exit 2
+        raise
     finally:
         runtime.close()
 
@@ -371,7 +379,8 @@ class _Steps:
     backend: str = field(init=False)
     backend_source: str = field(init=False)
     present: list[str] = field(init=False)
-    common: Any = field(init=False)  # sglang.srt.mem_cache.common: backup_kv_cache, restore_kv_cache
+    backup_fn: Any = field(init=False)  # sglang.srt.mem_cache.common.backup_kv_cache (0.5.20: retraction_backup)
+    restore_fn: Any = field(init=False)  # ... restore_kv_cache (0.5.20: retraction_restore)
     snapshot: list[list[torch.Tensor]] = field(default_factory=list)
     padding_before: diff_mod.Capture | None = None
     placeholders: list[_Live] = field(default_factory=list)
@@ -397,7 +406,7 @@ class _Steps:
             fault.check(pools, self.model)
         instruments = Instruments(planes, emulate_d2h=self.engine.emulate_d2h)
         self.run = _Run(pools, planes, instruments, FaultState(), self.gen)
-        self.common = _runtime.import_sglang("sglang.srt.mem_cache.common")
+        self.backup_fn, self.restore_fn = _runtime.retraction_functions("roundtrip --engine sglang")
 
     @contextlib.contextmanager
     def instrumented(self) -> Iterator[None]:
@@ -431,7 +440,7 @@ class _Steps:
         run.instruments.rid = rid
         saved = _call_sglang(
             f"backup_kv_cache of request {rid}",
-            lambda: self.common.backup_kv_cache(live.req, None, rtt, alloc, backend),
+            lambda: self.backup_fn(live.req, None, rtt, alloc, backend),
         )
         if saved is False:
             raise EngineFinding(f"SGLang's backup_kv_cache returned False for request {rid} (it would abort it)")
@@ -454,7 +463,7 @@ class _Steps:
         run.instruments.rid = rid
         _call_sglang(
             f"restore_kv_cache of request {rid}",
-            lambda: self.common.restore_kv_cache(live.req, None, rtt, alloc, backend),
+            lambda: self.restore_fn(live.req, None, rtt, alloc, backend),
         )
         self.at_visible[rid] = run.capture(live)  # the request is runnable from here on
         _call_sglang(f"the deferred restore of request {rid}", run.state.run_deferred)
