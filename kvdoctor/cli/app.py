@@ -70,6 +70,7 @@ BENCH_COMMANDS = (
     Lazy("roundtrip", "kvdoctor.cli.bench_roundtrip", "bench_roundtrip", PASSTHROUGH),
     Lazy("pd-eval", "kvdoctor.cli.bench_pd_eval", "bench_pd_eval"),
     Lazy("startup", "kvdoctor.cli.bench_startup", "bench_startup"),
+    Lazy("consistency", "kvdoctor.cli.bench_consistency", "bench_consistency", {"allow_extra_args": True}),
 )
 
 

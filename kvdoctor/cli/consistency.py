@@ -15,6 +15,22 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from kvdoctor.cli.command import CommandRun, Record, check_reports
+from kvdoctor.cli.consistency_options import (
+    DEFAULT_OUTPUT_DIR,
+    DEFAULT_TIMEOUT_S,
+    WORKLOAD,
+    ConcurrencyOption,
+    MaxNewTokensOption,
+    ModelArgument,
+    OutputDirOption,
+    PromptTokensOption,
+    RequestsOption,
+    SeedOption,
+    ServerDeviceOption,
+    ShrinkOption,
+    TimeoutOption,
+    TopologyOption,
+)
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -24,28 +40,25 @@ if TYPE_CHECKING:
     from kvdoctor.consistency.result import ConsistencyResult
     from kvdoctor.consistency.run import Prepared
 
-DEFAULT_OUTPUT_DIR = Path("kvdoctor-out/consistency")
 MAX_SHOWN = 12  # diverging requests listed on the terminal (all are in the JSON)
 
 
 def consistency(
     ctx: typer.Context,
-    model: str = typer.Argument(..., help="Model directory, bundled fixture name (e.g. llama-3.1-8b) or HF id."),
-    shrink: bool = typer.Option(False, "--shrink", help="Make the config tiny (2-4 layers, every layer kind kept)."),
-    topology: str = typer.Option("single", "--topology", help="single: one server each; pd: prefill+decode+router."),
-    device: str = typer.Option("cpu", "--device", help="cpu or cuda."),
+    model: ModelArgument,
+    shrink: ShrinkOption = False,
+    topology: TopologyOption = "single",
+    device: ServerDeviceOption = "cpu",
     inject: str | None = typer.Option(
         None, "--inject", help="A fault applied inside the pressured decode server (pd only)."
     ),
-    requests: int = typer.Option(32, "--requests", help="Prompts (seeded random token ids)."),
-    prompt_tokens: int = typer.Option(32, "--prompt-tokens", help="Tokens per prompt."),
-    max_new_tokens: int = typer.Option(64, "--max-new-tokens", help="Greedy tokens per request."),
-    concurrency: int = typer.Option(32, "--concurrency", help="Requests in flight (the same for every run)."),
-    seed: int = typer.Option(0, "--seed", help="Seeds the prompts and the random checkpoint."),
-    output_dir: Annotated[
-        Path, typer.Option("--output-dir", help="Run directories and the checkpoint cache go here.")
-    ] = DEFAULT_OUTPUT_DIR,
-    timeout: float = typer.Option(1800.0, "--timeout", help="Seconds for the whole run."),
+    requests: RequestsOption = WORKLOAD.requests,
+    prompt_tokens: PromptTokensOption = WORKLOAD.prompt_tokens,
+    max_new_tokens: MaxNewTokensOption = WORKLOAD.max_new_tokens,
+    concurrency: ConcurrencyOption = WORKLOAD.concurrency,
+    seed: SeedOption = WORKLOAD.seed,
+    output_dir: OutputDirOption = DEFAULT_OUTPUT_DIR,
+    timeout: TimeoutOption = DEFAULT_TIMEOUT_S,
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the launch plan and stop."),
     json_out: bool = typer.Option(
         False, "--json", help="Print the result as JSON (schema: kvdoctor schema consistency)."
@@ -132,7 +145,7 @@ class ConsistencyRun(CommandRun["ConsistencyResult", "Publication"]):
         from kvdoctor.consistency.report import Publication
         from kvdoctor.report import publishable, serialize
 
-        _print_result(self.console, result)
+        print_result(self.console, result)
         published = Publication(result)
         document = publishable.json_document(published)
         if result.run_dir:  # the run's own record, beside its logs
@@ -170,7 +183,7 @@ def _print_head(console: Console, prepared: Prepared, preview: Deployment) -> No
         p(f"fault: --inject {o.inject} inside decode-pressured (site hook on Req.offload_kv_cache)", markup=False)
 
 
-def _print_result(console: Console, result: ConsistencyResult) -> None:
+def print_result(console: Console, result: ConsistencyResult) -> None:
     from kvdoctor._exceptions import EXIT_GATE, EXIT_PASS
 
     r = result

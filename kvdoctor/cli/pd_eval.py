@@ -10,6 +10,10 @@ on stderr, as every command says it).
 Everything before ``--`` is kvdoctor's: an option pd-eval does not define, a unique prefix of one, or a
 second positional word is refused (exit 2, one line, did-you-mean), in every mode (launch, ``--dry-run``,
 ``--*-url``). Only the words after ``--`` may reach a server (``PdEvalCommand``, ``kvdoctor.pd.argv``).
+
+``--oracle tokens`` judges the same deployment by consistency's greedy token-exact comparison against a
+roomy reference (``kvdoctor.pd.tokens``); an option only the other oracle reads is refused (exit 2, one line,
+``kvdoctor.pd.oracle``).
 """
 
 from __future__ import annotations
@@ -20,9 +24,10 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from typer.core import TyperCommand
 
-from kvdoctor.cli.command import CommandRun, Record
+from kvdoctor.cli.command import CommandRun, Record, check_reports
 from kvdoctor.cli.launch import own_options
 from kvdoctor.pd import argv
+from kvdoctor.pd.oracle import Oracle
 from kvdoctor.pd.plan import DEFAULT_LAUNCHER, DEFAULT_ROUTER_LAUNCHER
 from kvdoctor.pd.presets import Api, EvalDefaults, PresetName  # pure data, no heavy import
 
@@ -150,6 +155,23 @@ def pd_eval(
         False, "--json", help="Print the result as JSON on stdout (schema: kvdoctor schema pd-eval)."
     ),
     junit_path: Annotated[Path | None, typer.Option("--junit", help="Write JUnit XML, one test case per gate.")] = None,
+    oracle: Annotated[
+        Oracle,
+        typer.Option(
+            "--oracle",
+            help="gsm8k: GSM8K accuracy (trained weights); tokens: every greedy token against a roomy reference "
+            "of the same plan (kvdoctor consistency's oracle; with --shrink no weights needed).",
+        ),
+    ] = Oracle.GSM8K,
+    shrink: bool = typer.Option(False, "--shrink", help="tokens: a tiny seeded random checkpoint of MODEL's config."),
+    device: str | None = typer.Option(None, "--device", help="tokens: cpu or cuda.", show_default="cuda"),
+    inject: str | None = typer.Option(None, "--inject", help="tokens: a fault applied inside the pressured decode."),
+    prompt_tokens: int | None = typer.Option(
+        None, "--prompt-tokens", help="tokens: seeded token ids per prompt.", show_default="32"
+    ),
+    seed: int | None = typer.Option(
+        None, "--seed", help="tokens: seeds the prompts and the checkpoint.", show_default="0"
+    ),
 ) -> None:
     """Launch SGLang prefill + decode + router, run GSM8K few-shot, and gate on accuracy *and* on
     decode-side retraction having happened. Extra server flags after `--` go to both roles."""
@@ -180,6 +202,12 @@ def pd_eval(
         timeout_s=timeout,
         request_timeout_s=request_timeout,
         allow_no_retraction=allow_no_retraction,
+        oracle=oracle.value,
+        shrink=shrink,
+        device=device,
+        inject=inject,
+        prompt_tokens=prompt_tokens,
+        seed=seed,
     )
     PdEvalRun(ctx, model, settings, dry_run=dry_run, json_out=json_out, junit_path=junit_path)()
 
@@ -209,13 +237,20 @@ class PdEvalRun(CommandRun["PdEvalResult", "Publication"]):
     def check(self) -> None:
         from rich.console import Console
 
+        from kvdoctor.pd import oracle
         from kvdoctor.pd.run import PdEvalOptions
 
         extra_args = _server_words(self.ctx, self.model)
         self.options = PdEvalOptions(
             model=self.model, extra_args=extra_args, junit_path=self.junit_path, **self.settings
         )
+        oracle.check(self.options)
+        self.tokens = self.options.oracle == Oracle.TOKENS.value
         self.status = self.console = Console(stderr=self.json_out)
+
+    def preflight(self) -> None:
+        if self.tokens and not self.dry_run:  # the GSM8K path proves its reports in kvdoctor.pd.run.prepare
+            check_reports(self.junit_path, self.options.output_dir)
 
     def record(self) -> Record:
         from kvdoctor.pd.reporting import SUITE, TITLE
@@ -228,6 +263,8 @@ class PdEvalRun(CommandRun["PdEvalResult", "Publication"]):
         from kvdoctor.report import serialize
 
         console = self.console
+        if self.tokens:
+            return self._tokens()
         prepared = prepare(self.options, download=not self.dry_run, dry_run=self.dry_run)
         if self.dry_run:
             # A plan, not a verdict: the human form stays shell-ready lines (no verdict line to paste).
@@ -241,8 +278,37 @@ class PdEvalRun(CommandRun["PdEvalResult", "Publication"]):
         with render.progress(console) as hook:
             return run(prepared, progress=hook, notify=lambda m: render.event(console, m))
 
+    def _tokens(self) -> PdEvalResult | None:
+        """--oracle tokens: consistency's preparation and run on pd-eval's plan (``kvdoctor.pd.tokens``)."""
+        from kvdoctor.pd import render, reporting, tokens
+        from kvdoctor.report import serialize
+
+        console = self.console
+        prepared = tokens.prepare(self.options)
+        if self.dry_run:
+            if self.json_out:
+                d = prepared.preview
+                enablers = [{"name": e.name, "where": e.where, "why": e.why} for e in d.enablers]
+                doc = reporting.tokens_dry_run_document(
+                    prepared.launch_plan.to_dict(),
+                    d.to_dict(),
+                    enablers,
+                    prepared.consistency.options.workload.to_dict(),
+                )
+                print(serialize.dumps(doc), end="")
+            else:
+                render.print_tokens_plan(console, prepared)
+            return None
+        render.print_tokens_plan(console, prepared)
+        return tokens.run(prepared, notify=lambda phase, m: render.event(console, f"[{phase}] {m}"))
+
     def deliver(self, result: PdEvalResult) -> Publication:
         from kvdoctor.pd import publish
+
+        if result.tokens is not None:  # consistency's findings (bursts, noise floor, divergences, fault, gates)
+            from kvdoctor.cli.consistency import print_result as print_consistency
+
+            print_consistency(self.console, result.tokens)
 
         return publish.finish(
             result, Path(result.run_dir), junit_path=self.junit_path, json_out=self.json_out, console=self.console

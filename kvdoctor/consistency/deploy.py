@@ -15,6 +15,12 @@ peak demand, so retraction must happen). Both get the same model directory, flag
 
 On a CPU the plan adds SGLang's CPU path and its CPU-only flags (each an *enabler*, named in the
 report); on a GPU none of them applies.
+
+``pd-eval --oracle tokens`` hands its own deployment choices in as :class:`PlanChoices` (its preset or the
+generic one for ``--tp``, transfer backend, IB device, router, launchers): the pressured deployment is then
+pd-eval's plan, the reference the same plan with the roomy pool, and kvdoctor's own flags are added to the
+preset's (the pool bound a preset carries is replaced by the two sized pools). Without choices the plan is
+consistency's own, unchanged.
 """
 
 from __future__ import annotations
@@ -52,6 +58,16 @@ PRESSURE_FLAGS = ("--schedule-conservativeness", "0.05")
 PRESSURE_ENV = {"SGLANG_INIT_NEW_TOKEN_RATIO": "0.05"}
 CPU_DECODE_FLAGS = ("--disaggregation-decode-retraction-backup", "cpu_tensor", "--num-reserved-decode-tokens", "8")
 CPU_PREFILL_FLAGS = ("--disable-overlap-schedule",)
+# Flags of pd-eval's presets that need a GPU (dropped on a CPU, each named as an enabler): flag -> (takes a value,
+# the roles it is on, why).
+CPU_DROPPED = {
+    "--enable-hierarchical-cache": (
+        False,
+        "prefill",
+        "HiCache's host pool pins host memory through CUDA (srt/mem_cache/pool_host/common.py:147)",
+    ),
+    "--base-gpu-id": (True, "decodes", "GPU placement (decode on the GPUs after prefill's); a CPU has no GPU ids"),
+}
 # Flags the plan decides; after -- they would change what is compared.
 OWNED_FLAGS = {
     "--max-total-tokens": "kvdoctor sizes both pools (reference roomy, pressured tight)",
@@ -83,6 +99,12 @@ class Deployment:
     pressured_pool: int
     enablers: tuple[Enabler, ...] = ()
     injected_role: str | None = None
+    bootstrap_port: int | None = None  # pd: the one bootstrap port prefill and both decodes share
+    preset: str = "consistency"  # whose flags the servers carry (pd-eval's preset under --oracle tokens)
+
+    def launch_plan(self, model: str) -> plan.LaunchPlan:
+        """Every step as pd-eval's launch plan lists them (``launch_plan`` in its JSON, its dry run)."""
+        return plan.LaunchPlan(model, self.preset, self.steps, self.bootstrap_port, external=False)
 
     def step(self, role: str) -> plan.Step:
         return next(s for s in self.steps if s.role == role)
@@ -97,6 +119,28 @@ class Deployment:
             "injected_role": self.injected_role,
             "steps": [s.to_dict() for s in self.steps],
         }
+
+
+@dataclass(frozen=True)
+class PlanChoices:
+    """A PD deployment's own choices (``pd-eval --oracle tokens``): the defaults are consistency's plan."""
+
+    preset: Preset | None = None  # pd-eval's (its --preset, or the generic one for --tp); None: no flags of its own
+    transfer_backend: str = "mooncake"  # mooncake_tcp on a CPU
+    ib_device: str | None = None
+    mini_lb: bool = True
+    launcher: str = plan.DEFAULT_LAUNCHER
+    router_launcher: str = plan.DEFAULT_ROUTER_LAUNCHER
+
+
+CONSISTENCY = Preset(name="consistency", source="kvdoctor consistency", mini_lb=True)
+
+
+def ports_needed(topology: str, choices: PlanChoices | None = None) -> int:
+    """Free ports a plan takes: 2 for single; for pd 6, and 2 more for the Rust routers' Prometheus ports."""
+    if topology == "single":
+        return 2
+    return 6 if choices is None or choices.mini_lb else 8
 
 
 @dataclass(frozen=True)
@@ -116,6 +160,7 @@ class DeployOptions:
     inherited_pythonpath: str = ""
     log_env: Mapping[str, str] = field(default_factory=dict)  # the stand-in and hook logs
     digest_log: str | None = None  # the pressured decode's state trace (kvdoctor.engines.sglang.digests)
+    choices: PlanChoices | None = None  # pd-eval's deployment (pd only); None: consistency's own
 
 
 def pools(w: Workload) -> tuple[int, int]:
@@ -159,9 +204,10 @@ def enablers(o: DeployOptions) -> tuple[Enabler, ...]:
         out.append(Enabler("TRITON_INTERPRET=1", servers, "the ShortConv state goes through Triton kernels"))
         out.append(Enabler(f"--max-mamba-cache-size {MAMBA_SLOTS}", servers, "bounds the recurrent-state pool"))
     if o.topology == "pd":
+        transfer = "" if _transfer(o) != "mooncake_tcp" else "--disaggregation-transfer-backend mooncake_tcp, "
         out += [
             Enabler(
-                "--disaggregation-transfer-backend mooncake_tcp, MC_FORCE_TCP=1, SGLANG_HOST_IP=127.0.0.1",
+                f"{transfer}MC_FORCE_TCP=1, SGLANG_HOST_IP={o.host}",
                 "prefill, decodes",
                 "no RDMA device; loopback only",
             ),
@@ -183,7 +229,64 @@ def enablers(o: DeployOptions) -> tuple[Enabler, ...]:
                 "this changes SGLang's behaviour on CPU",
             ),
         ]
+        base = _base(o)
+        for flag, (_, where, why) in CPU_DROPPED.items():
+            if flag in (*base.common, *base.prefill_tail, *base.decode_tail):
+                out.append(Enabler(f"{flag} dropped (preset {base.name})", where, why))
     return tuple(out)
+
+
+def _base(o: DeployOptions) -> Preset:
+    return o.choices.preset or CONSISTENCY if o.choices is not None else CONSISTENCY
+
+
+def _transfer(o: DeployOptions) -> str:
+    chosen = o.choices.transfer_backend if o.choices is not None else "mooncake"
+    return "mooncake_tcp" if o.device == "cpu" and chosen == "mooncake" else chosen
+
+
+def _drop(args: Sequence[str], flag: str, takes_value: bool) -> tuple[str, ...]:
+    """ARGS without FLAG (and its value): ``--flag v`` and ``--flag=v`` alike."""
+    out: list[str] = []
+    skip = False
+    for arg in args:
+        if skip:
+            skip = False
+        elif arg == flag:
+            skip = takes_value
+        elif not arg.startswith(flag + "="):
+            out.append(arg)
+    return tuple(out)
+
+
+def _composed(o: DeployOptions, base: Preset, prefill_pool: int, decode_pool: int) -> Preset:
+    """BASE's flags with kvdoctor's own: the pool bound replaced by the sized one (prefill roomy, decode POOL),
+    ``--enable-metrics`` once, and on a CPU the CPU flags added and the GPU-placement flags dropped."""
+    cpu = o.device == "cpu"
+
+    def clean(args: Sequence[str]) -> tuple[str, ...]:
+        out = _drop(_drop(args, "--max-total-tokens", True), "--enable-metrics", False)
+        for flag, (takes_value, _, _) in CPU_DROPPED.items() if cpu else ():
+            out = _drop(out, flag, takes_value)
+        return out
+
+    return dataclasses.replace(
+        base,
+        common=(*clean(base.common), *_server_flags(o)),
+        prefill_tail=(
+            *clean(base.prefill_tail),
+            *(CPU_PREFILL_FLAGS if cpu else ()),
+            "--max-total-tokens",
+            str(prefill_pool),
+        ),
+        decode_tail=(
+            *clean(base.decode_tail),
+            *(CPU_DECODE_FLAGS if cpu else ()),
+            "--max-total-tokens",
+            str(decode_pool),
+        ),
+        bounds_pool=True,
+    )
 
 
 def _env(o: DeployOptions, *, patches: Sequence[str] = (), inject: bool = False, trace: bool = False) -> dict[str, str]:
@@ -221,6 +324,8 @@ def build(o: DeployOptions, ports: Sequence[int]) -> Deployment:
     if o.device not in DEVICES:
         raise InputError(f"--device must be one of {', '.join(DEVICES)}, got {o.device!r}")
     check_extra_args(o.extra_args)
+    if o.choices is not None and o.topology != "pd":
+        raise InputError("a PD deployment's choices (pd-eval --oracle tokens) need --topology pd")
     if o.inject and o.topology != "pd":
         raise InputError(
             f"--inject {o.inject} needs --topology pd: only PD decode backs a retracted request's state up and "
@@ -256,42 +361,41 @@ def _single(o: DeployOptions, ports: list[int], roomy: int, tight: int) -> Deplo
 
 def _pd(o: DeployOptions, ports: list[int], roomy: int, tight: int) -> Deployment:
     prefill_port, bootstrap, ref_decode, press_decode, ref_router, press_router = ports[:6]
+    metrics = list(ports[6:8]) or [0, 0]  # the Rust routers' Prometheus ports (a mini-lb binds none)
     cpu = o.device == "cpu"
+    c = o.choices or PlanChoices()
+    base = _base(o)
 
-    def preset(pool: int) -> Preset:
-        return Preset(
-            name="consistency",
-            source="kvdoctor consistency",
-            common=_server_flags(o),
-            prefill_tail=(*(CPU_PREFILL_FLAGS if cpu else ()), "--max-total-tokens", str(roomy)),
-            decode_tail=(*(CPU_DECODE_FLAGS if cpu else ()), "--max-total-tokens", str(pool)),
-            mini_lb=True,
-        )
-
-    def one(pool: int, decode: int, router: int) -> plan.LaunchPlan:
+    def one(pool: int, decode: int, router: int, router_metrics: int) -> plan.LaunchPlan:
         return plan.build(
             plan.PlanOptions(
                 model=o.model_dir,
-                preset=preset(pool),
-                transfer_backend="mooncake_tcp" if cpu else "mooncake",
-                launcher=o.launcher,
-                router_launcher=o.router_launcher,
-                mini_lb=True,
+                preset=_composed(o, base, roomy, pool),
+                transfer_backend=_transfer(o),
+                ib_device=c.ib_device,
+                launcher=c.launcher if o.choices is not None else o.launcher,
+                router_launcher=c.router_launcher if o.choices is not None else o.router_launcher,
+                mini_lb=c.mini_lb,
                 host=o.host,
                 extra_args=o.extra_args,
             ),
-            plan.Ports(prefill=prefill_port, decode=decode, router=router, bootstrap=bootstrap, router_metrics=0),
+            plan.Ports(
+                prefill=prefill_port, decode=decode, router=router, bootstrap=bootstrap, router_metrics=router_metrics
+            ),
         )
 
-    ref, press = one(roomy, ref_decode, ref_router), one(tight, press_decode, press_router)
+    ref = one(roomy, ref_decode, ref_router, metrics[0])
+    press = one(tight, press_decode, press_router, metrics[-1])
     prefill = ref.step("prefill")
     assert prefill is not None and prefill == press.step("prefill"), "both deployments share one prefill"
-    steps = [dataclasses.replace(prefill, env=_env(o, patches=("mooncake-host-indices",) if cpu else ()))]
+    prefill_env = _env(o, patches=("mooncake-host-indices",) if cpu else ())
+    steps = [dataclasses.replace(prefill, env={**prefill.env, **prefill_env})]
     for name, launch in (("reference", ref), ("pressured", press)):
         decode = launch.step("decode")
         assert decode is not None
         pressured = name == "pressured"
-        steps.append(dataclasses.replace(decode, role=f"decode-{name}", env=_env(o, inject=pressured, trace=pressured)))
+        env = {**decode.env, **_env(o, inject=pressured, trace=pressured)}
+        steps.append(dataclasses.replace(decode, role=f"decode-{name}", env=env))
     for name, launch in (("reference", ref), ("pressured", press)):
         router = launch.step("router")
         assert router is not None
@@ -308,4 +412,6 @@ def _pd(o: DeployOptions, ports: list[int], roomy: int, tight: int) -> Deploymen
         tight,
         enablers(o),
         injected_role="decode-pressured" if o.inject else None,
+        bootstrap_port=bootstrap,
+        preset=base.name,
     )

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,6 +25,74 @@ class Burst:
     tokens_per_s: float
     median_distinct_tokens: float
     median_length: float
+    start_s: float | None = None  # seconds since the run began (the run's Timeline clock), when measured
+    end_s: float | None = None
+
+
+@dataclass(frozen=True)
+class Span:
+    """One stretch of a consistency run as the run itself timed it: seconds since the run began."""
+
+    name: str  # a phase (start-up, reference, ...) or a server's role
+    start_s: float
+    end_s: float
+    seconds: float
+    output_tokens: int | None = None  # a burst's generated tokens; None for a phase that generates none
+
+
+@dataclass
+class Timeline:
+    """When each phase of the run happened and when each server became ready, on one monotonic clock.
+
+    ``phases`` follow each other (prepare, start-up, warm-up, reference, reference-repeat, pressured,
+    compare, teardown, trace); ``servers`` overlap (every process starts at once): start is the launch,
+    end the first healthy answer seen (they are waited for in plan order, so one already up when its turn
+    comes reads as ready then). ``cpus``: the cores this process may run on (the run's machine).
+    """
+
+    cpus: int
+    phases: list[Span] = field(default_factory=list)
+    servers: list[Span] = field(default_factory=list)
+
+    def phase(self, name: str) -> Span | None:
+        return next((s for s in self.phases if s.name == name), None)
+
+
+class Stopwatch:
+    """The run's one clock: records its :class:`Timeline` (every span measured from the same start)."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._began = clock()
+        cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 0
+        self.timeline = Timeline(cpus=cpus)
+
+    def now(self) -> float:
+        """Seconds since the run began."""
+        return self._clock() - self._began
+
+    def span(self, name: str, start_s: float, end_s: float, output_tokens: int | None = None) -> Span:
+        return Span(name, round(start_s, 3), round(end_s, 3), round(end_s - start_s, 3), output_tokens)
+
+    def record(self, name: str, start_s: float, end_s: float | None = None, output_tokens: int | None = None) -> Span:
+        """The phase NAME, from START_S until END_S (default: now), appended to the timeline."""
+        done = self.span(name, start_s, self.now() if end_s is None else end_s, output_tokens)
+        self.timeline.phases.append(done)
+        return done
+
+    @contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        """Time the block as the phase NAME (recorded only when the block finishes: a phase that raised did
+        not happen as a measurement)."""
+        start = self.now()
+        yield
+        self.record(name, start)
+
+    def server(self, role: str, started_s: float) -> Span:
+        """ROLE, launched at STARTED_S, answered healthy now."""
+        ready = self.span(role, started_s, self.now())
+        self.timeline.servers.append(ready)
+        return ready
 
 
 @dataclass
@@ -69,6 +141,7 @@ class ConsistencyResult:
     survivors: list[str] = field(default_factory=list)
     # PD only: the pressured decode's state trace joined with the comparison (kvdoctor.consistency.attribution)
     state_trace: dict[str, Any] | None = None
+    timeline: Timeline | None = None  # the run's own timings (kvdoctor bench consistency reads them)
 
     @property
     def first_divergence(self) -> RequestDiff | None:

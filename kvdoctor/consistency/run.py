@@ -23,7 +23,7 @@ from kvdoctor._exceptions import EXIT_DEPLOYMENT, EXIT_GATE, EXIT_PASS, Deployme
 from kvdoctor.consistency import attribution, checkpoint, compare, deploy, gates, runnable
 from kvdoctor.consistency.client import generate_all
 from kvdoctor.consistency.compare import Generation
-from kvdoctor.consistency.result import Burst, ConsistencyResult, FaultReport
+from kvdoctor.consistency.result import Burst, ConsistencyResult, FaultReport, Stopwatch
 from kvdoctor.consistency.shrink import shrink as shrink_config
 from kvdoctor.consistency.workload import Workload, prompts
 from kvdoctor.pd import ports as pd_ports
@@ -54,6 +54,7 @@ class ConsistencyOptions:
     grace_s: float = 10.0
     extra_args: tuple[str, ...] = ()
     junit_path: Path | None = None
+    plan: deploy.PlanChoices | None = None  # pd-eval --oracle tokens: its deployment (pd only); None: consistency's
 
 
 @dataclass
@@ -140,6 +141,7 @@ def _deploy_options(
         inherited_pythonpath=os.environ.get("PYTHONPATH", ""),
         log_env=log_env,
         digest_log=digest_log if o.topology == "pd" else None,
+        choices=o.plan,
     )
 
 
@@ -147,7 +149,7 @@ def plan_for(prepared: Prepared, model_dir: str, run_dir: Path | None) -> deploy
     o = prepared.options
     base = run_dir if run_dir is not None else Path("<run-dir>")
     log_env = {"KVDOCTOR_STANDIN_LOG": str(base / STANDIN_LOG), "KVDOCTOR_HOOK_LOG": str(base / HOOK_LOG)}
-    count = 2 if o.topology == "single" else 6
+    count = deploy.ports_needed(o.topology, o.plan)
     free = pd_ports.free_ports(count, host=o.host) if run_dir is not None else list(range(30000, 30000 + count))
     digest_log = str(base / attribution.DIGEST_LOG)
     return deploy.build(_deploy_options(o, prepared.kind, model_dir, prepared.stand_in, log_env, digest_log), free)
@@ -168,7 +170,8 @@ def run(prepared: Prepared, *, notify: Notify | None = None) -> ConsistencyResul
         shrunk=o.shrink,
         workload=o.workload.to_dict(),
     )
-    began = time.monotonic()
+    watch = Stopwatch()  # every timing the run reports is read from this one clock (result.timeline)
+    result.timeline = watch.timeline
     run_dir = rundir.create(o.output_dir)
     result.run_dir = str(run_dir)
     say("prepare", f"run directory: {run_dir}")
@@ -190,11 +193,14 @@ def run(prepared: Prepared, *, notify: Notify | None = None) -> ConsistencyResul
     result.stand_in = {"used": prepared.stand_in, "log": str(run_dir / STANDIN_LOG), "calls": []}
     if o.inject:
         result.fault = FaultReport(o.inject, deployment.injected_role or "")
+    watch.record("prepare", 0.0)
     deadline = Deadline(o.timeout_s)
     supervisor: Supervisor | None = None
     try:
         with signals_raise() as latch, Supervisor(run_dir, grace_s=o.grace_s, latch=latch) as supervisor:
-            _deploy_and_compare(prepared, deployment, supervisor, latch, deadline, result, say)
+            _deploy_and_compare(prepared, deployment, supervisor, latch, deadline, result, say, watch)
+            teardown_from = watch.now()
+        watch.record("teardown", teardown_from)
     except DeploymentError as exc:
         result.passed, result.exit_code = False, EXIT_DEPLOYMENT
         result.exit_reason = getattr(exc, "reason", "deployment_failed")
@@ -211,9 +217,10 @@ def run(prepared: Prepared, *, notify: Notify | None = None) -> ConsistencyResul
         result.message += f"; still running after teardown (stop them by hand): {', '.join(supervisor.survivors)}"
         if result.exit_code in (EXIT_PASS, EXIT_GATE):
             result.passed, result.exit_code, result.exit_reason = False, EXIT_DEPLOYMENT, "processes_survived"
-    _read_hook_logs(run_dir, result)
-    _trace(prepared, run_dir, result, say)
-    result.wall_s = time.monotonic() - began
+    with watch.phase("trace"):
+        _read_hook_logs(run_dir, result)
+        _trace(prepared, run_dir, result, say)
+    result.wall_s = watch.now()
     return result
 
 
@@ -288,51 +295,52 @@ def _deploy_and_compare(
     deadline: Deadline,
     result: ConsistencyResult,
     say: Notify,
+    watch: Stopwatch,
 ) -> None:
     o = prepared.options
     started: dict[str, tuple[Any, float]] = {}
     # Every process starts at once (start-up is mostly imports, which overlap), then each is waited for in
     # plan order: servers first, routers last (a mini-lb is ready only once its servers are).
+    startup_from = watch.now()
     for step in deployment.steps:
+        launched = watch.now()
         managed = supervisor.start(step.role, step.argv, step.env)
         result.logs[step.role] = str(managed.log_path)
-        started[step.role] = (managed, time.monotonic())
+        started[step.role] = (managed, launched)
         say("launch", f"{step.role}: started (pid {managed.pid}, log {managed.log_path})")
     for step in deployment.steps:
-        managed, t0 = started[step.role]
+        managed, launched = started[step.role]
         say("launch", f"{step.role}: waiting until GET {step.url}{step.health_path} answers")
         supervisor.wait_healthy(managed, step.url + step.health_path, deadline.at)
-        result.launch_s[step.role] = round(time.monotonic() - t0, 1)
+        result.launch_s[step.role] = round(watch.server(step.role, launched).seconds, 1)
         say("launch", f"{step.role}: healthy after {result.launch_s[step.role]:.0f} s")
+    watch.record("start-up", startup_from)
     watchdog = supervisor.check_alive
 
-    def burst(name: str, url: str, work: list[list[int]], w: Workload) -> tuple[list[Generation], Burst]:
+    def burst(
+        name: str, url: str, work: list[list[int]], w: Workload, *, phase: bool = True
+    ) -> tuple[list[Generation], Burst]:
         say("send", f"{name}: {len(work)} requests, {w.concurrency} in flight, {w.max_new_tokens} new tokens each")
-        t0 = time.perf_counter()
-        with latch.deferred():
-            gens = asyncio.run(
-                generate_all(
-                    url,
-                    work,
-                    w,
-                    request_timeout_s=o.request_timeout_s,
-                    time_left_s=deadline.left(),
-                    what=f"the {name} run",
-                    watchdog=watchdog,
+
+        def send() -> list[Generation]:
+            with latch.deferred():
+                return asyncio.run(
+                    generate_all(
+                        url,
+                        work,
+                        w,
+                        request_timeout_s=o.request_timeout_s,
+                        time_left_s=deadline.left(),
+                        what=f"the {name} run",
+                        watchdog=watchdog,
+                    )
                 )
-            )
-        wall = time.perf_counter() - t0
-        out = sum(len(g.tokens) for g in gens)
-        measured = Burst(
-            name,
-            url,
-            round(wall, 2),
-            out,
-            round(out / wall, 1) if wall > 0 else 0.0,
-            compare.median_distinct(gens),
-            compare.median_length(gens),
+
+        gens, measured = timed_burst(watch, name, url, send, phase=phase)
+        say(
+            "send",
+            f"{name}: {measured.output_tokens} tokens in {measured.wall_s:.1f} s ({measured.tokens_per_s:.0f} tok/s)",
         )
-        say("send", f"{name}: {out} tokens in {wall:.1f} s ({measured.tokens_per_s:.0f} tok/s)")
         return gens, measured
 
     def probe(url: str, role: str) -> RetractionProbe:
@@ -349,8 +357,9 @@ def _deploy_and_compare(
     ref_role = "reference" if o.topology == "single" else "decode-reference"
     press_role = "pressured" if o.topology == "single" else "decode-pressured"
     warm = Workload(1, o.workload.prompt_tokens, 4, 1, o.workload.seed)
-    for url in (deployment.reference_url, deployment.pressured_url):  # a router may answer /health and not route
-        burst("warm-up", url, prompts(warm, prepared.vocab_size)[:1], warm)
+    with watch.phase("warm-up"):
+        for url in (deployment.reference_url, deployment.pressured_url):  # a router may answer /health, not route
+            burst("warm-up", url, prompts(warm, prepared.vocab_size)[:1], warm, phase=False)
     ref_probe = probe(deployment.reference_metrics, ref_role)
     ref1, b1 = burst("reference", deployment.reference_url, prepared.prompts, o.workload)
     ref2, b2 = burst("reference-repeat", deployment.reference_url, prepared.prompts, o.workload)
@@ -364,7 +373,34 @@ def _deploy_and_compare(
     result.retractions = {"reference": ref_count, "pressured": press_count}
     result.retraction_source = press_source if press_source == ref_source else f"{ref_source}/{press_source}"
     say("compare", f"retractions: reference {ref_count}, pressured {press_count} (from {result.retraction_source})")
-    evaluate(result, ref1, ref2, got, stand_in_used=prepared.stand_in)
+    with watch.phase("compare"):
+        evaluate(result, ref1, ref2, got, stand_in_used=prepared.stand_in)
+
+
+def timed_burst(
+    watch: Stopwatch, name: str, url: str, send: Callable[[], list[Generation]], *, phase: bool = True
+) -> tuple[list[Generation], Burst]:
+    """SEND the whole workload once, timed on the run's clock: its generations and its :class:`Burst` (wall,
+    output tokens, tok/s, start and end), and, when PHASE, its span in the timeline (warm-ups are not one)."""
+    t0 = watch.now()
+    gens = send()
+    t1 = watch.now()
+    wall = t1 - t0
+    out = sum(len(g.tokens) for g in gens)
+    measured = Burst(
+        name,
+        url,
+        round(wall, 2),
+        out,
+        round(out / wall, 1) if wall > 0 else 0.0,
+        compare.median_distinct(gens),
+        compare.median_length(gens),
+        start_s=round(t0, 3),
+        end_s=round(t1, 3),
+    )
+    if phase:
+        watch.record(name, t0, t1, out)
+    return gens, measured
 
 
 def evaluate(

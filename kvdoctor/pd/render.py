@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -26,6 +27,9 @@ from kvdoctor.pd.reporting import summary_rows
 from kvdoctor.pd.result import PdEvalResult
 from kvdoctor.pd.run import Prepared
 from kvdoctor.report.terminal import markup, plain
+
+if TYPE_CHECKING:
+    from kvdoctor.pd import tokens
 
 
 def plan_text(prepared: Prepared) -> str:
@@ -50,6 +54,32 @@ def plan_text(prepared: Prepared) -> str:
 def print_plan(console: Console, prepared: Prepared) -> None:
     # soft_wrap: command lines must stay copy-pasteable, never re-wrapped by rich.
     console.print(plain(plan_text(prepared)), soft_wrap=True, markup=False, highlight=False)
+
+
+def tokens_plan_text(prepared: tokens.Prepared) -> str:
+    """``--oracle tokens``: both deployments (shell-ready), the oracle's workload, the CPU enablers, the fault."""
+    c = prepared.consistency
+    o, d, w = c.options, prepared.preview, c.options.workload
+    shrunk = ", shrunk" if o.shrink else ""
+    lines = [
+        f"# kvdoctor pd-eval: {prepared.options.model} (preset {d.preset}) · oracle tokens · {o.device}"
+        f" ({c.kind.family}{shrunk})",
+        plan_mod.render(prepared.launch_plan),
+        f"# oracle: {w.requests} prompts × {w.prompt_tokens} seeded token ids (seed {w.seed}), greedy, "
+        f"{w.max_new_tokens} new tokens, {w.concurrency} in flight, logprobs on; every token against the reference "
+        f"(repeated for the noise floor); decode pools: reference {d.reference_pool:,} tokens, pressured "
+        f"{d.pressured_pool:,} tokens (must retract)",
+    ]
+    if d.enablers:
+        lines.append("# CPU enablers (changes kvdoctor makes so SGLang runs here; none applies on a GPU):")
+        lines += [f"#   - {e.name} [{e.where}]: {e.why}" for e in d.enablers]
+    if o.inject:
+        lines.append(f"# fault: --inject {o.inject} inside {d.injected_role} (site hook on Req.offload_kv_cache)")
+    return "\n".join(lines)
+
+
+def print_tokens_plan(console: Console, prepared: tokens.Prepared) -> None:
+    console.print(plain(tokens_plan_text(prepared)), soft_wrap=True, markup=False, highlight=False)
 
 
 def event(console: Console, message: str) -> None:

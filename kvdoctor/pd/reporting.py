@@ -6,7 +6,8 @@ pd modules form no import cycle (``tests/test_layering.py``).
 
 Every output agrees with the exit code: JUnit holds a failure or an error exactly when the command
 exits non-zero, the step summary's headline says FAILED exactly then, and the JSON's ``verdict`` is
-``Verdict.of(exit_code)``.
+``Verdict.of(exit_code)``. With ``--oracle tokens`` the rows and cases are consistency's gates (the same result
+carries them, ``kvdoctor.pd.tokens``), and the engine is the SGLang installed beside kvdoctor, whose servers ran.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from kvdoctor._exceptions import EXIT_DEPLOYMENT, EXIT_GATE, EXIT_PASS, InputErr
 from kvdoctor.core.engine_ref import EngineRef
 from kvdoctor.core.sglang.rules import RULES_REVISION
 from kvdoctor.pd.gate import FAILED, PASSED, SKIPPED
-from kvdoctor.pd.result import DryRunReport, PdEvalReport, PdEvalResult
+from kvdoctor.pd.result import DryRunReport, PdEvalReport, PdEvalResult, TokensDryRunReport
 from kvdoctor.report import envelope, github, junit, publishable, records, serialize
 from kvdoctor.report.units import NONE, human
 
@@ -41,7 +42,12 @@ def _fmt(value: float | None, spec: str = ".3f", unit: str = "") -> str:
 
 def engine_ref(result: PdEvalResult) -> EngineRef:
     """The engine that answered: the SGLang servers the run deployed (or attached to), at the version
-    they report; null when none answered (a deployment that never came up)."""
+    they report; null when none answered (a deployment that never came up). With ``--oracle tokens``:
+    the SGLang installed beside kvdoctor, as consistency names it (its servers ran in this environment)."""
+    if result.tokens is not None:
+        from kvdoctor.consistency.report import engine_ref as installed
+
+        return installed()
     return EngineRef("sglang", result.engine_version, None)
 
 
@@ -66,13 +72,36 @@ def dry_run_document(launch_plan: dict[str, Any], prediction: dict[str, Any] | N
     return envelope.document(head, DryRunReport(dry_run=True, launch_plan=launch_plan, prediction=prediction))
 
 
+def tokens_dry_run_document(
+    launch_plan: dict[str, Any], deployment: dict[str, Any], enablers: list[dict[str, str]], workload: dict[str, int]
+) -> dict[str, Any]:
+    """``--oracle tokens --dry-run --json``: the same header, both deployments, the enablers and the workload."""
+    head = envelope.header(
+        COMMAND,
+        exit_code=EXIT_PASS,
+        engine=EngineRef("sglang", None, None),
+        rules_revision=RULES_REVISION,
+        argv_fallback=(COMMAND,),
+    )
+    body = TokensDryRunReport(
+        dry_run=True,
+        launch_plan=launch_plan,
+        prediction=None,
+        deployment=deployment,
+        enablers=enablers,
+        workload=workload,
+    )
+    return envelope.document(head, body)
+
+
 def _deployed(result: PdEvalResult) -> bool:
     """The deployment held for the whole run: gates ran and the exit code is theirs (0 or 1).
 
     A run whose gates passed but whose processes survived teardown exits 3: its deployment case is an
     error, or JUnit would show green beside a red exit code.
     """
-    return result.score is not None and result.exit_code in (EXIT_PASS, EXIT_GATE)
+    ran = bool(result.gates) if result.tokens is not None else result.score is not None
+    return ran and result.exit_code in (EXIT_PASS, EXIT_GATE)
 
 
 def junit_cases(result: PdEvalResult) -> list[junit.Case]:
@@ -87,6 +116,11 @@ def junit_cases(result: PdEvalResult) -> list[junit.Case]:
             time_s=result.wall_s,
         )
     ]
+    if result.tokens is not None:
+        from kvdoctor.consistency.report import cases as consistency_cases
+
+        not_run = f"not run ({result.exit_reason})"
+        return cases + (consistency_cases(result.tokens) if deployed else [junit.Case("tokens", junit.ERROR, not_run)])
     if result.score is None:
         not_run = f"not run ({result.exit_reason})"
         cases += [junit.Case(name, junit.ERROR, not_run) for name in ("accuracy", "retraction")]
@@ -100,6 +134,8 @@ def junit_cases(result: PdEvalResult) -> list[junit.Case]:
 
 def summary_rows(result: PdEvalResult) -> list[github.Row]:
     """The table a person reads (terminal and step summary): values with units, ``–`` for none."""
+    if result.tokens is not None:
+        return _tokens_rows(result)
     gates = {g.name: g.status for g in result.gates}
     s = result.score
     na = "error" if s is None else "passed"
@@ -127,6 +163,15 @@ def summary_rows(result: PdEvalResult) -> list[github.Row]:
     ]
 
 
+def _tokens_rows(result: PdEvalResult) -> list[github.Row]:
+    """--oracle tokens: the deployment, then consistency's gates as they ran (their messages are the values)."""
+    deployed = _deployed(result)
+    head = github.Row("deployment", "ok" if deployed else result.exit_reason, "", PASSED if deployed else "error")
+    if not deployed:
+        return [head, github.Row("tokens", NONE, "identical", "error")]
+    return [head, *(github.Row(g.name, g.message, "", g.status) for g in result.gates)]
+
+
 def status_line(result: PdEvalResult) -> str:
     verdict = envelope.Verdict.of(result.exit_code, warnings=len(result.warnings))  # warnings count at exit 0 only
     word = f"**{verdict.word}**" if result.exit_code == EXIT_PASS else f"**{verdict.word}** ({result.exit_reason})"
@@ -137,6 +182,8 @@ def verdict_detail(result: PdEvalResult, exit_code: int | None = None) -> str:
     """What the one verdict line says after the word: the numbers on a pass, what went wrong otherwise."""
     code = result.exit_code if exit_code is None else exit_code
     s = result.score
+    if code == EXIT_PASS and result.tokens is not None:
+        return result.tokens.summary_line()  # "16/16 requests identical, 7 retractions (301 s)"
     if code == EXIT_PASS and s is not None:
         # Short enough to stay one line at 80 columns: the numbers a person checks first.
         retracted = f"{human(result.retractions)} retractions" if result.retractions else "retraction guard skipped"

@@ -4,6 +4,10 @@ Plain dataclasses: every serializer (JSON, JUnit, step summary, tables) is fed t
 :class:`PdEvalResult` and none of them re-derives a number. Its JSON body is the typed
 :class:`PdEvalReport` (``PdEvalResult.report()``), serialized by ``kvdoctor.report.serialize.jsonable``
 behind the shared header (``kvdoctor.report.envelope``); the per-question records go to CSV/Parquet.
+
+With ``--oracle tokens`` the same result carries consistency's (``tokens``: a
+:class:`~kvdoctor.consistency.result.ConsistencyResult`) and its body is :class:`TokensReport`: pd-eval's keys
+(the GSM8K ones null) and then, added, ``oracle`` and ``tokens``. A GSM8K run's JSON is unchanged.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from decimal import Decimal
 from typing import Any
 
 from kvdoctor._exceptions import EXIT_DEPLOYMENT
+from kvdoctor.consistency.result import ConsistencyResult
 from kvdoctor.pd.client import Completion
 from kvdoctor.pd.gate import SKIPPED, GateResult
 from kvdoctor.pd.gsm8k import CONVENTION, Question, parse_number
@@ -93,15 +98,15 @@ class PdEvalReport:
     preset: str
     accuracy: float | None
     invalid_rate: float | None
-    threshold: float
+    threshold: float | None  # None only with --oracle tokens (no accuracy floor)
     retractions: int | None
     retraction_source: str
     retraction_backup: str | None
     num_questions: int
-    num_shots: int
+    num_shots: int | None  # None only with --oracle tokens
     data_sha256: str | None
     data_source: str | None
-    convention: str
+    convention: str | None  # GSM8K's answer convention; None only with --oracle tokens
     api: str
     latency_s: float | None
     output_throughput: float | None
@@ -117,6 +122,15 @@ class PdEvalReport:
 
 
 @dataclass(frozen=True)
+class TokensReport(PdEvalReport):
+    """``--oracle tokens``: pd-eval's keys, then which oracle judged and consistency's report body (its keys
+    as ``kvdoctor schema consistency`` publishes them: noise floor, every request's diff, state trace, ...)."""
+
+    oracle: str = "tokens"
+    tokens: ConsistencyResult | None = None
+
+
+@dataclass(frozen=True)
 class DryRunReport:
     """The body of ``pd-eval --dry-run --json``: what would start, and the retraction forecast."""
 
@@ -125,14 +139,26 @@ class DryRunReport:
     prediction: dict[str, Any] | None
 
 
+@dataclass(frozen=True)
+class TokensDryRunReport(DryRunReport):
+    """``--oracle tokens --dry-run --json``: both deployments in ``launch_plan`` (one shared prefill, a decode and
+    a router each), then the oracle, consistency's deployment (its pools and URLs), the CPU enablers and the
+    workload."""
+
+    oracle: str = "tokens"
+    deployment: dict[str, Any] | None = None
+    enablers: list[dict[str, str]] = field(default_factory=list)
+    workload: dict[str, int] = field(default_factory=dict)
+
+
 @dataclass
 class PdEvalResult:
     """The outcome of one run; ``exit_code`` is what the CLI returns."""
 
     model: str
     preset: str
-    threshold: float
-    num_shots: int
+    threshold: float | None
+    num_shots: int | None
     num_questions: int
     data_sha256: str | None
     data_source: str | None
@@ -151,14 +177,20 @@ class PdEvalResult:
     logs: dict[str, str] = field(default_factory=dict)
     run_dir: str = ""  # this run's own directory under --output-dir (kvdoctor.pd.rundir)
     records: list[QuestionRecord] = field(default_factory=list)
-    convention: str = CONVENTION
+    convention: str | None = CONVENTION
     api: str = "completions"
     wall_s: float = 0.0
+    oracle: str = "gsm8k"
+    tokens: ConsistencyResult | None = None  # --oracle tokens: consistency's result, which decided the gates
 
     def report(self) -> PdEvalReport:
         """Everything but the per-question records (those go to CSV/Parquet), the score flattened."""
         s = self.score
-        return PdEvalReport(
+        extra: dict[str, Any] = {}
+        kind: type[PdEvalReport] = PdEvalReport
+        if self.oracle == "tokens":
+            kind, extra = TokensReport, {"oracle": self.oracle, "tokens": self.tokens}
+        return kind(
             passed=self.passed,
             exit_code=self.exit_code,
             exit_reason=self.exit_reason,
@@ -187,6 +219,7 @@ class PdEvalResult:
             run_dir=self.run_dir,
             logs=dict(self.logs),
             wall_s=self.wall_s,
+            **extra,
         )
 
     @property
@@ -200,8 +233,10 @@ class PdEvalResult:
 
     @property
     def warnings(self) -> list[str]:
-        """Gates reported but not enforced (``--allow-no-retraction``): a pass with warnings, not a clean pass."""
-        return [g.message for g in self.gates if g.status == SKIPPED]
+        """Gates reported but not enforced (``--allow-no-retraction``): a pass with warnings, not a clean pass;
+        with ``--oracle tokens`` also consistency's warnings (an incomplete state trace)."""
+        tokens = list(self.tokens.warnings) if self.tokens is not None else []
+        return [g.message for g in self.gates if g.status == SKIPPED] + tokens
 
     def record_dicts(self) -> list[dict[str, object]]:
         return [asdict(r) for r in self.records]

@@ -65,6 +65,13 @@ class PdEvalOptions:
     allow_no_retraction: bool = False
     extra_args: tuple[str, ...] = ()
     junit_path: Path | None = None
+    # --oracle tokens (kvdoctor.pd.tokens) and its own options; each is refused with the other oracle
+    oracle: str = "gsm8k"
+    shrink: bool = False
+    device: str | None = None
+    inject: str | None = None
+    prompt_tokens: int | None = None
+    seed: int | None = None
 
 
 @dataclass(frozen=True)
@@ -113,6 +120,16 @@ def settings_for(o: PdEvalOptions, defaults: presets.EvalDefaults) -> Settings:
     return s
 
 
+def base_preset(o: PdEvalOptions) -> presets.Preset:
+    """The deployment's flags: the ``--preset`` (its TP replaced by ``--tp``), else the generic one for ``--tp``."""
+    if o.tp is not None and o.tp < 1:
+        raise InputError("--tp must be >= 1")
+    base = presets.get(o.preset) if o.preset else presets.generic(o.tp or 1)
+    if o.preset and o.tp is not None:
+        base = presets.with_tp(base, o.tp)
+    return base
+
+
 def prepare(o: PdEvalOptions, *, download: bool, dry_run: bool = False) -> Prepared:
     """Resolve preset, data, ports and plan; raises ``InputError`` for anything the user must fix.
 
@@ -120,11 +137,7 @@ def prepare(o: PdEvalOptions, *, download: bool, dry_run: bool = False) -> Prepa
     free before anything starts: an hour of GPU time must not end in "cannot write result.json",
     and a server already listening on a pinned port would answer for the one we start.
     """
-    if o.tp is not None and o.tp < 1:
-        raise InputError("--tp must be >= 1")
-    base = presets.get(o.preset) if o.preset else presets.generic(o.tp or 1)
-    if o.preset and o.tp is not None:
-        base = presets.with_tp(base, o.tp)
+    base = base_preset(o)
     settings = settings_for(o, base.eval)
     _check_seconds("--timeout", o.timeout_s)
     _check_seconds("--request-timeout", o.request_timeout_s)

@@ -34,6 +34,20 @@ def _load(name: str) -> dict[str, Any]:
     return json.loads(resources.files(__package__).joinpath(name).read_text(encoding="utf-8"))
 
 
+# A report that carries another command's body: pd-eval --oracle tokens holds consistency's under ``tokens``.
+EMBEDS: dict[ReportKind, tuple[ReportKind, ...]] = {ReportKind.PD_EVAL: (ReportKind.CONSISTENCY,)}
+
+
+def _embedded(kind: ReportKind) -> dict[str, Any]:
+    """KIND's body as ``$defs`` entries of another schema: the body under ``<kind>``, its own ``$defs`` (and every
+    reference to them) renamed ``<kind>-<name>`` so they cannot collide with the host's."""
+    prefix = f"{kind.value}-"
+    body = json.loads(json.dumps(_load(f"{kind.value}.json")).replace('"#/$defs/', f'"#/$defs/{prefix}'))
+    defs = {prefix + name: value for name, value in body.pop("$defs", {}).items()}
+    core = {k: v for k, v in body.items() if k not in ("$schema", "$id", "title", "$comment", "allOf")}
+    return {kind.value: core, **defs}
+
+
 def schema(kind: ReportKind) -> dict[str, Any]:
     """KIND's full schema: its own keys (``<kind>.json``) and the shared header, as one document.
 
@@ -44,6 +58,8 @@ def schema(kind: ReportKind) -> dict[str, Any]:
     head = _load("header.json")
     head.pop("$comment", None)
     defs = {**body.pop("$defs", {}), "header": head}
+    for inner in EMBEDS.get(kind, ()):
+        defs |= _embedded(inner)
     rest = {k: v for k, v in body.items() if k not in ("$schema", "$id", "title", "allOf")}
     return {
         "$schema": DIALECT,

@@ -1,0 +1,33 @@
+"""The options every command built on ``kvdoctor consistency``'s run shares (``consistency``, ``bench
+consistency``), declared once so their spelling, help and default cannot drift apart."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from kvdoctor.consistency.workload import Workload
+
+DEFAULT_OUTPUT_DIR = Path("kvdoctor-out/consistency")
+DEFAULT_TIMEOUT_S = 1800.0
+WORKLOAD = Workload()  # the workload options' defaults
+
+ModelArgument = Annotated[
+    str, typer.Argument(help="Model directory, bundled fixture name (e.g. llama-3.1-8b) or HF id.")
+]
+ShrinkOption = Annotated[
+    bool, typer.Option("--shrink", help="Make the config tiny (2-4 layers, every layer kind kept).")
+]
+TopologyOption = Annotated[str, typer.Option("--topology", help="single: one server each; pd: prefill+decode+router.")]
+ServerDeviceOption = Annotated[str, typer.Option("--device", help="cpu or cuda.")]
+RequestsOption = Annotated[int, typer.Option("--requests", help="Prompts (seeded random token ids).")]
+PromptTokensOption = Annotated[int, typer.Option("--prompt-tokens", help="Tokens per prompt.")]
+MaxNewTokensOption = Annotated[int, typer.Option("--max-new-tokens", help="Greedy tokens per request.")]
+ConcurrencyOption = Annotated[int, typer.Option("--concurrency", help="Requests in flight (the same for every run).")]
+SeedOption = Annotated[int, typer.Option("--seed", help="Seeds the prompts and the random checkpoint.")]
+OutputDirOption = Annotated[
+    Path, typer.Option("--output-dir", help="Run directories and the checkpoint cache go here.")
+]
+TimeoutOption = Annotated[float, typer.Option("--timeout", help="Seconds for the whole run.")]
