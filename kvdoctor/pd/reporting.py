@@ -60,29 +60,28 @@ def document(result: PdEvalResult, *, exit_code: int | None = None) -> dict[str,
     return publishable.json_document(Publication(result, exit_code))
 
 
-def dry_run_document(launch_plan: dict[str, Any], prediction: dict[str, Any] | None) -> dict[str, Any]:
-    """``--dry-run --json``: the header (exit 0: the plan was built, nothing started) and the plan."""
-    head = envelope.header(
+def _dry_run_header() -> envelope.RunHeader:
+    """A dry run's header: exit 0 (the plan was built, nothing started), SGLang's engine not asked."""
+    return envelope.header(
         COMMAND,
         exit_code=EXIT_PASS,
         engine=EngineRef("sglang", None, None),
         rules_revision=RULES_REVISION,
         argv_fallback=(COMMAND,),
     )
-    return envelope.document(head, DryRunReport(dry_run=True, launch_plan=launch_plan, prediction=prediction))
+
+
+def dry_run_document(launch_plan: dict[str, Any], prediction: dict[str, Any] | None) -> dict[str, Any]:
+    """``--dry-run --json``: the header (exit 0: the plan was built, nothing started) and the plan."""
+    return envelope.document(
+        _dry_run_header(), DryRunReport(dry_run=True, launch_plan=launch_plan, prediction=prediction)
+    )
 
 
 def tokens_dry_run_document(
     launch_plan: dict[str, Any], deployment: dict[str, Any], enablers: list[dict[str, str]], workload: dict[str, int]
 ) -> dict[str, Any]:
     """``--oracle tokens --dry-run --json``: the same header, both deployments, the enablers and the workload."""
-    head = envelope.header(
-        COMMAND,
-        exit_code=EXIT_PASS,
-        engine=EngineRef("sglang", None, None),
-        rules_revision=RULES_REVISION,
-        argv_fallback=(COMMAND,),
-    )
     body = TokensDryRunReport(
         dry_run=True,
         launch_plan=launch_plan,
@@ -91,7 +90,7 @@ def tokens_dry_run_document(
         enablers=enablers,
         workload=workload,
     )
-    return envelope.document(head, body)
+    return envelope.document(_dry_run_header(), body)
 
 
 def _deployed(result: PdEvalResult) -> bool:
