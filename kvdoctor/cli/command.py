@@ -25,11 +25,11 @@ from __future__ import annotations
 
 import contextlib
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Generic, TypeVar
 
 from kvdoctor.cli.errors import exit_on_error
+from kvdoctor.core.record import record
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -40,7 +40,7 @@ R = TypeVar("R")  # what the work returns (a command's result)
 P = TypeVar("P", bound="Publishable")  # what the reporters read
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Record:
     """Where a run stopped before its verdict leaves its error case: the JUnit suite and summary title."""
 

@@ -9,10 +9,11 @@ so the engine suites can open every cited range in the installed server and chec
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+
+from kvdoctor.core.record import record
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Cite:
     """A range of a server's source that a rule restates.
 

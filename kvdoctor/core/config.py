@@ -15,7 +15,7 @@ import json
 import os
 import stat
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -23,6 +23,7 @@ from typing import Any
 from kvdoctor._exceptions import ConfigError
 from kvdoctor.core import config_checks
 from kvdoctor.core.config_rules import derived_fields
+from kvdoctor.core.record import record
 from kvdoctor.text import shown
 
 # SGLang's ``get_hf_text_config`` looks for the language model's config under these keys, in
@@ -30,7 +31,7 @@ from kvdoctor.text import shown
 TEXT_CONFIG_KEYS = ("thinker_config", "llm_config", "language_config", "text_config")
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class ModelConfig:
     """A parsed ``config.json``: the top level as written, and the text config SGLang reads.
 

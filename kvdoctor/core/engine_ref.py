@@ -8,12 +8,12 @@ adapter reports about the server it drives (``kvdoctor.engines.engine_info``). P
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from kvdoctor.core.record import record
 
 __all__ = ["EngineRef"]
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class EngineRef:
     """The engine that answered: ``kvdoctor``, ``sglang`` or ``vllm``, its version and where it was imported from.
 

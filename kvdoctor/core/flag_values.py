@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from decimal import Decimal
+from functools import cache
 
 from kvdoctor._exceptions import FlagError
+from kvdoctor.core.record import record
 from kvdoctor.text import shown
 
 # (kind, nargs, choices): kind as below; nargs as argparse's (None: one value, 0: none, "?", "+", "*");
@@ -30,12 +30,21 @@ ValueGrammar = tuple[str, "int | str | None", "tuple[object, ...] | None"]
 
 CUSTOM = "custom:"  # a converter kvdoctor does not restate: values pass unchecked (still "not modelled")
 OPTIONAL = "optional:"  # vLLM's optional_type(T): "" and "None" mean None, anything else is T's
-# sglang/srt/utils/common.py:3394-3429 (human_readable_int): SI k M G T (decimals allowed) or IEC Ki Mi Gi Ti.
-SGLANG_HUMAN = re.compile(r"(\d+(?:\.\d+)?)(Ki|Mi|Gi|Ti|k|M|G|T)")
-# vllm/utils/argparse_utils.py:30-74 (human_readable_int): k m g t decimal, K M G T binary (whole numbers).
-_VLLM_HUMAN = re.compile(r"(\d+(?:\.\d+)?)([kKmMgGtT])")
 SI = {"k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12}
 IEC = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
+
+
+# The grammars compile on first use: a launch line without such a value never pays for them (issue 17).
+@cache
+def sglang_human() -> re.Pattern[str]:
+    """sglang/srt/utils/common.py:3394-3429 (human_readable_int): SI k M G T (decimals allowed) or IEC Ki Mi Gi Ti."""
+    return re.compile(r"(\d+(?:\.\d+)?)(Ki|Mi|Gi|Ti|k|M|G|T)")
+
+
+@cache
+def _vllm_human() -> re.Pattern[str]:
+    """vllm/utils/argparse_utils.py:30-74 (human_readable_int): k m g t decimal, K M G T binary (whole numbers)."""
+    return re.compile(r"(\d+(?:\.\d+)?)([kKmMgGtT])")
 
 
 class _Refused(ValueError):
@@ -44,7 +53,7 @@ class _Refused(ValueError):
 
 def _sglang_human_int(text: str) -> int:
     value = text.strip()
-    match = SGLANG_HUMAN.fullmatch(value)
+    match = sglang_human().fullmatch(value)
     if match is None:
         return int(value)
     number, suffix = match.groups()
@@ -52,12 +61,14 @@ def _sglang_human_int(text: str) -> int:
         if "." in number:
             raise _Refused(f"Decimals are not allowed with IEC suffixes like '{suffix}'")
         return int(number) * IEC[suffix]
+    from decimal import Decimal  # only a value with an SI suffix needs it
+
     return int(Decimal(number) * SI[suffix])
 
 
 def _vllm_human_int(text: str) -> int:
     value = text.strip()
-    match = _VLLM_HUMAN.fullmatch(value)
+    match = _vllm_human().fullmatch(value)
     if match is None:
         return int(value)
     number, suffix = match.groups()
@@ -110,7 +121,7 @@ def _type_name(kind: str) -> str:
     return CONVERTERS[base][1] if base in CONVERTERS else base
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class ValueCheck:
     """Checks one option's values against its grammar, as the server's argparse does."""
 

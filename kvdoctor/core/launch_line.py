@@ -16,11 +16,12 @@ from __future__ import annotations
 import difflib
 import re
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import PurePath
 
 from kvdoctor._exceptions import FlagError
 from kvdoctor.core.flag_values import ValueCheck, ValueGrammar
+from kvdoctor.core.record import record
 from kvdoctor.text import shown
 
 _PYTHON = re.compile(r"python[0-9.]*")
@@ -32,7 +33,7 @@ _NUMBER = re.compile(r"-\.?[0-9]")  # "-1", "-0.5": a value, as argparse reads i
 Launcher = tuple[str, ...]
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Option:
     """One option of a command line: the server flag it means, and the values it took."""
 
@@ -44,13 +45,15 @@ class Option:
         return [self.name, *self.values]
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Scan:
+    """What a scan of the words found: the options in order, and the words that are no option."""
+
     options: tuple[Option, ...] = ()
     positionals: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class LaunchLine:
     """MODEL and the server flags of a command line, however the user wrote them."""
 
@@ -69,7 +72,7 @@ def did_you_mean(word: str, candidates: Collection[str]) -> str:
     return f"; did you mean {close[0]}?" if close else ""
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class FlagVocabulary:
     """One server's flag grammar, as its argparse reads it: how a word resolves to a flag, and how many
     values each flag takes. SGLang's is ``core/sglang/flags.py``'s ``SGLANG``, vLLM's

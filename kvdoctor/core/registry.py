@@ -12,12 +12,12 @@ The hazard tables of docs/inspect.md are checked against :data:`RULES` (``tests/
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
 from kvdoctor._exceptions import InternalError
 from kvdoctor.core.cite import Cite
+from kvdoctor.core.record import record
 
 
 class Severity(str, Enum):
@@ -37,15 +37,17 @@ class Severity(str, Enum):
 ERROR, WARNING, INFO = Severity.ERROR, Severity.WARNING, Severity.INFO
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Hazard:
+    """One finding: its severity, its code (``KVD001`` ...), what to do, and where the rule comes from."""
+
     severity: Severity
     code: str
     message: str
     where: str | None = None  # the server's file:lines the rule restates (KVD014 / KVD114: where it refuses)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class RefusalFacts:
     """A refusal the server itself would raise (SGLang at start-up, vLLM while planning its KV cache):
     its message and the server's file:lines raising it, as ``inspect`` reports it (``refusals``,
@@ -55,7 +57,7 @@ class RefusalFacts:
     where: str
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Rule:
     """One hazard code of one server: the severities it is emitted with (the first is the usual one), ``doc``
     (the one line the hazard table of docs/inspect.md shows for it) and the server source it restates."""

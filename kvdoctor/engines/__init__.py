@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from enum import Enum
 from importlib import util as import_util
 from pathlib import Path
@@ -30,6 +29,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from kvdoctor._exceptions import EngineUnavailable, InputError
 from kvdoctor.core.engine_ref import EngineRef
+from kvdoctor.core.record import record
 
 if TYPE_CHECKING:
     from kvdoctor.bench.roundtrip import BenchOptions, ExtraPath
@@ -107,7 +107,7 @@ def engine_info(package: str, not_installed: str) -> EngineRef:
 
 
 # ---- what the capabilities take and give ----------------------------------------------------------
-@dataclass(frozen=True)
+@record(frozen=True)
 class InspectQuestion:
     """``inspect``'s question to an engine that answers beside the rule model.
 
@@ -125,7 +125,7 @@ class InspectQuestion:
     kvdoctor_refusal: str | None = None
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Inspected:
     """One ``inspect`` answer: the typed report, the engine that answered beside kvdoctor (None: the rule
     model alone), how many fields drifted, and notes for stderr (``kvdoctor: note: ...``)."""

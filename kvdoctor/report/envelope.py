@@ -16,13 +16,14 @@ be reached: bad input, a deployment that failed, or a kvdoctor bug).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from datetime import datetime, timezone
 from enum import Enum
 from typing import Any
 
 from kvdoctor._exceptions import EXIT_GATE, EXIT_PASS
 from kvdoctor.core.engine_ref import EngineRef
+from kvdoctor.core.record import record
 
 SCHEMA_VERSION = "1.0"
 
@@ -84,7 +85,7 @@ def _kvdoctor_version() -> str:
         return __version__
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class RunHeader:
     """The keys every ``--json`` report opens with (see the module docstring for their contract)."""
 

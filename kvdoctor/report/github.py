@@ -10,16 +10,19 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
+
+from kvdoctor.core.record import record
 
 STEP_SUMMARY_ENV = "GITHUB_STEP_SUMMARY"
 STEP_SUMMARY_LIMIT = 1024 * 1024
 _TRUNCATED = "\n\n_(summary truncated to fit GitHub's 1 MiB step-summary limit)_\n"
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Row:
+    """One row of the step summary's table."""
+
     check: str
     value: str
     threshold: str

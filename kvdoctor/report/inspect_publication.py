@@ -14,11 +14,11 @@ does.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from kvdoctor._exceptions import EXIT_GATE, EXIT_PASS
 from kvdoctor.core.engine_ref import EngineRef
+from kvdoctor.core.record import record
 from kvdoctor.report.publishable import Publishable
 
 if TYPE_CHECKING:
@@ -140,7 +140,7 @@ def verdict_detail(hazards: Sequence[Hazard], *, strict: bool, drifts: int = 0, 
     return "; ".join(parts)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Publication(Publishable):
     """One ``inspect`` answer as every reporter reads it (``kvdoctor.report.publishable``).
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
+
+from kvdoctor.core.record import record
 
 PASSED, FAILED, SKIPPED, ERROR = "passed", "failed", "skipped", "error"
 
@@ -23,7 +24,7 @@ def xml_safe(text: str) -> str:
     return _not_xml().sub("", text)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Case:
     """One check. ``status`` is passed, failed (a red verdict), skipped, or error (it never ran)."""
 

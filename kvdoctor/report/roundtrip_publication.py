@@ -9,10 +9,10 @@ refuse are reported, not gated: a passing case each, saying so, and a warning in
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from kvdoctor.core.engine_ref import EngineRef
+from kvdoctor.core.record import record
 from kvdoctor.report import github, junit
 from kvdoctor.report.publishable import Publishable
 from kvdoctor.roundtrip.result import RoundtripResult
@@ -75,7 +75,7 @@ def rows(result: RoundtripResult) -> list[github.Row]:
     ] + [github.Row(h.code, f"{h.severity} (not gated)", "no error", "warning") for h in result.hazards]
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Publication(Publishable):
     """A round trip as every reporter reads it (``kvdoctor.report.publishable``); MODEL as the user named it."""
 

@@ -20,10 +20,10 @@ from __future__ import annotations
 import errno
 import os
 import stat
-from dataclasses import dataclass
 from pathlib import Path
 
 from kvdoctor._exceptions import InputError
+from kvdoctor.core.record import record
 
 MAX_SYMLINKS = 40  # Linux's own limit before ELOOP
 REGULAR, MISSING, CHAR_DEVICE, FIFO = "regular file", "missing", "character device", "FIFO"
@@ -34,7 +34,7 @@ _REFUSED = {
 }
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Target:
     """One report path, resolved.
 

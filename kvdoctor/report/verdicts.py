@@ -11,11 +11,11 @@ from __future__ import annotations
 import contextlib
 import signal
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from kvdoctor._exceptions import EXIT_GATE, EXIT_PASS, InputError, InternalError, Interrupted, KvdoctorError
+from kvdoctor.core.record import record
 from kvdoctor.text import printable
 
 if TYPE_CHECKING:
@@ -65,8 +65,10 @@ def publish(
 _OPEN, _VERDICT, _ERROR = "open", "verdict", "error"
 
 
-@dataclass
+@record
 class _Run:
+    """The run under way: where its error case goes if it stops before its verdict."""
+
     suite: str
     title: str
     junit_path: Path | None

@@ -221,3 +221,28 @@ def test_lazy_help_is_the_help_typer_builds_up_front() -> None:
         eager_out = CliRunner().invoke(eager, argv, env=env, prog_name="kvdoctor")
         assert lazy_out.exit_code == eager_out.exit_code == 0, (argv, lazy_out.output)
         assert lazy_out.output == eager_out.output, argv
+
+
+def test_a_plain_inspect_makes_its_classes_as_records(tmp_path: Path) -> None:
+    """Every kvdoctor dataclass a plain ``inspect`` loads is a ``kvdoctor.core.record`` (no compiled __repr__,
+    __eq__, __hash__, __setattr__, __delattr__: ~1 ms a class of start-up, issue 17), and the value grammars
+    of ``core/flag_values`` are compiled only when a launch line has such a value. A ``@dataclass`` put back
+    on that path, or a grammar compiled at import again, turns this red."""
+    code = (
+        "import dataclasses, sys\n"
+        "from kvdoctor.cli import app\n"
+        "sys.argv = ['kvdoctor', 'inspect', 'inkling-small']\n"
+        "try:\n"
+        "    app.main()\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "made = [f'{v.__module__}.{v.__qualname__}' for name, m in list(sys.modules.items())"
+        " if name.startswith('kvdoctor') for v in vars(m).values()"
+        " if isinstance(v, type) and v.__module__ == name and dataclasses.is_dataclass(v)"
+        " and '__kvdoctor_record_frozen__' not in vars(v)]\n"
+        "from kvdoctor.core import flag_values\n"
+        "print(sorted(set(made)), flag_values.sglang_human.cache_info().currsize, file=sys.stderr)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    # cli/app.py's one class stays a dataclass: building the CLI imports nothing of kvdoctor.core (above).
+    assert out.stderr.strip().splitlines()[-1] == "['kvdoctor.cli.app.Lazy'] 0", out.stderr

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from kvdoctor.core.config import ModelConfig, load_config
+from kvdoctor.core.record import record
 from kvdoctor.core.registry import Hazard, find_hazards
 from kvdoctor.core.sglang import rules
 from kvdoctor.core.sglang.families import Classification, classify, is_dsa, is_dsv4, is_mla
@@ -26,8 +26,10 @@ from kvdoctor.core.sglang.sizing import Sizing, size_pools
 from kvdoctor.core.sglang.spec import StateSpec, build_spec
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Analysis:
+    """Everything the rule model decided for one model and launch line, with the inputs it read."""
+
     config: ModelConfig
     flags: ServerFlags
     classification: Classification

@@ -8,12 +8,12 @@ evaluating the tables in ``rules/``.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from kvdoctor._exceptions import UnknownModelError
 from kvdoctor.core.cite import located, shown
 from kvdoctor.core.config import ModelConfig
 from kvdoctor.core.model_types import check_model_type
+from kvdoctor.core.record import record
 from kvdoctor.core.sglang import rules
 from kvdoctor.core.sglang._generated.architectures import SGLANG_ARCHITECTURES
 from kvdoctor.core.sglang._generated.model_types import SGLANG_MODEL_TYPES, SGLANG_MODEL_TYPES_VERSION
@@ -50,7 +50,7 @@ CONDITIONS: dict[str, Callable[[ModelConfig], bool]] = {
 }
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Classification:
     """What kind of state a model carries, and which SGLang rule said so."""
 

@@ -16,11 +16,12 @@ import argparse
 import functools
 import math
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import fields
 
 from kvdoctor._exceptions import FlagError
-from kvdoctor.core.flag_values import IEC, SGLANG_HUMAN, SI
+from kvdoctor.core.flag_values import IEC, SI, sglang_human
 from kvdoctor.core.launch_line import FlagVocabulary, LaunchLine, check_values, scan, split_launcher
+from kvdoctor.core.record import record
 from kvdoctor.core.sglang import rules
 from kvdoctor.core.sglang._generated.server_flags import (
     SGLANG_FLAG_VALUES,
@@ -51,7 +52,7 @@ HICACHE_STORAGE_BACKENDS = _choices("--hicache-storage-backend")
 HICACHE_HOST_MEMORY_MODES = _choices("--hicache-host-memory-mode")
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class ServerFlags:
     """The modelled server flags, named as SGLang's ``ServerArgs`` fields."""
 
@@ -156,7 +157,7 @@ def _non_negative_int(text: str) -> int:
 def _human_int(text: str) -> int:
     """SGLang's human_readable_int (utils/common.py:3394; its grammar in ``flag_values``): 64k, 1.5M, 64Ki;
     then, as kvdoctor reads a token count, a positive whole number."""
-    match = SGLANG_HUMAN.fullmatch(text.strip())
+    match = sglang_human().fullmatch(text.strip())
     if match is None:
         return _positive_int(text)
     number, suffix = match.groups()

@@ -9,11 +9,11 @@ the pools are.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from kvdoctor._exceptions import ConfigError
 from kvdoctor.core import config_checks
 from kvdoctor.core.config import ModelConfig
+from kvdoctor.core.record import record
 from kvdoctor.core.sglang import rules
 from kvdoctor.core.sglang.layer_types import (
     gigachat_layer_types,
@@ -30,7 +30,7 @@ from kvdoctor.core.sglang.rules import SWA_LAYER_DEFAULT_RULE
 Shape = tuple[int, ...]
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class AttentionGeometry:
     """One attention sub-pool: which layers, and the K/V row each token stores per layer."""
 
@@ -52,7 +52,7 @@ class AttentionGeometry:
         return ((self.kv_heads, self.head_dim), (self.kv_heads, self.v_head_dim))
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class RecurrentGeometry:
     """The request-indexed recurrent state of one mamba slot: conv and temporal, per layer."""
 
@@ -67,7 +67,7 @@ class RecurrentGeometry:
         return len(self.layer_ids)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class LayerSplit:
     """Which layers hold attention KV and which hold recurrent state."""
 

@@ -8,10 +8,10 @@ servers (``kvdoctor.core.registry``).
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
 
 from kvdoctor.core import registry
 from kvdoctor.core.cite import located
+from kvdoctor.core.record import record
 from kvdoctor.core.registry import ERROR, INFO, WARNING, Hazard, Rule
 from kvdoctor.core.sglang import rules
 from kvdoctor.core.sglang.flags import ServerFlags
@@ -133,7 +133,7 @@ RULES_DRIFT = Rule(
 )
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Context:
     """Everything a hazard rule may look at."""
 

@@ -17,10 +17,11 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import fields
 from typing import Any
 
 from kvdoctor.core.engine_ref import EngineRef
+from kvdoctor.core.record import record
 from kvdoctor.core.registry import ERROR, WARNING, Hazard, RefusalFacts
 from kvdoctor.core.sglang.analysis import Analysis
 from kvdoctor.core.sglang.policy import Condition, PoolLayout
@@ -44,15 +45,17 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class LayerCounts:
+    """The model's layers, in all and by the kind of state each keeps."""
+
     total: int
     full_attention: int
     sliding_window: int
     recurrent: int
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class ModelFacts:
     """The model as SGLang classifies it, and the SGLang rule (predicate, file:lines) that said so."""
 
@@ -70,7 +73,7 @@ class ModelFacts:
     tp_size: int
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class ComponentRow:
     """One state component per TP rank; its size is per token or per request (see the subclasses)."""
 
@@ -92,8 +95,10 @@ class ComponentRow:
         raise NotImplementedError
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class PerTokenComponent(ComponentRow):
+    """A component sized per token (KV)."""
+
     bytes_per_token: int
 
     @property
@@ -105,8 +110,10 @@ class PerTokenComponent(ComponentRow):
         return "token"
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class PerRequestComponent(ComponentRow):
+    """A component sized per request (recurrent state)."""
+
     bytes_per_request: int
 
     @property
@@ -118,7 +125,7 @@ class PerRequestComponent(ComponentRow):
         return "request"
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class BackupFacts:
     """How a PD decode server backs a retracted request's state up, and why (``reasons``)."""
 
@@ -131,8 +138,10 @@ class BackupFacts:
     hicache_ratio_reason: str
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class ForecastFacts:
+    """Whether CONCURRENT requests of TOKENS_PER_REQUEST fit the pools or make the server retract."""
+
     concurrent: int
     tokens_per_request: int
     peak_tokens: int
@@ -141,14 +150,14 @@ class ForecastFacts:
     will_retract: bool | None  # None: the pools are sized from GPU memory, unknown here
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class SizingFacts(Sizing):
     """The pools' capacities (``Sizing``'s fields, as before) and the retraction forecast."""
 
     forecast: ForecastFacts
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class InspectReport:
     """``kvdoctor inspect``'s result from kvdoctor's rule model (the keys of its ``--json``)."""
 
@@ -200,14 +209,14 @@ def __getattr__(name: str) -> Any:
 def _define_engine_answer_types() -> None:
     """Define :data:`ENGINE_ANSWER_TYPES` in this module, as if written at its top level."""
 
-    @dataclass(frozen=True)
+    @record(frozen=True)
     class LiveRefusal:
         """SGLang refuses the launch: at which stage, and its message with the SGLang frame that raised."""
 
         stage: str
         message: str
 
-    @dataclass(frozen=True)
+    @record(frozen=True)
     class FieldDrift:
         """One field where kvdoctor's rules and the installed SGLang disagree."""
 
@@ -215,7 +224,7 @@ def _define_engine_answer_types() -> None:
         kvdoctor: Any
         sglang: Any
 
-    @dataclass(frozen=True)
+    @record(frozen=True)
     class SglangAnswers:
         """The installed SGLang's answers beside kvdoctor's, field by field (``--json``'s ``sglang`` key).
 
@@ -234,17 +243,17 @@ def _define_engine_answer_types() -> None:
         rules_version: str | None = None  # the SGLang version kvdoctor's rules restate (added: issue 20)
         differs_from_rules: bool | None = None  # whether engine.version is another one
 
-    @dataclass(frozen=True)
+    @record(frozen=True)
     class InspectBesideReport(InspectReport):
         """``inspect --engine sglang``: the rule model's result, with SGLang's answers beside it."""
 
         sglang: SglangAnswers
 
-    @dataclass(frozen=True)
+    @record(frozen=True)
     class ModelSource:
         source: str
 
-    @dataclass(frozen=True)
+    @record(frozen=True)
     class RefusedInspectReport:
         """``inspect --engine sglang`` where kvdoctor's rules refuse the model: only SGLang answered."""
 

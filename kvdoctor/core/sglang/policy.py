@@ -6,15 +6,14 @@ can flip exactly one condition and watch the verdict move.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from kvdoctor.core.cite import shown
+from kvdoctor.core.record import record
 from kvdoctor.core.sglang import rules
 from kvdoctor.core.sglang.flags import ServerFlags
 from kvdoctor.core.sglang.spec import StateSpec
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class PoolLayout:
     """Which pool classes hold the state, and whether the KV pool's CPU copy carries the SSM state."""
 
@@ -40,7 +39,7 @@ class PoolLayout:
         return owner or "?"
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Platform:
     """Facts about the serving build that no flag states; kvdoctor models a CUDA build by default."""
 
@@ -62,7 +61,7 @@ class Platform:
 DEFAULT_PLATFORM = Platform()  # a CUDA build on a Blackwell (SM100) GPU
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Condition:
     """One conjunct of the host_pool rule, evaluated: its value and whether it allows host_pool."""
 
@@ -74,7 +73,7 @@ class Condition:
     shown: str = ""  # the same value as a person writes it, where that differs (``SSM state yes …``)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class BackupDecision:
     """The retraction backup backend SGLang would resolve on this server, and why."""
 
@@ -191,7 +190,7 @@ def decide_backup(
     spec: StateSpec,
     layout: PoolLayout,
     flags: ServerFlags,
-    platform: Platform = Platform(),
+    platform: Platform = DEFAULT_PLATFORM,
     *,
     pool_tokens: int | None = None,
     context_len: int | None = None,

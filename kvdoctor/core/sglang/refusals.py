@@ -9,10 +9,9 @@ shown.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from kvdoctor.core.cite import Cite
 from kvdoctor.core.config import ModelConfig
+from kvdoctor.core.record import record
 from kvdoctor.core.sglang import geometry, rules
 from kvdoctor.core.sglang.families import Classification
 from kvdoctor.core.sglang.flags import ServerFlags
@@ -20,7 +19,7 @@ from kvdoctor.core.sglang.policy import Platform, PoolLayout
 from kvdoctor.core.sglang.spec import StateSpec
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Refusal:
     """One start-up refusal SGLang 0.5.23 would raise for this launch: its message and where it raises."""
 

@@ -8,14 +8,14 @@ exactly is the effect of the bounds a deployment sets (``--max-total-tokens``, t
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
+from kvdoctor.core.record import record
 from kvdoctor.core.sglang import rules
 from kvdoctor.core.sglang.flags import ServerFlags
 from kvdoctor.core.sglang.spec import StateSpec
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Sizing:
     """Token and slot capacities of each pool (None where only run-time memory decides)."""
 
@@ -50,7 +50,7 @@ class Sizing:
         return min(limits) if limits else None
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class RetractionForecast:
     """Will a load of CONCURRENT requests of TOKENS each overflow the pools (and so retract)?"""
 

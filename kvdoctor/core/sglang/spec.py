@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from dataclasses import dataclass
 
 from kvdoctor._exceptions import ConfigError, FlagError
 from kvdoctor.core.config import ModelConfig
+from kvdoctor.core.record import record
 from kvdoctor.core.sglang import geometry, rules
 from kvdoctor.core.sglang.families import Classification
 from kvdoctor.core.sglang.flags import ServerFlags
@@ -21,7 +21,7 @@ PER_TOKEN = "per_token"
 PER_REQUEST = "per_request"
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Component:
     """One kind of state: where it lives, how it is indexed, and what one unit of it weighs."""
 
@@ -43,7 +43,7 @@ class Component:
         return self.elements_per_layer * self.layers * self.bits_per_element // 8
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class KVDtype:
     """The resolved ``--kv-cache-dtype``: what the payload is, and its block scales if any."""
 
@@ -59,7 +59,7 @@ class KVDtype:
         return self.scale_block is not None
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class StateSpec:
     """The model's state under the flags: geometry of each pool and the component list."""
 

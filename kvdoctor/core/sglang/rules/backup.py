@@ -3,9 +3,8 @@ how its host pool is sized, and what it carries."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from kvdoctor.core.cite import Source
+from kvdoctor.core.record import record
 from kvdoctor.core.sglang.rules.citations import cite
 from kvdoctor.core.sglang.rules.families import USES_SSM_STATE
 
@@ -13,7 +12,7 @@ from kvdoctor.core.sglang.rules.families import USES_SSM_STATE
 RETRACTION_BACKUPS_SOURCE = cite("srt/arg_groups/fields/disagg.py", "disaggregation_decode_retraction_backup", 95, 108)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class BackupCondition:
     """One conjunct of ``host_pool`` selection (resolve_decode_retraction_backup, kv_cache_builder.py
     lines 186-242); every one must hold for host_pool. Each cites its own lines of that function."""

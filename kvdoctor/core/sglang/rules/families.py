@@ -3,9 +3,8 @@ the model_type → family table, the attention-only model types and how SGLang l
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from kvdoctor.core.cite import Source
+from kvdoctor.core.record import record
 from kvdoctor.core.sglang.rules.citations import cite
 from kvdoctor.core.sglang.rules.layers import (
     GIGACHAT_LAYERS_SOURCE,
@@ -30,7 +29,7 @@ LIGHTNING_CONFIG = cite("srt/configs/hybrid_arch.py", "hybrid_lightning_config",
 USES_SSM_STATE = cite("srt/mem_cache/kv_cache_builder.py", "uses_ssm_state", 173, 183)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class FamilyRule:
     """One row of the model_type → family table.
 

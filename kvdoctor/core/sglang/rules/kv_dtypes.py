@@ -3,9 +3,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from kvdoctor.core.cite import Source
+from kvdoctor.core.record import record
 from kvdoctor.core.sglang.rules.citations import cite
 
 MXFP8_POOL = "MHATokenToKVPoolMXFP8"  # the only MXFP8 pool class: MHA rows, no MLA variant
@@ -18,7 +17,7 @@ SCALE_DTYPE_FALLBACK = "uint8 (e8m0)"
 SCALE_DTYPES_SOURCE = cite("srt/mem_cache/memory_pool.py", "float8_e8m0fnu", 3941, 3949)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class KVDtypeRule:
     """How one ``--kv-cache-dtype`` is stored: payload bits per element, and its block scales.
 

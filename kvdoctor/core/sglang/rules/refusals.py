@@ -3,15 +3,14 @@ and the model context length the ``--context-length`` refusal compares against."
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from kvdoctor.core.cite import Cite
+from kvdoctor.core.record import record
 from kvdoctor.core.sglang.rules.backends import MXFP8_SM100_SOURCE
 from kvdoctor.core.sglang.rules.citations import cite
 from kvdoctor.core.sglang.rules.deepseek import DSA_KV_DTYPE_SOURCE, DSV4_KV_DTYPE_SOURCE
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class RefusalRule:
     """A start-up refusal: SGLang's own message (``{}`` fields filled from the launch) and where."""
 

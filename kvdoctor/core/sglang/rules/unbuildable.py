@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from kvdoctor.core.cite import Cite
+from kvdoctor.core.record import record
 from kvdoctor.core.sglang.rules.citations import cite
 from kvdoctor.core.sglang.rules.layers import GDN_INTERVAL_FIELD, GDN_INTERVAL_SOURCE
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Unbuildable:
     """A config SGLang loads but cannot build pools for, and the field that would fix it."""
 
