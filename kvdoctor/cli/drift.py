@@ -14,6 +14,8 @@ the exit code cannot disagree. Its reports are written first, then its output (t
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -31,6 +33,8 @@ if TYPE_CHECKING:
 
     from kvdoctor.core.drift_result import DriftReport
     from kvdoctor.report.drift_publication import Publication
+
+Progress = Callable[[str, int, int], None]
 
 
 def drift(
@@ -53,6 +57,23 @@ def drift(
             help="Whose rules and code: sglang (default) or vllm (kvdoctor's vLLM rules against the installed vLLM).",
         ),
     ] = Server.SGLANG,
+    all_architectures: bool = typer.Option(
+        False,
+        "--all-architectures",
+        help="Instead of the fixtures: a config for every model type SGLang's registry serves, from its config "
+        "class's defaults, under a 4-case matrix (docs/drift.md). Drift there is reported (exit 0) unless --strict.",
+    ),
+    model_type: Annotated[
+        list[str] | None,
+        typer.Option("--model-type", help="With --all-architectures: only this model type (repeatable)."),
+    ] = None,
+    output_dir: Annotated[
+        Path | None,
+        typer.Option("--output-dir", help="With --all-architectures: keep the generated configs here (new or empty)."),
+    ] = None,
+    strict: bool = typer.Option(
+        False, "--strict", help="With --all-architectures: a drifting generated cell exits 1, as a fixture's does."
+    ),
 ) -> None:
     """Compare kvdoctor's frozen rules with the installed server on every fixture x launch case.
 
@@ -70,7 +91,42 @@ def drift(
         junit_path=junit_path,
         server=server,
         explicit_arch=explicit_arch,
+        architectures=Architectures(all_architectures, tuple(model_type or ()), output_dir, strict),
     )()
+
+
+@dataclass(frozen=True)
+class Architectures:
+    """``--all-architectures`` and the options that only mean something with it."""
+
+    on: bool = False
+    model_types: tuple[str, ...] = ()
+    output_dir: Path | None = None
+    strict: bool = False
+
+    def check(self, fixtures: tuple[str, ...], server: Server) -> None:
+        if not self.on:
+            given = [
+                name
+                for name, value in (
+                    ("--model-type", self.model_types),
+                    ("--output-dir", self.output_dir),
+                    ("--strict", self.strict),
+                )
+                if value
+            ]
+            if given:
+                raise InputError(f"{', '.join(given)} only mean(s) something with --all-architectures")
+            return
+        if fixtures:
+            raise InputError("--all-architectures generates its own configs; it cannot be combined with --fixture")
+        if server is not Server.SGLANG:
+            raise InputError(
+                "--all-architectures walks SGLang's model registry; it is not available with --server vllm"
+            )
+        out = self.output_dir
+        if out is not None and out.exists() and (not out.is_dir() or any(out.iterdir())):
+            raise InputError(f"--output-dir {out} exists and is not an empty directory (nothing is overwritten)")
 
 
 class DriftRun(CommandRun["DriftReport", "Publication"]):
@@ -86,16 +142,19 @@ class DriftRun(CommandRun["DriftReport", "Publication"]):
         junit_path: Path | None,
         server: Server = Server.SGLANG,
         explicit_arch: bool = False,
+        architectures: Architectures | None = None,
     ) -> None:
         self.fixtures, self.cases, self.gpu_arch = fixtures, cases, gpu_arch
         self.json_output, self.junit_path = json_output, junit_path
         self.server, self.explicit_arch = server, explicit_arch
+        self.architectures = architectures or Architectures()
 
     def check(self) -> None:
         if self.server is Server.VLLM and self.explicit_arch:  # silently ignored, the user would think it was used
             raise InputError(
                 "--gpu-arch is the platform SGLang is told; drift --server vllm compares answers that take none"
             )
+        self.architectures.check(self.fixtures, self.server)
 
     def preflight(self) -> None:
         check_reports(self.junit_path)
@@ -107,11 +166,32 @@ class DriftRun(CommandRun["DriftReport", "Publication"]):
 
     def work(self) -> DriftReport:
         adapter = require(Engine(self.server.value), Capability.DRIFT)  # the installed server is the other side
+        if self.architectures.on:
+            return self._all_architectures(adapter.title)
         if self.json_output:
             return adapter.drift(self.fixtures, self.cases, self.gpu_arch, None)
         return with_progress(
             lambda update: adapter.drift(self.fixtures, self.cases, self.gpu_arch, update), f"import {adapter.title}"
         )
+
+    def _all_architectures(self, title: str) -> DriftReport:
+        from kvdoctor.engines.sglang.drift import run_all_architectures  # only after require(): SGLang is here
+
+        chosen = self.architectures
+
+        def run(update: Progress | None) -> DriftReport:
+            return run_all_architectures(
+                self.cases,
+                self.gpu_arch,
+                update,
+                output_dir=chosen.output_dir,
+                model_types=chosen.model_types,
+                strict=chosen.strict,
+            )
+
+        if self.json_output:
+            return run(None)
+        return with_progress(run, f"import {title}")
 
     def deliver(self, result: DriftReport) -> Publication:
         from kvdoctor.report import publishable
@@ -158,3 +238,27 @@ def render(console: Console, result: DriftReport) -> None:
         console.print(table)
         for line in refusal_lines(r, server):
             console.print(safe(line), highlight=False)
+    render_architectures(console, result)
+
+
+def render_architectures(console: Console, result: DriftReport) -> None:
+    """``--all-architectures``: one row per generated model type, then what was skipped and why."""
+    from rich.table import Table
+
+    from kvdoctor.report.drift_publication import architectures_of
+
+    totals = architectures_of(result)
+    if totals is None:
+        return
+    table = Table(title="generated model types", title_justify="left")
+    for col in ("model type", "architecture", "fixture", "cells", "drifting"):
+        table.add_column(col, overflow="fold")
+    for m in totals.per_model_type:
+        row = (m.model_type, m.architecture, "yes" if m.has_fixture else "no", str(m.cells), str(m.drifting_cells))
+        table.add_row(*(safe(v) for v in row))
+    console.print(table)
+    for why, count in totals.skipped_by_reason.items():
+        names = ", ".join(t for t, r in totals.skipped_model_types.items() if r == why)
+        console.print(safe(f"skipped ({why}): {count}: {names}"), highlight=False, soft_wrap=True)
+    if totals.output_dir:
+        console.print(safe(f"configs kept in {totals.output_dir}"), highlight=False, soft_wrap=True)

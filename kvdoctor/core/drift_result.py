@@ -15,16 +15,20 @@ as ``null`` beside the other. Everything else (the totals, ``ok``, the verdict) 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any, ClassVar, Protocol
 
 from kvdoctor.core.engine_ref import EngineRef
+from kvdoctor.core.record import record
 
 __all__ = [
     "SERVER_TITLES",
+    "ArchitectureTotals",
     "CaseResult",
     "Disagreement",
     "DriftReport",
+    "GeneratedDriftReport",
+    "ModelTypeVerdict",
     "SglangCaseResult",
     "VllmCaseResult",
     "VllmFieldDrift",
@@ -48,7 +52,7 @@ def server_answer(drift: Disagreement, server: str) -> Any:
     return getattr(drift, server)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class VllmFieldDrift:
     """One field where kvdoctor's vLLM rule model and the installed vLLM disagree (values as text, as
     ``inspect --server vllm --engine vllm`` compares them)."""
@@ -58,7 +62,7 @@ class VllmFieldDrift:
     vllm: Any
 
 
-@dataclass
+@record
 class CaseResult:
     """One fixture under one launch line: the fields compared and where they differ (the shared part).
 
@@ -87,7 +91,7 @@ class CaseResult:
         return getattr(self, f"{self.server}_refusal")
 
 
-@dataclass
+@record
 class SglangCaseResult(CaseResult):
     """A cell against the installed SGLang (``results`` row of ``drift --json``)."""
 
@@ -97,7 +101,7 @@ class SglangCaseResult(CaseResult):
     seconds: float = 0.0
 
 
-@dataclass
+@record
 class VllmCaseResult(CaseResult):
     """A cell against the installed vLLM (``results`` row of ``drift --server vllm --json``)."""
 
@@ -107,7 +111,7 @@ class VllmCaseResult(CaseResult):
     seconds: float = 0.0
 
 
-@dataclass
+@record
 class DriftReport:
     """The whole matrix: every case, and the totals a CI gate reads.
 
@@ -145,3 +149,43 @@ class DriftReport:
     @property
     def drifting(self) -> list[CaseResult]:
         return [c for c in self.results if not c.ok]
+
+
+@record
+class ModelTypeVerdict:
+    """One generated model type of ``drift --all-architectures``: its cells and how many drift."""
+
+    model_type: str
+    architecture: str
+    has_fixture: bool  # a bundled fixture has this model type (the fixture gate covers it too)
+    cells: int
+    drifting_cells: int
+    ok: bool = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.ok = self.drifting_cells == 0
+
+
+@record
+class ArchitectureTotals:
+    """What ``drift --all-architectures`` made of SGLang's model registry, and how strictly it gates."""
+
+    registry_architectures: int  # architectures SGLang's ModelRegistry serves (its modules that import)
+    model_types: int  # candidate model types (SGLang's config registry + causal-LM types it serves)
+    generated: int  # configs written and run
+    skipped: int = field(init=False)
+    skipped_by_reason: dict[str, int] = field(default_factory=dict)
+    skipped_model_types: dict[str, str] = field(default_factory=dict)  # model type -> reason
+    per_model_type: list[ModelTypeVerdict] = field(default_factory=list)
+    output_dir: str | None = None  # where the configs were kept (None: a temporary directory, removed)
+    strict: bool = False  # drift in the generated set gates (exit 1) instead of being reported (exit 0, warn)
+
+    def __post_init__(self) -> None:
+        self.skipped = len(self.skipped_model_types)
+
+
+@record
+class GeneratedDriftReport(DriftReport):
+    """``drift --all-architectures``: the matrix over generated configs, with the registry's totals."""
+
+    architectures: ArchitectureTotals | None = None

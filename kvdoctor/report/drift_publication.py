@@ -12,7 +12,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from kvdoctor._exceptions import EXIT_GATE, EXIT_PASS
-from kvdoctor.core.drift_result import SERVER_TITLES, CaseResult, Disagreement, DriftReport, server_answer
+from kvdoctor.core.drift_result import (
+    SERVER_TITLES,
+    ArchitectureTotals,
+    CaseResult,
+    Disagreement,
+    DriftReport,
+    server_answer,
+)
 from kvdoctor.core.engine_ref import EngineRef
 from kvdoctor.report import github, junit
 from kvdoctor.report.publishable import Publishable
@@ -50,12 +57,38 @@ def refusal_lines(case: CaseResult, server: str) -> list[str]:
     ]
 
 
+def architectures_of(result: DriftReport) -> ArchitectureTotals | None:
+    """The registry's totals of a ``--all-architectures`` run (None: a fixture run)."""
+    return getattr(result, "architectures", None)
+
+
+def reports_only(result: DriftReport) -> bool:
+    """A generated-set run without ``--strict``: its drift is reported (exit 0, verdict warn), not gated."""
+    totals = architectures_of(result)
+    return totals is not None and not totals.strict
+
+
+def architectures_line(totals: ArchitectureTotals) -> str:
+    """The registry's totals in one line (after the verdict's counts)."""
+    skipped = ", ".join(f"{why}: {n}" for why, n in totals.skipped_by_reason.items())
+    drifting = sum(not m.ok for m in totals.per_model_type)
+    return (
+        f"{totals.registry_architectures} registry architectures, {totals.model_types} model types, "
+        f"{totals.generated} generated, {totals.skipped} skipped"
+        + (f" ({skipped})" if skipped else "")
+        + f", {drifting} of {totals.generated} model types drifting"
+    )
+
+
 def verdict_detail(result: DriftReport) -> str:
     """The status line after its verdict word: the counts, then the first drifting cells."""
     counts = (
         f"{human(result.cases)} cases, {human(result.fields_compared)} fields compared, "
         f"{human(result.drifting_cases)} drifting, {result.elapsed_s:.1f} s"
     )
+    totals = architectures_of(result)
+    if totals is not None:
+        counts = f"{counts}; {architectures_line(totals)}"
     if result.ok:
         return counts
     names = ", ".join(f"{r.model} · {r.case}" for r in result.drifting[:5])
@@ -74,11 +107,18 @@ class Publication(Publishable):
 
     @property
     def warnings(self) -> Sequence[str]:
-        return ()  # a cell agrees or drifts: nothing is reported ungated
+        # A fixture cell agrees or drifts (gated). A generated-set cell without --strict is reported: each
+        # drifting one is a warning, so the verdict says warn, never pass, when any drifts.
+        if not reports_only(self.result):
+            return ()
+        return [
+            f"{r.model} · {r.case}: " + "; ".join(drift_line(d, self.result.server) for d in r.drift)
+            for r in self.result.drifting
+        ]
 
     @property
     def exit_code(self) -> int:
-        return EXIT_PASS if self.result.ok else EXIT_GATE
+        return EXIT_PASS if self.result.ok or reports_only(self.result) else EXIT_GATE
 
     @property
     def engine(self) -> EngineRef:
@@ -98,7 +138,7 @@ class Publication(Publishable):
         return [
             junit.Case(
                 f"{r.model} · {r.case}",
-                junit.PASSED if r.ok else junit.FAILED,
+                junit.PASSED if r.ok else junit.SKIPPED if reports_only(self.result) else junit.FAILED,
                 message="; ".join(drift_line(d, self.result.server) for d in r.drift),
                 time_s=r.seconds,
             )
@@ -108,9 +148,18 @@ class Publication(Publishable):
     def summary_rows(self) -> list[github.Row]:
         result = self.result
         return [
-            github.Row("drifting cases", str(result.drifting_cases), "0", junit.PASSED if result.ok else junit.FAILED),
+            github.Row("drifting cases", str(result.drifting_cases), "0", self._status(result.ok)),
             *(
-                github.Row(f"{r.model} · {r.case}", ", ".join(d.field for d in r.drift), "no drift", junit.FAILED)
+                github.Row(
+                    f"{r.model} · {r.case}", ", ".join(d.field for d in r.drift), "no drift", self._status(False)
+                )
                 for r in result.drifting
             ),
         ]
+
+    def _status(self, ok: bool) -> str:
+        """A summary row's status: a reported (not gated) drift is a warning (its JUnit case is skipped), so
+        neither says fail while the command exits 0."""
+        if ok:
+            return junit.PASSED
+        return "warning" if reports_only(self.result) else junit.FAILED

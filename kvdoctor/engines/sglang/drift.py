@@ -8,13 +8,23 @@ a user's own SGLang it shows where the frozen rules no longer hold.
 
 from __future__ import annotations
 
+import json
+import shutil
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from kvdoctor._exceptions import EngineUnavailable, InputError
 from kvdoctor.core.config import bundled_fixtures
-from kvdoctor.core.drift_result import DriftReport, SglangCaseResult
+from kvdoctor.core.drift_result import (
+    ArchitectureTotals,
+    DriftReport,
+    GeneratedDriftReport,
+    ModelTypeVerdict,
+    SglangCaseResult,
+)
 from kvdoctor.core.sglang.analysis import analyze
 from kvdoctor.core.sglang.inspect_result import FieldDrift
 from kvdoctor.engines import GpuArch
@@ -60,8 +70,15 @@ MATRIX: tuple[LaunchCase, ...] = (
 )
 
 
-def one_case(model: str, case: LaunchCase, arch: GpuArch) -> SglangCaseResult:
+# ``--all-architectures``: the launch lines that take distinct rule paths (pools and components as served,
+# PD decode's backup and state types, hybrid SWA off, a KV dtype), 4 of MATRIX's 17, so ~100 model types fit.
+ARCHITECTURE_CASES: tuple[str, ...] = ("colocated", "decode", "decode+no-hybrid-swa", "decode+fp8")
+
+
+def one_case(model: str, case: LaunchCase, arch: GpuArch, name: str | None = None) -> SglangCaseResult:
+    """MODEL (a fixture or a config path) under CASE, reported as NAME (default: MODEL)."""
     started = time.perf_counter()
+    label = name or model
     argv = [*case.argv, *SIZED]
     try:
         analysis = analyze(model, argv, platform=arch.platform())
@@ -78,7 +95,7 @@ def one_case(model: str, case: LaunchCase, arch: GpuArch) -> SglangCaseResult:
             raise different from exc  # kvdoctor's call into another version failed: not drift, exit 2
         error = f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]} ({_runtime.sglang_frame(exc)})"
         return SglangCaseResult(
-            model,
+            label,
             case.name,
             tuple(argv),
             0,
@@ -89,7 +106,7 @@ def one_case(model: str, case: LaunchCase, arch: GpuArch) -> SglangCaseResult:
         )
     live = answers.live
     return SglangCaseResult(
-        model=model,
+        model=label,
         case=case.name,
         argv=tuple(argv),
         fields=sum(_asked(n, live.skipped) for n in set(answers.ours) | set(live.fields)),
@@ -128,3 +145,86 @@ def run_drift(
             results.append(one_case(model, case, arch))
     report("done", total, total)
     return DriftReport(info, results, time.perf_counter() - started, arch.value)
+
+
+def _fixture_model_types() -> set[str]:
+    types = set()
+    for path in bundled_fixtures().values():
+        try:
+            types.add(str(json.loads(path.read_text()).get("model_type")))
+        except (OSError, ValueError, AttributeError):
+            continue
+    return types
+
+
+def run_all_architectures(
+    cases: Sequence[str] = (),
+    arch: GpuArch = GpuArch.SM100,
+    progress: Callable[[str, int, int], None] | None = None,
+    *,
+    output_dir: Path | None = None,
+    model_types: Sequence[str] = (),
+    strict: bool = False,
+) -> GeneratedDriftReport:
+    """Every model type SGLang's registry serves, as a config from its class's defaults, under the
+    :data:`ARCHITECTURE_CASES` (or CASES). The configs go to a temporary directory kvdoctor removes, or
+    to OUTPUT_DIR (kept). Zero generated configs is a refusal (exit 2), never a pass."""
+    from kvdoctor.engines.sglang import architectures
+
+    started = time.perf_counter()
+    by_name = {c.name: c for c in MATRIX}
+    chosen = (
+        [by_name[n] for n in select(cases, list(by_name), "case")]
+        if cases
+        else [by_name[n] for n in ARCHITECTURE_CASES]
+    )
+    info = _runtime.engine_info()
+    report = progress or (lambda what, done, total: None)
+    report("SGLang's model registry", 0, 1)
+    tmp = None
+    if output_dir is None:
+        tmp = Path(tempfile.mkdtemp(prefix="kvdoctor-architectures-"))
+    root = output_dir or tmp
+    assert root is not None
+    try:
+        made = architectures.generate(root, model_types)
+        if not made.generated:
+            reasons = ", ".join(f"{why}: {n}" for why, n in made.skipped_by_reason.items()) or "no model types"
+            raise EngineUnavailable(
+                f"drift --all-architectures generated no config from SGLang {info.version}'s registry "
+                f"({made.model_types} model types; {reasons}): nothing to compare"
+            )
+        fixture_types = _fixture_model_types()
+        total = len(made.generated) * len(chosen)
+        results: list[SglangCaseResult] = []
+        verdicts = []
+        for gen in made.generated:
+            cells = []
+            for case in chosen:
+                report(f"{gen.model_type} · {case.name}", len(results), total)
+                cells.append(one_case(str(gen.directory / "config.json"), case, arch, gen.model_type))
+            results.extend(cells)
+            verdicts.append(
+                ModelTypeVerdict(
+                    gen.model_type,
+                    gen.architecture,
+                    gen.model_type in fixture_types,
+                    len(cells),
+                    sum(not c.ok for c in cells),
+                )
+            )
+        report("done", total, total)
+    finally:
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+    totals = ArchitectureTotals(
+        registry_architectures=made.registry_architectures,
+        model_types=made.model_types,
+        generated=len(made.generated),
+        skipped_by_reason=made.skipped_by_reason,
+        skipped_model_types=dict(sorted(made.skipped.items())),
+        per_model_type=verdicts,
+        output_dir=str(output_dir) if output_dir is not None else None,
+        strict=strict,
+    )
+    return GeneratedDriftReport(info, list(results), time.perf_counter() - started, arch.value, totals)

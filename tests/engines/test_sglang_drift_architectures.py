@@ -1,0 +1,221 @@
+"""``kvdoctor drift --all-architectures``: configs generated from SGLang's own registry, run through the drift cells.
+
+The first tests need no SGLang (option checks, the generator's skip accounting, the exit-code contract on a
+typed result); those marked ``sglang`` walk the installed SGLang's registry (loaded once per process, ~1 min)
+and run a handful of model types under one case.
+"""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from kvdoctor.cli.app import app
+from kvdoctor.core.drift_result import ArchitectureTotals, GeneratedDriftReport, ModelTypeVerdict, SglangCaseResult
+from kvdoctor.core.engine_ref import EngineRef
+from kvdoctor.core.sglang.inspect_result import FieldDrift
+from kvdoctor.engines.sglang import architectures
+from kvdoctor.engines.sglang import drift as drift_mod
+from tests.schema_check import assert_valid
+
+NARROW = {"COLUMNS": "80", "NO_COLOR": "1", "TERM": "dumb"}
+
+
+def cli(*args: str) -> Any:
+    return CliRunner().invoke(app, ["drift", *args], env=NARROW, catch_exceptions=False)
+
+
+# -- no SGLang needed -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("--all-architectures", "--fixture", "llama-3.1-8b"),
+        ("--all-architectures", "--server", "vllm"),
+        ("--strict",),
+        ("--model-type", "llama"),
+    ],
+    ids=["with-fixture", "with-vllm", "strict-alone", "model-type-alone"],
+)
+def test_conflicting_options_are_refused_in_one_line(args: tuple[str, ...]) -> None:
+    run = cli(*args)
+    assert run.exit_code == 2, run.output
+    assert run.output.startswith("kvdoctor: error: ") and len(run.output.strip().splitlines()) == 1, run.output
+
+
+def test_a_non_empty_output_dir_is_refused_and_left_untouched(tmp_path: Path) -> None:
+    (tmp_path / "mine.txt").write_text("keep")
+    run = cli("--all-architectures", "--output-dir", str(tmp_path))
+    assert run.exit_code == 2 and "not an empty directory" in run.output, run.output
+    assert [p.name for p in tmp_path.iterdir()] == ["mine.txt"] and (tmp_path / "mine.txt").read_text() == "keep"
+
+
+class Builds:
+    model_type = "builds"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"hidden_size": 64, "num_attention_heads": 4}
+
+
+class NeedsArguments:
+    def __init__(self, vocab: int) -> None:  # a config class with no usable defaults
+        self.vocab = vocab
+
+
+class NotJson:
+    def to_dict(self) -> dict[str, Any]:
+        return {"dtype": object()}
+
+
+def test_a_config_that_does_not_construct_is_counted_as_skipped_not_crashed(tmp_path: Path) -> None:
+    found = [
+        architectures.Candidate("builds", Builds, "BuildsForCausalLM"),
+        architectures.Candidate("needs_arguments", NeedsArguments, "NeedsForCausalLM"),
+        architectures.Candidate("not_json", NotJson, "NotJsonForCausalLM"),
+        architectures.Candidate("vision_only", Builds, None),
+    ]
+    made = architectures.generate(tmp_path, found=found)
+    assert [g.model_type for g in made.generated] == ["builds"]
+    assert made.skipped == {
+        "needs_arguments": architectures.NO_CONSTRUCT,
+        "not_json": architectures.NO_SERIALIZE,
+        "vision_only": architectures.NO_ARCHITECTURE,
+    }
+    assert made.skipped_by_reason == {
+        architectures.NO_ARCHITECTURE: 1,
+        architectures.NO_CONSTRUCT: 1,
+        architectures.NO_SERIALIZE: 1,
+    }
+    written = json.loads((tmp_path / "builds" / "config.json").read_text())
+    assert written == {"hidden_size": 64, "num_attention_heads": 4, "model_type": "builds",
+                       "architectures": ["BuildsForCausalLM"]}  # fmt: skip
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["builds"]  # nothing written for a skipped type
+
+
+def generated_report(*, strict: bool) -> GeneratedDriftReport:
+    cells = [
+        SglangCaseResult("llama", "colocated", ("--max-total-tokens", "65536"), 30),
+        SglangCaseResult("zaya", "decode", ("--disaggregation-mode", "decode"), 40, [FieldDrift("kv_pool", "A", "B")]),
+    ]
+    totals = ArchitectureTotals(
+        registry_architectures=268,
+        model_types=3,
+        generated=2,
+        skipped_by_reason={architectures.NO_ARCHITECTURE: 1},
+        skipped_model_types={"mamba": architectures.NO_ARCHITECTURE},
+        per_model_type=[
+            ModelTypeVerdict("llama", "LlamaForCausalLM", True, 1, 0),
+            ModelTypeVerdict("zaya", "ZayaForCausalLM", False, 1, 1),
+        ],
+        strict=strict,
+    )
+    return GeneratedDriftReport(EngineRef("sglang", "0.5.23", "/x/sglang"), cells, 3.0, "sm100", totals)
+
+
+@pytest.mark.parametrize("strict", [False, True], ids=["reported", "strict"])
+def test_generated_set_drift_is_reported_unless_strict(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, strict: bool
+) -> None:
+    monkeypatch.setattr(drift_mod, "run_all_architectures", lambda *a, **k: generated_report(strict=strict))
+    monkeypatch.setattr("kvdoctor.cli.drift.require", lambda *a, **k: type("A", (), {"title": "SGLang"})())
+    junit = tmp_path / "junit.xml"
+    args = ["--all-architectures", "--json", "--junit", str(junit), *(["--strict"] if strict else [])]
+    run = cli(*args)
+    doc = assert_valid(run.stdout, "drift")
+    assert run.exit_code == (1 if strict else 0), run.output
+    assert doc["verdict"] == ("fail" if strict else "warn")  # never "pass" while a cell drifts
+    assert doc["ok"] is False and doc["architectures"]["skipped"] == 1 and doc["architectures"]["generated"] == 2
+    assert doc["results"][1]["model"] == "zaya"
+    statuses = [child.tag for case in ET.parse(junit).iter("testcase") for child in case]
+    assert ("failure" in statuses) == strict and ("skipped" in statuses) == (not strict)
+    # the schema ties the exit code to the mode: a reported run claiming exit 1 is invalid, and vice versa
+    with pytest.raises(AssertionError):
+        assert_valid(json.dumps({**doc, "exit_code": 0 if strict else 1}), "drift")
+
+
+def test_generated_set_table_names_every_model_type_and_skip(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(drift_mod, "run_all_architectures", lambda *a, **k: generated_report(strict=False))
+    monkeypatch.setattr("kvdoctor.cli.drift.require", lambda *a, **k: type("A", (), {"title": "SGLang"})())
+    run = cli("--all-architectures")
+    assert run.exit_code == 0, run.output
+    out = run.stdout
+    assert "ZayaForCausalLM" in out and "LlamaForCausalLM" in out
+    assert f"skipped ({architectures.NO_ARCHITECTURE}): 1: mamba" in out
+    assert "verdict: passed with warnings — 2 cases, 70 fields compared, 1 drifting" in out, out  # never "passed"
+    assert "268 registry architectures, 3 model types, 2 generated, 1 skipped" in " ".join(out.split())
+    assert "1 of 2 model types drifting" in " ".join(out.split())
+
+
+# -- against the installed SGLang --------------------------------------------------------------------
+
+KNOWN = {"llama": "LlamaForCausalLM", "qwen3": "Qwen3ForCausalLM", "gemma2": "Gemma2ForCausalLM"}
+
+
+@pytest.fixture(scope="module")
+def registry() -> tuple[int, list[architectures.Candidate]]:
+    return architectures.candidates()  # SGLang's registry, imported once for this module
+
+
+@pytest.mark.sglang
+def test_the_registry_maps_known_model_types_to_their_architecture(
+    registry: tuple[int, list[architectures.Candidate]], tmp_path: Path
+) -> None:
+    archs, found = registry
+    by_type = {c.model_type: c for c in found}
+    assert archs > 100 and len(found) > 50
+    assert {t: by_type[t].architecture for t in KNOWN} == KNOWN
+    made = architectures.generate(tmp_path, only=tuple(KNOWN), found=found)
+    assert sorted(g.model_type for g in made.generated) == sorted(KNOWN) and not made.skipped
+    llama = json.loads((tmp_path / "llama" / "config.json").read_text())
+    from transformers import LlamaConfig
+
+    defaults = LlamaConfig()  # nothing shrunk: the geometry is the class's own defaults
+    assert (llama["hidden_size"], llama["num_attention_heads"], llama["num_key_value_heads"]) == (
+        defaults.hidden_size,
+        defaults.num_attention_heads,
+        defaults.num_key_value_heads,
+    )
+    assert llama["architectures"] == ["LlamaForCausalLM"] and llama["model_type"] == "llama"
+
+
+@pytest.mark.sglang
+def test_a_few_model_types_run_one_case_and_clean_up(
+    registry: tuple[int, list[architectures.Candidate]], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    made: list[Path] = []
+    real_mkdtemp = drift_mod.tempfile.mkdtemp
+
+    def mkdtemp(**kwargs: Any) -> str:
+        made.append(Path(real_mkdtemp(dir=tmp_path, **kwargs)))
+        return str(made[-1])
+
+    monkeypatch.setattr(drift_mod.tempfile, "mkdtemp", mkdtemp)
+    report = drift_mod.run_all_architectures(("colocated",), model_types=("llama", "qwen3"))
+    assert report.architectures is not None and report.architectures.generated == 2
+    assert [r.model for r in report.results] == ["llama", "qwen3"] and all(r.fields > 10 for r in report.results)
+    assert [m.model_type for m in report.architectures.per_model_type] == ["llama", "qwen3"]
+    assert made and not made[0].exists()  # the temporary configs are removed
+    assert report.architectures.output_dir is None
+
+
+@pytest.mark.sglang
+@pytest.mark.parametrize(
+    "listed",
+    [[], [architectures.Candidate("vision_only", object, None)]],
+    ids=["empty-registry", "all-skipped"],
+)
+def test_zero_generated_configs_is_a_refusal_never_a_pass(
+    registry: tuple[int, list[architectures.Candidate]],
+    monkeypatch: pytest.MonkeyPatch,
+    listed: list[architectures.Candidate],
+) -> None:
+    monkeypatch.setattr(architectures, "candidates", lambda: (0, listed))
+    run = cli("--all-architectures", "--case", "colocated", "--json")
+    assert run.exit_code == 2, run.output
+    assert "generated no config" in run.output and '"verdict": "pass"' not in run.output
