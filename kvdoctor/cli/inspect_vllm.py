@@ -85,6 +85,8 @@ def render(r: VllmReport, console: Any = None) -> None:
         ("family", m.family),
         ("layers with state", human(m.layers)),
         ("block size", f"{b.tokens} tokens: {b.reason}"),
+        *((("max model length", f"{b.max_model_len} tokens: {b.max_model_len_reason}"),) if b.max_model_len else ()),
+        *((("Mamba block", f"{b.mamba_block_size} tokens: {b.mamba_block_reason}"),) if b.mamba_block_size else ()),
         ("hybrid KV cache manager", f"{'on' if hma.enabled else 'off'}: {hma.reason}"),
         ("preemption", f"{r.preemption.mode}, no backup ({r.preemption.where})"),
         ("rules", r.rules_revision),

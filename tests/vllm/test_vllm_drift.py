@@ -4,11 +4,13 @@ Runs in .venv-vllm/ (``make test-vllm``); skipped where vLLM is not installed. N
 vLLM's side is the installed wheel's. The whole matrix runs once (module fixture); the tests that inject a
 wrong rule run one cell each through the CLI.
 
-Found by it, and pinned here until kvdoctor's vLLM rule model is corrected (issue 20 point 4): without prefix
-caching vLLM's ``MambaModelConfig.verify_and_update_config`` sets the Mamba block to ``max_model_len``
-(model_executor/models/config.py:781-787) and ``MambaBase.get_kv_cache_spec`` builds every ``MambaSpec``
-with it (model_executor/layers/mamba/abstract.py:73-79); the rule model gives the Mamba groups the
-attention block (core/vllm/specs.py, ``build_specs``).
+Found by it (issue 20 point 4) and corrected: without prefix caching vLLM's
+``MambaModelConfig.verify_and_update_config`` sets the Mamba block to ``max_model_len``
+(model_executor/models/config.py:780-787) and ``MambaBase.get_kv_cache_spec`` builds every ``MambaSpec`` with
+it (model_executor/layers/mamba/abstract.py:72-79). The rule model now derives ``max_model_len`` as vLLM's
+``_get_and_verify_max_len`` does (core/vllm/model_len.py) and gives the Mamba groups that block; vLLM's side
+derives it with its own code from its own config object (engines/vllm/cache_config.py), so the matrix is
+expected to agree everywhere, and the rule forced off must drift again.
 """
 
 from __future__ import annotations
@@ -21,9 +23,11 @@ import pytest
 from typer.testing import CliRunner
 
 from kvdoctor.cli.app import app
+from kvdoctor.core.config import load_config
 from kvdoctor.core.drift_result import DriftReport
 from kvdoctor.core.vllm import analysis as vllm_analysis
 from kvdoctor.core.vllm import connectors, matrix
+from kvdoctor.core.vllm import specs as vllm_specs
 from kvdoctor.core.vllm.analysis import analyze_vllm
 from kvdoctor.core.vllm.connectors import Status
 from kvdoctor.core.vllm.refusals import VllmRefusal
@@ -35,6 +39,7 @@ pytestmark = pytest.mark.vllm
 NARROW = {"COLUMNS": "80", "NO_COLOR": "1", "TERM": "dumb"}
 HYBRIDS = ("nemotron-h-8b", "qwen3-next-80b-a3b")
 GROUPS = "KV cache groups"
+LENGTH = "max model length"
 
 
 @pytest.fixture(scope="module")
@@ -56,16 +61,80 @@ def test_every_vllm_fixture_runs_its_whole_matrix(whole: DriftReport) -> None:
     assert not [r for r in whole.results if any(d.field in ("error", "refuses") for d in r.drift)]
 
 
-def test_the_only_drift_is_the_mamba_block_without_prefix_caching(whole: DriftReport) -> None:
-    """The found drift, listed: exactly the hybrid cells without prefix caching, on the groups field alone, and
-    vLLM's Mamba groups carry max_model_len (the config's max_position_embeddings) as their block."""
-    drifting = {(r.model, r.case) for r in whole.drifting}
-    assert drifting == {(m, r.case) for r in whole.results for m in HYBRIDS if r.model == m and "no-prefix" in r.case}
-    for r in whole.drifting:
-        assert [d.field for d in r.drift] == [GROUPS], (r.model, r.case, r.drift)
-        block = analyze_vllm(r.model, ()).config.get("max_position_embeddings")
-        theirs = [g for g in r.drift[0].vllm.split("; ") if g.startswith("MambaSpec")]
-        assert theirs and all(g.startswith(f"MambaSpec block {block} ") for g in theirs), r.drift[0].vllm
+def test_the_whole_matrix_agrees(whole: DriftReport) -> None:
+    """Zero drift, every cell asking the max model length, and the hybrid cells without prefix caching (the 48
+    that drifted before the rule) agreeing on Mamba groups whose block is max_model_len."""
+    assert not whole.drifting, [(r.model, r.case, r.drift) for r in whole.drifting]
+    assert whole.ok and whole.fields_compared == sum(r.fields for r in whole.results)
+    no_prefix = [r for r in whole.results if r.model in HYBRIDS and "no-prefix" in r.case]
+    assert len(no_prefix) == 2 * (24 + 2)  # the product's half without prefix caching, and two length lines
+    for r in no_prefix:
+        a = analyze_vllm(r.model, r.argv)
+        assert a.specs.max_model_len is not None and a.specs.mamba_block_size == a.specs.max_model_len.tokens
+        assert a.specs.mamba_block_size != a.specs.block_size
+
+
+def test_the_mamba_block_rule_forced_off_drifts_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Teeth of the fix: the Mamba block back to the attention block without prefix caching, and vLLM's own
+    groups (block max_model_len) turn the cell red on the groups field alone."""
+    monkeypatch.setattr(vllm_specs, "_mamba_block", lambda flags, block, length: block)
+    for fixture in HYBRIDS:
+        done, cell, red = _one_cell(tmp_path, fixture, "no-prefix")
+        assert done.exit_code == 1 and red == [f"{fixture} · no-prefix"]
+        assert [d["field"] for d in cell["drift"]] == [GROUPS]
+        block = load_config(fixture).text["max_position_embeddings"]
+        theirs = [g for g in cell["drift"][0]["vllm"].split("; ") if g.startswith("MambaSpec")]
+        assert theirs and all(g.startswith(f"MambaSpec block {block} ") for g in theirs), theirs
+
+
+def test_a_wrong_max_model_len_is_drift_on_its_own_field(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Teeth of the length rule itself: ignoring --max-model-len makes the length and the Mamba groups drift."""
+    real = vllm_specs.max_model_len
+    monkeypatch.setattr(vllm_specs, "max_model_len", lambda cfg, asked=None, **k: real(cfg, None, **k))
+    done, cell, _ = _one_cell(tmp_path, "nemotron-h-8b", "max-len-3k+no-prefix")
+    assert done.exit_code == 1
+    fields = {d["field"]: d for d in cell["drift"]}
+    assert set(fields) == {LENGTH, GROUPS}
+    assert (fields[LENGTH]["kvdoctor"], fields[LENGTH]["vllm"]) == ("8192", "3000")
+
+
+def test_a_length_above_the_config_is_refused_by_both(whole: DriftReport) -> None:
+    cells = [r for r in whole.results if r.case == "max-len-10M"]
+    assert len(cells) == len(matrix.vllm_fixtures())
+    for r in cells:
+        assert r.ok and r.kvdoctor_refusal and r.kvdoctor_refusal.startswith("User-specified max_model_len (10485760)")
+        assert r.vllm_refusal and "_get_and_verify_max_len raises ValueError: User-specified max_model_len" in (
+            r.vllm_refusal
+        )
+
+
+CONFIGS = {  # llama-3.1-8b's config.json with these fields: several length keys, RoPE scaling, a Command-R length
+    "smaller-key": {"max_position_embeddings": 32768, "n_positions": 16384, "seq_length": 65536},
+    "linear": {"max_position_embeddings": 8192, "rope_scaling": {"rope_type": "linear", "factor": 4.0}},
+    "legacy-dynamic": {"max_position_embeddings": 8192, "rope_scaling": {"type": "dynamic", "factor": 2.0}},
+    "yarn": {
+        "max_position_embeddings": 32768,
+        "rope_scaling": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 8192},
+    },
+    "model-max-length": {"max_position_embeddings": 8192, "model_max_length": 131072},
+}
+
+
+@pytest.mark.parametrize(
+    "argv", [(), ("--max-model-len", "auto"), ("--max-model-len", "12k"), ("--max-model-len", "64K")]
+)
+@pytest.mark.parametrize("name", list(CONFIGS))
+def test_the_length_rule_is_vllms_own_derivation(tmp_path: Path, name: str, argv: tuple[str, ...]) -> None:
+    """The rule model's max_model_len (or refusal) against vLLM's _get_and_verify_max_len on vLLM's own config."""
+    from kvdoctor.engines.vllm import cache_config
+
+    doc = {**dict(load_config("llama-3.1-8b").top), **CONFIGS[name]}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(doc), encoding="utf-8")
+    a = analyze_vllm(str(path), argv)
+    ours, theirs = a.specs.max_model_len, cache_config.vllm_max_model_len(a)
+    assert ours is not None
+    assert (ours.tokens, ours.refusal is not None) == (theirs.tokens, theirs.refusal is not None), (ours, theirs)
 
 
 def test_both_sides_refusing_alike_is_not_drift(whole: DriftReport) -> None:

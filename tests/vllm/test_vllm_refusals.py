@@ -82,6 +82,20 @@ CITES += [(f"CITATIONS[{i}]", c) for i, c in enumerate(rules.CITATIONS) if c not
 NAMED = {"TP_HEADS": "total_num_attention_heads", "TP_KV_HEADS": "divide", "DIVIDE": "def ensure_divisibility"}
 NAMED["CONFIG_LOADER"] = "AutoConfig.from_pretrained"
 NAMED["OFFLOAD_PREFIX_CACHING"] = "--enable-prefix-caching to align block sizes"
+NAMED |= {  # max_model_len (core/vllm/model_len.py) and the Mamba block it sizes
+    "MAX_LEN": "def _get_and_verify_max_len",
+    "MAX_LEN_CALL": "def get_and_verify_max_len",
+    "MAX_LEN_DERIVE": "def derive_max_model_len_and_key",
+    "MAX_LEN_ROPE": "derived_max_model_len *= scaling_factor",
+    "MAX_LEN_ROPE_NESTED": "def is_rope_parameters_nested",
+    "MAX_LEN_ROPE_LEGACY": "def patch_legacy_rope_type",
+    "MAX_LEN_CHECK": "User-specified max_model_len",
+    "MAX_LEN_FIELD": "Field(default=None, ge=-1)",
+    "MAX_LEN_POSITIVE": "max_model_len must be a positive integer",
+    "MAX_LEN_FLAG": "def human_readable_int_or_auto",
+    "MAMBA_BLOCK_MAX_LEN": "cache_config.mamba_block_size = model_config.max_model_len",
+    "MAMBA_SPEC_BLOCK": "block_size=mamba_block_size",
+}
 
 
 def test_every_citation_the_rules_make_is_checked() -> None:
@@ -105,6 +119,32 @@ def test_the_refusal_messages_are_vllms_own_words() -> None:
     assert "must be divisible by tensor parallel size " in model
     utils = (_vllm_root() / "distributed" / "utils.py").read_text(encoding="utf-8")
     assert 'f"{numerator} is not divisible by {denominator}"' in utils
+
+
+def _cited(cite: Cite) -> str:
+    return "\n".join((_vllm_root() / cite.path).read_text(encoding="utf-8").splitlines()[cite.start - 1 : cite.end])
+
+
+def test_the_length_rules_restate_vllms_own_lists() -> None:
+    """The length keys in vLLM's order, the RoPE types whose length is already scaled, and the refusal's words."""
+    derive = _cited(rules.MAX_LEN_DERIVE)
+    assert re.findall(r'^\s+"(\w+)",$', derive, re.M) == list(rules.MAX_LEN_KEYS)
+    rope = _cited(rules.MAX_LEN_ROPE)
+    start = rope.index("if rope_type not in (")
+    listed = rope[start : rope.index("):", start)]
+    assert set(re.findall(r'"(\w+)"', listed)) == rules.ROPE_PRESCALED
+    assert f"default_max_len = {rules.DEFAULT_MAX_MODEL_LEN}" in _cited(rules.MAX_LEN)
+    check = _cited(rules.MAX_LEN_CHECK)
+    for words in (
+        "User-specified max_model_len (",
+        ") is greater ",
+        "than the derived max_model_len (",
+        " or model_max_length=",
+        " in model's config.json).",
+        "To allow overriding this maximum, set ",
+        "the env var VLLM_ALLOW_LONG_MAX_MODEL_LEN=1.",
+    ):
+        assert words in check and words.strip() in rules.MAX_LEN_REFUSED, words
 
 
 # --- the generated tables are what the generator reads from this vLLM ---

@@ -36,6 +36,13 @@ class VllmAnalysis:
     def worst_severity(self) -> str | None:
         return min((h.severity for h in self.hazards), key=SEVERITY_ORDER.__getitem__, default=None)
 
+    def _mamba_block_reason(self) -> str | None:
+        if self.specs.mamba_block_size is None:
+            return None
+        if self.flags.prefix_caching:
+            return f"the attention block: prefix caching on, mamba_cache_mode align ({rules.ALIGN_HYBRID.where})"
+        return f"max_model_len: prefix caching off, mamba_cache_mode none ({rules.MAMBA_BLOCK_MAX_LEN.where})"
+
     def report(self) -> VllmReport:
         """``inspect --server vllm``'s typed result: what ``--json`` prints and the tables render."""
         specs = self.specs
@@ -53,6 +60,10 @@ class VllmAnalysis:
                 tokens=specs.block_size,
                 reason=specs.block_size_reason,
                 mamba_state_bytes_before_padding=specs.mamba_page_padded_from,
+                max_model_len=specs.max_model_len.tokens if specs.max_model_len else None,
+                max_model_len_reason=specs.max_model_len.reason if specs.max_model_len else None,
+                mamba_block_size=specs.mamba_block_size,
+                mamba_block_reason=self._mamba_block_reason(),
             ),
             layer_specs=tuple(
                 LayerSpecRow(
@@ -93,6 +104,10 @@ class BlockSizeFacts:
     tokens: int
     reason: str
     mamba_state_bytes_before_padding: int | None
+    max_model_len: int | None = None  # the length vLLM runs with (core/vllm/model_len.py)
+    max_model_len_reason: str | None = None
+    mamba_block_size: int | None = None  # every MambaSpec's block: the attention block, or max_model_len
+    mamba_block_reason: str | None = None
 
 
 @dataclass(frozen=True)
@@ -265,6 +280,8 @@ def analyze_vllm_config(config: ModelConfig, flags: VllmFlags) -> VllmAnalysis:
     connector = verdict(flags, specs, None if groups is None else list(groups), refusal, where)
     attention = any(s.kind is not SpecKind.MAMBA for s in specs.layers.values())
     refusals = launch_refusals(config, flags, mla=specs.family is rules.Family.MLA, attention=attention)
+    if specs.max_model_len is not None and specs.max_model_len.refusal is not None:
+        refusals = (*refusals, specs.max_model_len.refusal)  # --max-model-len above what the config allows
     ctx = VllmContext(flags, specs, groups, refusal, hybrid, connector, refusals, where)
     found = registry.find_hazards("vllm", ctx)
     found = tuple(sorted(found, key=lambda h: SEVERITY_ORDER[h.severity]))

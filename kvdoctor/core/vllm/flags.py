@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kvdoctor._exceptions import FlagError
+from kvdoctor.core.flag_values import CONVERTERS
 from kvdoctor.core.launch_line import FlagVocabulary, LaunchLine, Option, check_values, scan, split_launcher
 from kvdoctor.core.vllm import rules
 from kvdoctor.core.vllm._generated.server_flags import (
@@ -76,6 +77,8 @@ class VllmFlags:
     mamba_cache_mode: str | None = None
     kv_offloading_size: float | None = None
     kv_offloading_backend: str = "native"
+    max_model_len: int | None = None  # None: not given; -1: auto (both: the derived length, model_len.py)
+    max_model_len_text: str | None = field(default=None, compare=False)  # as written (--engine vllm re-reads it)
     kv_transfer_config: dict[str, Any] | None = field(default=None, compare=False)
     not_modelled: tuple[str, ...] = ()
 
@@ -139,6 +142,7 @@ MODELLED = frozenset(
         "--kv-offloading-size",
         "--kv-offloading-backend",
         "--kv-transfer-config",
+        "--max-model-len",
         *BOOLEAN_SPELLINGS,
     }
 )
@@ -284,7 +288,31 @@ def parse_vllm_flags(argv: Sequence[str], *, own_options: Collection[str] = ()) 
             values["kv_offloading_backend"] = _choice(o, OFFLOADING_BACKENDS)
         elif o.name == "--kv-transfer-config":
             values["kv_transfer_config"] = parse_kv_transfer_config(_one(o))
+        elif o.name == "--max-model-len":
+            values["max_model_len"] = _one(o)  # converted below, once vLLM's grammar has accepted it
         else:
             not_modelled.append(" ".join((o.name, *o.values)))
     check_values([o for o in options if o.name in MODELLED], VLLM)  # vLLM's grammar, beyond kvdoctor's reading
+    if "max_model_len" in values:
+        values["max_model_len_text"] = values["max_model_len"]
+        values["max_model_len"] = _max_model_len(values["max_model_len"])
     return VllmFlags(**values, not_modelled=tuple(not_modelled))
+
+
+def _max_model_len(text: str) -> int:
+    """``--max-model-len`` as vLLM reads it (rules.MAX_LEN_FLAG: ``1k``, ``1K``, ``auto``/``-1``), then the two
+    checks ``ModelConfig`` makes whatever the model: ``Field(ge=-1)`` (rules.MAX_LEN_FIELD) and a positive
+    length once resolved (rules.MAX_LEN_POSITIVE: only 0 can reach it). Both are exit 2, in vLLM's words."""
+    convert, _ = CONVERTERS[VLLM_FLAG_VALUES["--max-model-len"][0]]
+    value = int(convert(text))  # check_values has run: the grammar accepts it
+    if value < -1:
+        raise FlagError(
+            f"vLLM flags: --max-model-len {shown(text)}: Input should be greater than or equal to -1 "
+            f"(ModelConfig.max_model_len, {rules.MAX_LEN_FIELD.where})"
+        )
+    if value == 0:
+        raise FlagError(
+            "vLLM flags: --max-model-len 0: max_model_len must be a positive integer, got int: 0. "
+            f"Example: max_model_len=2048 ({rules.MAX_LEN_POSITIVE.where})"
+        )
+    return value

@@ -4,9 +4,10 @@ Pure (no torch, no vLLM). The fixtures are the bundled ones the vLLM rule model 
 ``inspect --server vllm`` answers for, :func:`vllm_fixtures`). The launch lines are the product of the
 flags that change what vLLM groups, sizes and moves: tensor parallel 1/2, a KV cache dtype (auto, fp8),
 the native offloading connector off/on, prefix caching on/off and, for a model with Mamba layers, each
-``--mamba-cache-mode``. Every flag name and every choice is read from kvdoctor's generated vLLM flag
-table (``_generated/server_flags.py``) or the rule model's dtype table, never spelled here a second time
-as a value list, so a vLLM whose flags moved fails here (``MatrixError``) rather than running a stale line.
+``--mamba-cache-mode``; beside the product, three ``--max-model-len`` lines (below, ``auto``, above).
+Every flag name and every choice is read from kvdoctor's generated vLLM flag table
+(``_generated/server_flags.py``) or the rule model's dtype table, never spelled here a second time as a
+value list, so a vLLM whose flags moved fails here (``MatrixError``) rather than running a stale line.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from dataclasses import dataclass
 
 from kvdoctor._exceptions import InputError, InternalError
 from kvdoctor.core.config import bundled_fixtures, load_config
+from kvdoctor.core.flag_values import CONVERTERS
 from kvdoctor.core.vllm import rules
 from kvdoctor.core.vllm._generated.server_flags import VLLM_FLAG_VALUES, VLLM_SERVER_FLAGS, VLLM_SWITCHES
 from kvdoctor.core.vllm.flags import BOOLEAN_SPELLINGS
@@ -35,6 +37,11 @@ OFFLOAD_NATIVE = "native"  # the OffloadingConnector (flags.VllmFlags.transfer)
 PREFIX_ON = "--enable-prefix-caching"
 PREFIX_OFF = "--no-enable-prefix-caching"
 MAMBA_MODE = "--mamba-cache-mode"
+MAX_LEN = "--max-model-len"
+# Beside the product: --max-model-len below every fixture's length (decimal spelling: 3000, on no block
+# boundary), auto (the derived length, asked), and above every fixture's length (both sides refuse), each
+# without prefix caching where the Mamba block is max_model_len.
+MAX_LEN_CASES = (("max-len-3k", "3k", True), ("max-len-auto", "auto", True), ("max-len-10M", "10M", False))
 BASE = "base"  # the case every other one differs from
 # Families whose layers include a MambaSpec (specs._layer_kinds): the mamba cache mode applies to them.
 MAMBA_FAMILIES = frozenset({rules.Family.GDN, rules.Family.MAMBA2_HYBRID})
@@ -101,8 +108,28 @@ def _axes(mamba: bool) -> list[list[tuple[str, tuple[str, ...]]]]:
     return axes
 
 
+def _length(value: str) -> str:
+    """VALUE, once the generated flag table's grammar for --max-model-len accepts it (vLLM's own type)."""
+    kind = VLLM_FLAG_VALUES[_flag(MAX_LEN)][0]
+    try:
+        CONVERTERS[kind][0](value)
+    except (KeyError, ValueError) as exc:
+        raise MatrixError(f"drift matrix: {MAX_LEN} {value} is not a value vLLM's parser takes ({exc})") from None
+    return value
+
+
+def _length_cases() -> list[LaunchCase]:
+    cases = []
+    for name, value, no_prefix in MAX_LEN_CASES:
+        part, switch = ("no-prefix", PREFIX_OFF) if no_prefix else ("", PREFIX_ON)
+        flag = _switch(switch, "enable_prefix_caching", not no_prefix)
+        cases.append(LaunchCase("+".join(p for p in (name, part) if p), (flag, _flag(MAX_LEN), _length(value))))
+    return cases
+
+
 def cases_for(mamba: bool) -> tuple[LaunchCase, ...]:
-    """Every launch line for a model with (MAMBA) or without Mamba layers: the product of the axes.
+    """Every launch line for a model with (MAMBA) or without Mamba layers: the product of the axes, then the
+    ``--max-model-len`` cases (``MAX_LEN_CASES``).
 
     A case is named by what differs from ``base`` (TP 1, ``--kv-cache-dtype auto``, no connector,
     ``--enable-prefix-caching``, no ``--mamba-cache-mode``): ``tp2+fp8+offload+no-prefix+mamba-align``.
@@ -111,7 +138,7 @@ def cases_for(mamba: bool) -> tuple[LaunchCase, ...]:
     for combo in itertools.product(*_axes(mamba)):
         name = "+".join(part for part, _ in combo if part) or BASE
         cases.append(LaunchCase(name, tuple(w for _, argv in combo for w in argv)))
-    return tuple(cases)
+    return (*cases, *_length_cases())
 
 
 def case_names() -> tuple[str, ...]:

@@ -120,6 +120,55 @@ TP_KV_HEADS = cite("model_executor/layers/linear.py", "QKVParallelLinear: divide
 TP_KV_HEADS_MESSAGE = "{numerator} is not divisible by {denominator}"
 DIVIDE = cite("distributed/utils.py", "ensure_divisibility", 51, 55)
 
+# max_model_len (core/vllm/model_len.py): ModelConfig.get_and_verify_max_len calls _get_and_verify_max_len on
+# the text config; the length keys are read by derive_max_model_len_and_key, smallest first, a truthy
+# model_max_length winning; RoPE factors scale it except for the types whose max_position_embeddings is
+# already scaled; --max-model-len is human_readable_int_or_auto, Field(ge=-1), then >= 1 after resolution.
+MAX_LEN = cite("config/model.py", "_get_and_verify_max_len", 2545, 2684)
+MAX_LEN_CALL = cite("config/model.py", "ModelConfig.get_and_verify_max_len", 2147, 2171)
+MAX_LEN_DERIVE = cite("transformers_utils/model_arch_config_convertor.py", "derive_max_model_len_and_key", 374, 407)
+MAX_LEN_ROPE = cite("config/model.py", "_get_and_verify_max_len: RoPE scaling factor", 2598, 2634)
+MAX_LEN_ROPE_NESTED = cite("transformers_utils/config.py", "is_rope_parameters_nested", 222, 230)
+MAX_LEN_ROPE_LEGACY = cite("transformers_utils/config.py", "patch_legacy_rope_type", 609, 634)
+MAX_LEN_CHECK = cite("config/model.py", "User-specified max_model_len", 2657, 2683)
+MAX_LEN_FIELD = cite("config/model.py", "max_model_len: int = Field(default=None, ge=-1)", 249)
+MAX_LEN_POSITIVE = cite("config/model.py", "max_model_len must be a positive integer", 1070, 1075)
+MAX_LEN_FLAG = cite("utils/argparse_utils.py", "human_readable_int_or_auto", 77, 94)
+MAX_LEN_KEYS = (
+    "max_position_embeddings",
+    "n_positions",
+    "max_seq_len",
+    "seq_length",
+    "model_max_length",
+    "max_target_positions",
+    "max_sequence_length",
+    "max_seq_length",
+    "seq_len",
+)
+DEFAULT_MAX_MODEL_LEN = 2048  # none of the keys: "Assuming the model's maximum length is 2048"
+ROPE_PRESCALED = frozenset({"su", "longrope", "llama3", "yarn", "deepseek_yarn", "deepseek_llama_scaling"})
+# rope_parameters nested per layer type (transformers 5.20's ALLOWED_LAYER_TYPES, configuration_utils.py:66-90,
+# as is_rope_parameters_nested reads them) or by DeepSeek-V4's rope kind ("main", "compress").
+ROPE_NESTING_KEYS = frozenset(
+    {
+        *("full_attention", "sliding_attention", "chunked_attention", "window_attention", "indexed_attention"),
+        *("compressed_sparse_attention", "heavily_compressed_attention", "minimax_m3_sparse", "conv", "moe"),
+        *("hybrid", "hybrid_sliding", "reference_sliding_attention", "linear_attention", "sparse", "dense"),
+        *("main", "compress"),
+    }
+)
+MAX_LEN_REFUSED = (
+    "User-specified max_model_len ({asked}) is greater than the derived max_model_len ({key}={derived} or "
+    "model_max_length={model_max_length} in model's config.json). To allow overriding this maximum, set the "
+    "env var VLLM_ALLOW_LONG_MAX_MODEL_LEN=1."
+)
+# Without prefix caching the Mamba block is max_model_len (MambaModelConfig.verify_and_update_config), and
+# every Mamba layer builds its MambaSpec with that block (MambaBase.get_kv_cache_spec).
+MAMBA_BLOCK_MAX_LEN = cite(
+    "model_executor/models/config.py", "MambaModelConfig: mamba_block_size = max_model_len", 780, 787
+)
+MAMBA_SPEC_BLOCK = cite("model_executor/layers/mamba/abstract.py", "MambaBase.get_kv_cache_spec", 72, 79)
+
 # HFConfigParser.parse builds the config with AutoConfig.from_pretrained (after _CONFIG_REGISTRY): an unknown
 # model_type raises (the names: model_types.py).
 CONFIG_LOADER = cite("transformers_utils/config.py", "HFConfigParser.parse: AutoConfig.from_pretrained", 443, 452)

@@ -21,6 +21,7 @@ from kvdoctor.core.vllm._generated.architectures import VLLM_ARCHITECTURES
 from kvdoctor.core.vllm._generated.model_types import VLLM_MODEL_TYPES
 from kvdoctor.core.vllm._generated.server_flags import VLLM_VERSION
 from kvdoctor.core.vllm.flags import VllmFlags
+from kvdoctor.core.vllm.model_len import ModelLength, max_model_len
 
 Shape = tuple[int, ...]
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "uint8": 1, "float8_e4m3fn": 1, "float8_e5m2": 1}
@@ -98,6 +99,12 @@ class ModelSpecs:
     block_size: int
     block_size_reason: str
     mamba_page_padded_from: int | None = None  # the Mamba state bytes before padding to the attention page
+    max_model_len: ModelLength | None = None  # the length vLLM runs with (model_len.py)
+
+    @property
+    def mamba_block_size(self) -> int | None:
+        """The block of every MambaSpec (None without Mamba layers)."""
+        return next((s.block_size for s in self.layers.values() if s.kind is SpecKind.MAMBA), None)
 
     @property
     def has_mamba(self) -> bool:
@@ -249,6 +256,7 @@ def build_specs(cfg: ModelConfig, flags: VllmFlags) -> ModelSpecs:
     dtype = model_dtype(cfg, flags)
     block = flags.block_size or rules.DEFAULT_BLOCK_SIZE
     reason = "--block-size" if flags.block_size else f"CacheConfig.DEFAULT_BLOCK_SIZE ({rules.DEFAULT_BLOCK_SIZE})"
+    length = max_model_len(cfg, flags.max_model_len)
     mamba = _mamba_spec(cfg, family, flags, dtype) if "mamba" in kinds else None
     padded_from = None
     if mamba is not None and any(k in ("full", "sliding") for k in kinds):
@@ -260,10 +268,18 @@ def build_specs(cfg: ModelConfig, flags: VllmFlags) -> ModelSpecs:
         if kind == "mamba":
             assert mamba is not None
             page = _attention_spec(cfg, "full", family, flags, block).page_size_bytes if padded_from else None
-            layers[f"model.layers.{i}.mixer"] = replace(mamba, block_size=block, page_size_padded=page)
+            mamba_block = _mamba_block(flags, block, length)
+            layers[f"model.layers.{i}.mixer"] = replace(mamba, block_size=mamba_block, page_size_padded=page)
         else:
             layers[f"model.layers.{i}.self_attn.attn"] = _attention_spec(cfg, kind, family, flags, block)
-    return ModelSpecs(family, cfg.architecture, layers, block, reason, padded_from)
+    return ModelSpecs(family, cfg.architecture, layers, block, reason, padded_from, length)
+
+
+def _mamba_block(flags: VllmFlags, block: int, length: ModelLength) -> int:
+    """The MambaSpec block (rules.MAMBA_SPEC_BLOCK): with prefix caching the cache mode is ``align`` and the
+    Mamba block the attention block (platforms/interface.py, rules.ALIGN_HYBRID); without it the mode is
+    ``none`` and the block is ``max_model_len`` (rules.MAMBA_BLOCK_MAX_LEN), whatever --mamba-cache-mode says."""
+    return block if flags.prefix_caching else length.tokens
 
 
 def _align_hybrid(

@@ -11,8 +11,9 @@ What vLLM itself computes here, on CPU, from its own classes and functions (no m
 - per group, what the offloading connector does: ``prefix_cacheable`` and
   ``get_sliding_window_size_in_chunks`` (offloading/config.py), and whether vLLM's own
   ``build_offloading_config`` accepts the groups at all (a hybrid without prefix caching fails its assertion).
-Inputs kvdoctor supplies (printed as such): which layer is which kind, the block size and, for a Mamba model,
-the max model length.
+- ``max_model_len``, from vLLM's own ``_get_and_verify_max_len`` on the config object vLLM's ``get_config``
+  builds from the model's config.json (``cache_config.py``), beside the rule model's (``core/vllm/model_len.py``).
+Inputs kvdoctor supplies (printed as such): which layer is which kind and the block size.
 Each disagreement is a ``KVD115-VLLM-DRIFT`` error.
 """
 
@@ -235,15 +236,23 @@ def beside(a: VllmAnalysis) -> VllmAnswers:
     answers.checks.append(
         check(
             "start-up refusals (tensor parallel)",
-            "; ".join(r.message for r in a.refusals) or NONE,
+            "; ".join(r.message for r in a.refusals if r.where is not rules.MAX_LEN_CHECK) or NONE,
             "; ".join(answers.refusals) or NONE,
         )
     )
+    length = cache_config.vllm_max_model_len(a)  # vLLM's own _get_and_verify_max_len on its own config object
+    ours = a.specs.max_model_len
+    answers.checks.append(
+        check(
+            "max model length", NONE if ours is None else "refused" if ours.refusal else str(ours.tokens), length.answer
+        )
+    )
+    if length.refusal is not None:
+        answers.refusals.append(length.refusal)
     mamba = mamba_state(a)
     specs = {name: vllm_spec(s, a.flags.kv_cache_dtype, mamba) for name, s in a.specs.layers.items()}
     if mamba is not None:  # the Mamba block and cache mode as vLLM's config code resolves them
-        mode, block = cache_config.mamba_cache(a)
-        answers.inputs += ("max model length (max_position_embeddings)",)
+        mode, block = cache_config.mamba_cache(a, length)
         specs = {
             n: cache_config.with_mamba_cache(s, mode, block) if n in _mamba_layers(a) else s for n, s in specs.items()
         }
@@ -297,7 +306,7 @@ def beside(a: VllmAnalysis) -> VllmAnswers:
         offloading = rt.load(OFFLOADING_CONFIG)
         ours_s = [r.status.value for r in a.connector.rows]
         theirs_s = [_status_of(g.kv_cache_spec, g.kv_cache_spec.block_size, offloading) for g in groups]
-        refused = cache_config.offloading_refusal(a, list(groups))  # vLLM's build_offloading_config
+        refused = cache_config.offloading_refusal(a, list(groups), length)  # vLLM's build_offloading_config
         if refused is not None:
             theirs_s = [Status.REFUSED.value for _ in groups]
             answers.refusals.append(refused)
