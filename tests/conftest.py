@@ -18,10 +18,18 @@ if not torch.cuda.is_available():
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Tests marked ``server`` launch real SGLang servers (minutes each): they run only when asked for with
-    ``-m server`` (``make test-server``, in .venv-server/), never as part of the main suite."""
-    if "server" in (config.getoption("markexpr", "") or ""):
-        return
-    skip = pytest.mark.skip(reason="launches real SGLang servers: run with -m server (make test-server)")
-    for item in items:
-        if "server" in item.keywords:
-            item.add_marker(skip)
+    ``-m server`` (``make test-server``, in .venv-server/), never as part of the main suite; likewise tests
+    marked ``vllm_server`` (real vLLM servers) only under ``-m vllm_server`` (``make test-vllm-server``)."""
+    markexpr = config.getoption("markexpr", "") or ""
+    asked = {"server": "server" in markexpr.replace("vllm_server", ""), "vllm_server": "vllm_server" in markexpr}
+    reasons = {
+        "server": "launches real SGLang servers: run with -m server (make test-server)",
+        "vllm_server": "launches real vLLM servers: run with -m vllm_server (make test-vllm-server)",
+    }
+    for marker, reason in reasons.items():
+        if asked[marker]:
+            continue
+        skip = pytest.mark.skip(reason=reason)
+        for item in items:
+            if marker in item.keywords:
+                item.add_marker(skip)

@@ -49,8 +49,13 @@ def consistency(
     shrink: ShrinkOption = False,
     topology: TopologyOption = "single",
     device: ServerDeviceOption = "cpu",
+    server: str = typer.Option(
+        "sglang", "--server", help="sglang, or vllm (single only; vLLM flags after --; run from the vLLM server env)."
+    ),
     inject: str | None = typer.Option(
-        None, "--inject", help="A fault applied inside the pressured decode server (pd only)."
+        None,
+        "--inject",
+        help="A fault applied inside the pressured decode server (pd only; vllm: the pressured server).",
     ),
     requests: RequestsOption = WORKLOAD.requests,
     prompt_tokens: PromptTokensOption = WORKLOAD.prompt_tokens,
@@ -70,7 +75,15 @@ def consistency(
     ConsistencyRun(
         ctx,
         model,
-        dict(shrink=shrink, topology=topology, device=device, inject=inject, output_dir=output_dir, timeout_s=timeout),
+        dict(
+            shrink=shrink,
+            topology=topology,
+            device=device,
+            inject=inject,
+            output_dir=output_dir,
+            timeout_s=timeout,
+            server=server,
+        ),
         (requests, prompt_tokens, max_new_tokens, concurrency, seed),
         dry_run=dry_run,
         json_out=json_out,
@@ -104,7 +117,7 @@ class ConsistencyRun(CommandRun["ConsistencyResult", "Publication"]):
 
         extra = tuple(self.ctx.args)
         if extra and not extra[0].startswith("-"):
-            raise InputError(f"unexpected argument {extra[0]!r} (SGLang flags go after --)")
+            raise InputError(f"unexpected argument {extra[0]!r} (server flags go after --)")
         self.options = ConsistencyOptions(
             model=self.model,
             workload=Workload(*self.workload),
@@ -166,7 +179,8 @@ def _print_head(console: Console, prepared: Prepared, preview: Deployment) -> No
     w = o.workload
     p = console.print
     shrunk = ", shrunk" if o.shrink else ""
-    p(f"kvdoctor consistency: {o.model} ({kind.family}{shrunk}) · {o.topology} · {o.device}", markup=False)
+    on = f" · {o.server}" if o.server != "sglang" else ""
+    p(f"kvdoctor consistency: {o.model} ({kind.family}{shrunk}) · {o.topology} · {o.device}{on}", markup=False)
     p(
         f"workload: {w.requests} prompts × {w.prompt_tokens} token ids (seed {w.seed}), greedy, {w.max_new_tokens} new "
         f"tokens, {w.concurrency} in flight, logprobs on; pools: reference {preview.reference_pool:,} tokens, "
@@ -176,10 +190,17 @@ def _print_head(console: Console, prepared: Prepared, preview: Deployment) -> No
     )
     enablers = preview.enablers
     if enablers:
-        p("CPU enablers (changes kvdoctor makes so SGLang runs here; none applies on a GPU):", markup=False)
+        title = "vLLM" if o.server == "vllm" else "SGLang"
+        p(f"CPU enablers (changes kvdoctor makes so {title} runs here; none applies on a GPU):", markup=False)
         for e in enablers:
             p(f"  - {e.name} [{e.where}]: {e.why}", markup=False, soft_wrap=True)
-    if o.inject:
+    if o.inject and o.server == "vllm":
+        p(
+            f"fault: --inject {o.inject} inside pressured (kvdoctor's vllm.general_plugins plugin on "
+            "GPUModelRunner._update_states)",
+            markup=False,
+        )
+    elif o.inject:
         p(f"fault: --inject {o.inject} inside decode-pressured (site hook on Req.offload_kv_cache)", markup=False)
 
 
@@ -199,7 +220,8 @@ def print_result(console: Console, result: ConsistencyResult) -> None:
             markup=False,
         )
     if r.retractions:
-        p(f"retractions: {r.retractions} (from {r.retraction_source})", markup=False)
+        noun = "preemptions" if r.server == "vllm" else "retractions"
+        p(f"{noun}: {r.retractions} (from {r.retraction_source})", markup=False)
     if r.noise_floor:
         p(r.noise_floor["sentence"], markup=False, soft_wrap=True)
     red = [d for d in r.requests if d.diverged]
@@ -213,7 +235,14 @@ def print_result(console: Console, result: ConsistencyResult) -> None:
         )
     if len(red) > MAX_SHOWN:
         p(f"  … {len(red) - MAX_SHOWN} more diverging requests in the JSON", markup=False)
-    if r.fault is not None:
+    if r.fault is not None and r.server == "vllm":
+        f = r.fault
+        p(
+            f"fault {f.name} in {f.role}: installed {f.installed}, fired on {f.restores} resumed request(s)"
+            + (f"; failed: {f.refused}" if f.refused else ""),
+            markup=False,
+        )
+    elif r.fault is not None:
         f = r.fault
         p(
             f"fault {f.name} in {f.role}: installed {f.installed}, {f.backups} backups and {f.restores} restores "

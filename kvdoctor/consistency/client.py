@@ -1,15 +1,19 @@
-"""Send token-id prompts to SGLang's ``/generate``: greedy, fixed length, logprobs and top-2 on.
+"""Send token-id prompts to SGLang's ``/generate`` (or vLLM's ``/v1/completions``): greedy, fixed length,
+logprobs and top-2 on.
 
 The same bounded-concurrency shape as pd-eval's client (its pooled ``make_client`` and watchdog are
 reused): ``concurrency`` requests in flight, a watchdog that stops the run the moment a server dies,
 one deadline for the whole run. ``ignore_eos`` is never sent: with it SGLang reserves each request's
-whole budget up front and never retracts (``srt/managers/schedule_policy.py:787``).
+whole budget up front and never retracts (``srt/managers/schedule_policy.py:787``). vLLM gets the same
+request through its OpenAI completions API: the prompt as token ids, ``temperature`` 0, ``max_tokens``,
+``logprobs`` top-2 and ``return_tokens_as_token_ids`` (its tokens come back as ``token_id:N``).
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
@@ -53,11 +57,72 @@ def parse(payload: Any) -> Generation:
     return Generation(tokens, logprobs, tuple(margins), kind)
 
 
-async def generate(http: httpx.AsyncClient, prompt: Sequence[int], w: Workload) -> Generation:
+VLLM_PATH = "/v1/completions"
+TOKEN_PREFIX = "token_id:"
+
+
+def completion_body(prompt: Sequence[int], w: Workload, model: str) -> dict[str, Any]:
+    """The same greedy request as :func:`body`, for vLLM's ``/v1/completions``."""
+    return {
+        "model": model,
+        "prompt": list(prompt),
+        "max_tokens": w.max_new_tokens,
+        "temperature": 0.0,
+        "logprobs": w.top_logprobs,
+        "return_tokens_as_token_ids": True,
+    }
+
+
+def _token_id(token: Any) -> int:
+    if not isinstance(token, str) or not token.startswith(TOKEN_PREFIX):
+        raise MalformedReply(
+            f"token {str(token)[:40]!r} is not {TOKEN_PREFIX}N (was return_tokens_as_token_ids honoured?)"
+        )
+    return int(token.removeprefix(TOKEN_PREFIX))
+
+
+def parse_completion(payload: Any) -> Generation:
+    """One ``/v1/completions`` reply as a :class:`Generation`; ``MalformedReply`` when it is not vLLM's shape."""
+    choices = payload.get("choices") if isinstance(payload, dict) else None
+    if not isinstance(choices, list) or len(choices) != 1 or not isinstance(choices[0], dict):
+        raise MalformedReply(f"no single choice in the reply: {str(payload)[:200]}")
+    choice = choices[0]
+    lp = choice.get("logprobs")
+    if not isinstance(lp, dict) or not isinstance(lp.get("tokens"), list):
+        raise MalformedReply("no logprobs.tokens in the choice (was logprobs honoured?)")
+    tokens = tuple(_token_id(t) for t in lp["tokens"])
+    values = lp.get("token_logprobs") or []
+    if len(values) != len(tokens):
+        raise MalformedReply(f"{len(tokens)} tokens but {len(values)} token_logprobs")
+    logprobs = tuple(float(v) if v is not None else float("nan") for v in values)
+    margins: list[float | None] = []
+    for top in lp.get("top_logprobs") or []:
+        ranked = sorted((float(v) for v in (top or {}).values() if v is not None), reverse=True)
+        margins.append(ranked[0] - ranked[1] if len(ranked) >= 2 else None)
+    return Generation(tokens, logprobs, tuple(margins), str(choice.get("finish_reason") or ""))
+
+
+@dataclass(frozen=True)
+class Api:
+    """One server's generation endpoint: its path, request body and reply parser."""
+
+    path: str
+    make_body: Callable[[Sequence[int], Workload], dict[str, Any]]
+    parse: Callable[[Any], Generation]
+
+
+SGLANG_API = Api("/generate", body, parse)
+
+
+def vllm_api(model: str) -> Api:
+    return Api(VLLM_PATH, lambda prompt, w: completion_body(prompt, w, model), parse_completion)
+
+
+async def generate(http: httpx.AsyncClient, prompt: Sequence[int], w: Workload, api: Api = SGLANG_API) -> Generation:
     last = ""
     for _ in range(RETRIES + 1):
         try:
-            response = await http.post("/generate", json=body(prompt, w))
+            response = await http.post(api.path, json=api.make_body(prompt, w))
         except httpx.HTTPError as exc:
             last = f"{type(exc).__name__}: {exc}"
             continue
@@ -65,12 +130,12 @@ async def generate(http: httpx.AsyncClient, prompt: Sequence[int], w: Workload) 
             last = f"HTTP {response.status_code}: {response.text[:200]}"
             continue
         if response.status_code != 200:
-            raise RequestFailed(f"POST /generate answered HTTP {response.status_code}: {response.text[:300]}")
+            raise RequestFailed(f"POST {api.path} answered HTTP {response.status_code}: {response.text[:300]}")
         try:
-            return parse(response.json())
+            return api.parse(response.json())
         except (ValueError, TypeError, IndexError) as exc:
-            raise RequestFailed(f"POST /generate: unreadable reply: {exc}") from None
-    raise RequestFailed(f"POST /generate failed {RETRIES + 1} times; last: {last}")
+            raise RequestFailed(f"POST {api.path}: unreadable reply: {exc}") from None
+    raise RequestFailed(f"POST {api.path} failed {RETRIES + 1} times; last: {last}")
 
 
 async def generate_all(
@@ -82,6 +147,7 @@ async def generate_all(
     time_left_s: float,
     what: str,
     watchdog: Callable[[], None] | None = None,
+    api: Api = SGLANG_API,
 ) -> list[Generation]:
     """Every prompt's generation, in order, ``w.concurrency`` in flight."""
     results: list[Generation | None] = [None] * len(prompts)
@@ -91,7 +157,7 @@ async def generate_all(
 
     async def worker() -> None:
         for index in pending:
-            results[index] = await generate(http, prompts[index], w)
+            results[index] = await generate(http, prompts[index], w, api)
 
     try:
         await run_watched(

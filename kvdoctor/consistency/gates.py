@@ -66,29 +66,64 @@ def logprobs(drift: dict[str, object], total: int, noise_max: float) -> Gate:
     )
 
 
-def pressure(pressured: int | None, reference: int | None, source: str) -> Gate:
+# How the pressure gate names what the pressured server did (SGLang retracts; vLLM preempts and recomputes).
+SGLANG_PRESSURE = {"noun": "retraction", "verb": "retracted", "consequence": "no state was ever backed up and restored"}
+VLLM_PRESSURE = {
+    "noun": "preemption",
+    "verb": "preempted",
+    "consequence": "no request was ever resumed from preemption",
+}
+
+
+def pressure(
+    pressured: int | None,
+    reference: int | None,
+    source: str,
+    *,
+    noun: str = SGLANG_PRESSURE["noun"],
+    verb: str = SGLANG_PRESSURE["verb"],
+    consequence: str = SGLANG_PRESSURE["consequence"],
+) -> Gate:
     if pressured is None or reference is None:
         return Gate(
             "pressure",
             False,
             "no_teeth",
-            f"guard has no teeth: the retraction count is unknown (source: {source}); nothing proves a retraction ran",
+            f"guard has no teeth: the {noun} count is unknown (source: {source}); nothing proves a {noun} ran",
         )
     if pressured == 0:
         return Gate(
             "pressure",
             False,
             "no_teeth",
-            "guard has no teeth: the pressured run retracted nothing, so no state was ever backed up and restored",
+            f"guard has no teeth: the pressured run {verb} nothing, so {consequence}",
         )
     if reference > 0:
         return Gate(
             "pressure",
             False,
             "no_teeth",
-            f"guard has no teeth: the reference retracted {reference} request(s); it is no unpressured reference",
+            f"guard has no teeth: the reference {verb} {reference} request(s); it is no unpressured reference",
         )
-    return Gate("pressure", True, "passed", f"pressured run retracted {pressured}, the reference 0 ({source})")
+    return Gate("pressure", True, "passed", f"pressured run {verb} {pressured}, the reference 0 ({source})")
+
+
+def fault_fired(name: str, installed: bool, fired: int, failed: str | None) -> Gate:
+    """An injected fault (vLLM plugin) must have run on a resumed request: otherwise the run tested nothing."""
+    if failed:
+        return Gate("fault-fired", False, "fault_failed", f"--inject {name} failed inside the server: {failed}")
+    if not installed:
+        return Gate(
+            "fault-fired", False, "no_teeth", f"guard has no teeth: --inject {name} was never installed in the server"
+        )
+    if fired == 0:
+        return Gate(
+            "fault-fired",
+            False,
+            "no_teeth",
+            f"guard has no teeth: --inject {name} never fired (no request was resumed from preemption)",
+        )
+    return Gate("fault-fired", True, "passed", f"--inject {name} zeroed the state of {fired} resumed request(s)")
 
 
 def sensitivity(median_distinct: float, median_length: float) -> Gate:

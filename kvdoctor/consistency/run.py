@@ -6,6 +6,11 @@ process under one ``kvdoctor.pd.supervisor.Supervisor`` (new sessions, subreaper
 path), health through ``wait_healthy``, retractions from ``/metrics`` through
 ``kvdoctor.pd.metrics.RetractionProbe``, one ``kvdoctor.pd.deadline.Deadline`` for the whole run;
 then the reference twice (the noise floor) and the pressured deployment once, every token compared.
+
+``--server vllm`` runs the same steps on two vLLM servers (:mod:`kvdoctor.consistency.deploy_vllm`): vLLM's
+completions API (``client.vllm_api``), preemptions from ``vllm:num_preemptions_total``
+(:mod:`kvdoctor.consistency.probe_vllm`), faults from kvdoctor's vLLM plugin
+(:mod:`kvdoctor.engines.vllm.server_plugin`), counted from its log.
 """
 
 from __future__ import annotations
@@ -20,9 +25,10 @@ from pathlib import Path
 from typing import Any
 
 from kvdoctor._exceptions import EXIT_DEPLOYMENT, EXIT_GATE, EXIT_PASS, DeploymentError, InputError, Interrupted
-from kvdoctor.consistency import attribution, checkpoint, compare, deploy, gates, runnable
-from kvdoctor.consistency.client import generate_all
+from kvdoctor.consistency import attribution, checkpoint, compare, deploy, deploy_vllm, gates, runnable
+from kvdoctor.consistency.client import SGLANG_API, generate_all, vllm_api
 from kvdoctor.consistency.compare import Generation
+from kvdoctor.consistency.probe_vllm import PreemptionProbe
 from kvdoctor.consistency.result import Burst, ConsistencyResult, FaultReport, Stopwatch
 from kvdoctor.consistency.shrink import shrink as shrink_config
 from kvdoctor.consistency.workload import Workload, prompts
@@ -37,6 +43,7 @@ STANDIN_LOG = "stand-in-calls.log"
 HOOK_LOG = "site-hook.log"
 PROBE_TIMEOUT_S = 10.0
 MAX_UNSHRUNK_HIDDEN = 1024  # a random checkpoint of a config wider than this is too big to write
+SERVERS = ("sglang", "vllm")
 
 
 @dataclass(frozen=True)
@@ -55,6 +62,7 @@ class ConsistencyOptions:
     extra_args: tuple[str, ...] = ()
     junit_path: Path | None = None
     plan: deploy.PlanChoices | None = None  # pd-eval --oracle tokens: its deployment (pd only); None: consistency's
+    server: str = "sglang"  # whose servers run: sglang, or vllm (single only)
 
 
 @dataclass
@@ -66,6 +74,7 @@ class Prepared:
     stand_in: bool
     vocab_size: int
     prompts: list[list[int]] = field(default_factory=list)
+    source: str = ""  # where the config came from (the vLLM pool sizing parses it again)
 
 
 def _has_weights(model: str) -> Path | None:
@@ -84,6 +93,10 @@ def prepare(o: ConsistencyOptions) -> Prepared:
     from kvdoctor.engines.sglang import live_faults
 
     o.workload.check()
+    if o.server not in SERVERS:
+        raise InputError(f"--server must be one of {', '.join(SERVERS)}, got {o.server!r}")
+    if o.server == "vllm":
+        return _prepare_vllm(o)
     for name, value in (("--timeout", o.timeout_s), ("--request-timeout", o.request_timeout_s)):
         if not value > 0:
             raise InputError(f"{name} must be > 0 seconds, got {value}")
@@ -113,6 +126,59 @@ def prepare(o: ConsistencyOptions) -> Prepared:
             "seeded random checkpoint, or a model directory with its weights"
         )
     return Prepared(o, config, kind, weights, stand_in_needed(o.device), vocab, prompts(o.workload, vocab))
+
+
+def _prepare_vllm(o: ConsistencyOptions) -> Prepared:
+    """``--server vllm``: the same checks where they are the server's, vLLM's own where they differ."""
+    from kvdoctor.core.config import load_config
+
+    for name, value in (("--timeout", o.timeout_s), ("--request-timeout", o.request_timeout_s)):
+        if not value > 0:
+            raise InputError(f"{name} must be > 0 seconds, got {value}")
+    if o.topology != "single":
+        raise InputError(
+            f"--server vllm runs --topology single only, got {o.topology!r}: vLLM's PD (a KV connector) is not "
+            "part of kvdoctor consistency; vLLM preempts by recompute on one server"
+        )
+    if o.plan is not None:
+        raise InputError("a PD deployment's choices (pd-eval --oracle tokens) are SGLang's; --server vllm has none")
+    if o.device not in deploy.DEVICES:
+        raise InputError(f"--device must be one of {', '.join(deploy.DEVICES)}, got {o.device!r}")
+    deploy_vllm.check_extra_args(o.extra_args)
+    loaded = load_config(o.model)
+    top = dict(loaded.top)
+    kind = runnable.classify(top, loaded.source)
+    weights = None if o.shrink else _has_weights(o.model)
+    config = shrink_config(top) if o.shrink else top
+    if o.inject:
+        deploy_vllm.check_fault(o.inject, has_recurrent=kind.has_recurrent)
+    vocab = config.get("vocab_size") or (config.get("text_config") or {}).get("vocab_size")
+    if not isinstance(vocab, int):
+        raise InputError(f"{loaded.source}: no integer vocab_size to draw prompt token ids from")
+    hidden = config.get("hidden_size") or (config.get("text_config") or {}).get("hidden_size") or 0
+    if weights is None and not o.shrink and int(hidden) > MAX_UNSHRUNK_HIDDEN:
+        raise InputError(
+            f"{o.model} has no weights here (no *.safetensors) and hidden_size {hidden}: pass --shrink for a tiny "
+            "seeded random checkpoint, or a model directory with its weights"
+        )
+    prepared = Prepared(o, config, kind, weights, False, vocab, prompts(o.workload, vocab), loaded.source)
+    deploy_vllm.pools(_vllm_options(prepared, "<model>", None))  # the sizing's refusals, before anything starts
+    return prepared
+
+
+def _vllm_options(prepared: Prepared, model_dir: str, plugin_log: str | None) -> deploy_vllm.VllmDeployOptions:
+    o = prepared.options
+    return deploy_vllm.VllmDeployOptions(
+        model_dir=model_dir,
+        device=o.device,
+        workload=o.workload,
+        config=prepared.config,
+        source=prepared.source or o.model,
+        host=o.host,
+        extra_args=o.extra_args,
+        inject=o.inject,
+        plugin_log=plugin_log,
+    )
 
 
 def _deploy_options(
@@ -148,6 +214,9 @@ def _deploy_options(
 def plan_for(prepared: Prepared, model_dir: str, run_dir: Path | None) -> deploy.Deployment:
     o = prepared.options
     base = run_dir if run_dir is not None else Path("<run-dir>")
+    if o.server == "vllm":
+        free = pd_ports.free_ports(2, host=o.host) if run_dir is not None else [30000, 30001]
+        return deploy_vllm.build(_vllm_options(prepared, model_dir, str(base / deploy_vllm.PLUGIN_LOG)), free)
     log_env = {"KVDOCTOR_STANDIN_LOG": str(base / STANDIN_LOG), "KVDOCTOR_HOOK_LOG": str(base / HOOK_LOG)}
     count = deploy.ports_needed(o.topology, o.plan)
     free = pd_ports.free_ports(count, host=o.host) if run_dir is not None else list(range(30000, 30000 + count))
@@ -169,6 +238,7 @@ def run(prepared: Prepared, *, notify: Notify | None = None) -> ConsistencyResul
         device=o.device,
         shrunk=o.shrink,
         workload=o.workload.to_dict(),
+        server=o.server,
     )
     watch = Stopwatch()  # every timing the run reports is read from this one clock (result.timeline)
     result.timeline = watch.timeline
@@ -218,7 +288,10 @@ def run(prepared: Prepared, *, notify: Notify | None = None) -> ConsistencyResul
         if result.exit_code in (EXIT_PASS, EXIT_GATE):
             result.passed, result.exit_code, result.exit_reason = False, EXIT_DEPLOYMENT, "processes_survived"
     with watch.phase("trace"):
-        _read_hook_logs(run_dir, result)
+        if o.server == "vllm":
+            _read_plugin_log(run_dir, result)
+        else:
+            _read_hook_logs(run_dir, result)
         _trace(prepared, run_dir, result, say)
     result.wall_s = watch.now()
     return result
@@ -279,6 +352,25 @@ def _read_hook_logs(run_dir: Path, result: ConsistencyResult) -> None:
         _settle(result)
 
 
+def _read_plugin_log(run_dir: Path, result: ConsistencyResult) -> None:
+    """What kvdoctor's vLLM plugin recorded: a fault asked for that never installed, never fired or failed is
+    red (a fault run that hit nothing proves nothing)."""
+    path = run_dir / deploy_vllm.PLUGIN_LOG
+    events = [line.split(" ", 2) for line in path.read_text(encoding="utf-8").splitlines()] if path.exists() else []
+    names = [e[1] for e in events if len(e) > 1]
+    result.stand_in["vllm_plugin"] = {"log": str(path), "loaded": names.count("loaded")}
+    if result.fault is None:
+        return
+    f = result.fault
+    f.installed = "fault-installed" in names
+    f.restores = names.count("fault-fired")  # resumed requests whose state the fault zeroed
+    failed = [e[2] for e in events if len(e) > 2 and e[1] in ("fault-failed", "fault-refused")]
+    f.refused = failed[0] if failed else None
+    if result.exit_code in (EXIT_PASS, EXIT_GATE):
+        result.gates.append(gates.fault_fired(f.name, f.installed, f.restores, f.refused))
+        _settle(result)
+
+
 def _settle(result: ConsistencyResult) -> None:
     failed = [g for g in result.gates if not g.passed]
     result.passed = not failed
@@ -298,6 +390,7 @@ def _deploy_and_compare(
     watch: Stopwatch,
 ) -> None:
     o = prepared.options
+    api = vllm_api(deploy_vllm.SERVED_NAME) if o.server == "vllm" else SGLANG_API
     started: dict[str, tuple[Any, float]] = {}
     # Every process starts at once (start-up is mostly imports, which overlap), then each is waited for in
     # plan order: servers first, routers last (a mini-lb is ready only once its servers are).
@@ -333,6 +426,7 @@ def _deploy_and_compare(
                         time_left_s=deadline.left(),
                         what=f"the {name} run",
                         watchdog=watchdog,
+                        api=api,
                     )
                 )
 
@@ -343,12 +437,12 @@ def _deploy_and_compare(
         )
         return gens, measured
 
-    def probe(url: str, role: str) -> RetractionProbe:
-        p = RetractionProbe(url, Path(result.logs[role]))
+    def probe(url: str, role: str) -> RetractionProbe | PreemptionProbe:
+        p = PreemptionProbe(url) if o.server == "vllm" else RetractionProbe(url, Path(result.logs[role]))
         deadline.call(lambda: p.start(deadline.request_timeout(PROBE_TIMEOUT_S)), what="/metrics", watchdog=watchdog)
         return p
 
-    def finish(p: RetractionProbe) -> tuple[int | None, str]:
+    def finish(p: RetractionProbe | PreemptionProbe) -> tuple[int | None, str]:
         count = deadline.call(
             lambda: p.finish(deadline.request_timeout(PROBE_TIMEOUT_S)), what="/metrics", watchdog=watchdog
         )
@@ -372,9 +466,10 @@ def _deploy_and_compare(
     result.bursts = [b1, b2, b3]
     result.retractions = {"reference": ref_count, "pressured": press_count}
     result.retraction_source = press_source if press_source == ref_source else f"{ref_source}/{press_source}"
-    say("compare", f"retractions: reference {ref_count}, pressured {press_count} (from {result.retraction_source})")
+    noun = "preemptions" if o.server == "vllm" else "retractions"
+    say("compare", f"{noun}: reference {ref_count}, pressured {press_count} (from {result.retraction_source})")
     with watch.phase("compare"):
-        evaluate(result, ref1, ref2, got, stand_in_used=prepared.stand_in)
+        evaluate(result, ref1, ref2, got, stand_in_used=prepared.stand_in, server=o.server)
 
 
 def timed_burst(
@@ -410,6 +505,7 @@ def evaluate(
     got: list[Generation],
     *,
     stand_in_used: bool,
+    server: str = "sglang",
 ) -> None:
     """Compare, then set the gates and the outcome (pure: the unit tests drive it with made-up runs)."""
     floor = compare.noise_floor(ref, repeat)
@@ -421,7 +517,10 @@ def evaluate(
     result.gates = [
         gates.tokens(diffs, floor),
         gates.pressure(
-            result.retractions.get("pressured"), result.retractions.get("reference"), result.retraction_source
+            result.retractions.get("pressured"),
+            result.retractions.get("reference"),
+            result.retraction_source,
+            **(gates.VLLM_PRESSURE if server == "vllm" else {}),
         ),
         gates.sensitivity(compare.median_distinct(ref), compare.median_length(ref)),
         gates.noise(floor),

@@ -1,0 +1,297 @@
+"""The two deployments of a consistency run on vLLM (``--server vllm``), as launch plans.
+
+The same shape as SGLang's (:mod:`kvdoctor.consistency.deploy`): a *reference* with a roomy pool (nothing is
+preempted) and a *pressured* server whose pool is too small for the workload's concurrent demand, so vLLM's
+scheduler must preempt (``Scheduler._preempt_request``: the request's blocks are freed and it is recomputed on
+resume). Both get the same model directory, flags and concurrency; only ``--num-gpu-blocks-override`` differs.
+Pure data: ``--dry-run`` prints exactly what starts.
+
+The pool is counted in vLLM's blocks, sized from kvdoctor's own model of vLLM's KV cache groups
+(:func:`kvdoctor.core.vllm.analysis.analyze_vllm_config`): every group takes its blocks from one shared pool, a
+full-attention group ``ceil(tokens / block_size)`` per request, a sliding-window group at most its window's
+blocks, a Mamba group one state block. Hybrids pad their attention pages to the Mamba page (a far larger block),
+so a pool sized in tokens would not preempt them; sized in blocks per group it does.
+
+Only ``single`` (two servers): vLLM's PD (a KV connector) is not part of this command. On a CPU kvdoctor
+names every change it makes (an *enabler*): vLLM's CPU attention wants block sizes in multiples of 32, float32
+keeps near-tied random-weight logits from flipping, and a Mamba hybrid is served without prefix caching
+(its 'align' cache mode crashes vLLM 0.32 on CPU, reported as a finding, not hidden).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from kvdoctor._exceptions import FlagError, InputError
+from kvdoctor.consistency.deploy import DEVICES, Deployment, Enabler
+from kvdoctor.consistency.workload import Workload
+from kvdoctor.engines.vllm.server_plugin import FAULTS, INJECT_ENV, LOG_ENV
+from kvdoctor.pd import plan
+
+if TYPE_CHECKING:
+    from kvdoctor.core.config import ModelConfig
+    from kvdoctor.core.vllm.analysis import VllmAnalysis
+    from kvdoctor.core.vllm.grouping import Group
+
+SERVER = "vllm"
+LAUNCHER = "python -m vllm.entrypoints.openai.api_server"
+HEALTH = "/health"
+SERVED_NAME = "kvdoctor"  # --served-model-name: what the client's requests name as their model
+CPU_BLOCK_SIZE = 32  # CPUAttentionBackend.get_supported_kernel_block_sizes: MultipleOf(32)
+CPU_KVCACHE_GIB = "1"  # VLLM_CPU_KVCACHE_SPACE: the pools below are a few MiB for a shrunk model
+ROOMY_FACTOR = 4
+ROOMY_MIN_BLOCKS = 64
+PRESSURE_SHARE = 4  # the pressured pool holds a quarter of the concurrent demand (as SGLang's quarter of peak)
+PLUGIN_LOG = "vllm-plugin.log"  # what kvdoctor's vLLM plugin (kvdoctor.engines.vllm.server_plugin) recorded
+# Flags the plan decides; after -- they would change what is compared.
+OWNED_FLAGS = {
+    "--num-gpu-blocks-override": "kvdoctor sizes both pools (reference roomy, pressured tight)",
+    "--model": "the model is the positional MODEL (its random checkpoint when it has no weights)",
+    "--load-format": "dummy weights give degenerate output; kvdoctor writes a seeded checkpoint",
+    "--max-num-seqs": "the workload's --concurrency decides it",
+    "--seed": "both deployments run with --seed 0",
+    "--port": "kvdoctor picks free ports",
+    "--host": "kvdoctor's --host",
+    "--served-model-name": "kvdoctor's client names the model it serves",
+}
+
+
+@dataclass(frozen=True)
+class VllmDeployOptions:
+    model_dir: str
+    device: str
+    workload: Workload
+    config: Mapping[str, object]  # the (shrunk) config the checkpoint is built from: the pool sizing reads it
+    source: str
+    host: str = "127.0.0.1"
+    extra_args: tuple[str, ...] = ()
+    inject: str | None = None
+    plugin_log: str | None = None
+    log_env: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Pools:
+    """Both pools in vLLM blocks, and what they were sized from."""
+
+    reference_blocks: int
+    pressured_blocks: int
+    per_request_blocks: int
+    block_size: int
+    groups: tuple[str, ...]  # one line per KV cache group
+
+    def tokens(self, blocks: int) -> int:
+        return blocks * self.block_size
+
+
+def check_extra_args(args: Sequence[str]) -> None:
+    """vLLM flags after ``--`` (vLLM's spellings; an SGLang-only flag is refused naming the server)."""
+    from kvdoctor.core.launch_line import scan
+    from kvdoctor.core.vllm.flags import VLLM
+
+    try:
+        found = scan(args, VLLM)
+    except FlagError as exc:
+        raise InputError(f"--server vllm: {exc} (flags after -- go to vLLM)") from None
+    if found.positionals:
+        raise InputError(f"unexpected argument {found.positionals[0]!r} among the vLLM flags after --")
+    for o in found.options:
+        if o.name in OWNED_FLAGS:
+            raise InputError(f"{o.name} after -- is not allowed: {OWNED_FLAGS[o.name]}")
+
+
+def check_fault(name: str, *, has_recurrent: bool) -> None:
+    if name not in FAULTS:
+        raise InputError(
+            f"--inject {name} is not a vLLM fault (--server vllm): choose one of {', '.join(FAULTS)} "
+            "(the SGLang faults patch SGLang's own code)"
+        )
+    if FAULTS[name][0] and not has_recurrent:
+        raise InputError(f"--inject {name} needs a model with recurrent state (a Mamba hybrid)")
+
+
+def _flags(o: VllmDeployOptions) -> tuple[str, ...]:
+    """The flags both servers get besides the pool (the sizing model reads them too)."""
+    out: list[str] = []
+    if o.device == "cpu":
+        out += ["--dtype", "float32", "--block-size", str(CPU_BLOCK_SIZE)]
+    if _has_mamba(o):
+        out.append("--no-enable-prefix-caching")
+    return (*out, "--enforce-eager")
+
+
+def _config(o: VllmDeployOptions) -> ModelConfig:
+    from kvdoctor.core.config import parse_config
+
+    return parse_config(json.dumps(dict(o.config)), o.source)
+
+
+def _analysis(o: VllmDeployOptions, flags: Sequence[str]) -> VllmAnalysis:
+    from kvdoctor.core.vllm.analysis import analyze_vllm_config
+    from kvdoctor.core.vllm.flags import parse_vllm_flags
+
+    return analyze_vllm_config(_config(o), parse_vllm_flags(flags))
+
+
+def _has_mamba(o: VllmDeployOptions) -> bool:
+    from kvdoctor.core.vllm.flags import parse_vllm_flags
+    from kvdoctor.core.vllm.specs import build_specs
+
+    return build_specs(_config(o), parse_vllm_flags(o.extra_args)).has_mamba
+
+
+def model_len(w: Workload) -> int:
+    """``--max-model-len``: the request's tokens, rounded up to a multiple of 32 (without prefix caching a Mamba
+    state block is max_model_len long, so it is kept small; vLLM refuses a pool smaller than one such request)."""
+    return math.ceil(w.per_request_tokens / CPU_BLOCK_SIZE) * CPU_BLOCK_SIZE
+
+
+def pools(o: VllmDeployOptions) -> Pools:
+    """(reference, pressured) ``--num-gpu-blocks-override`` from kvdoctor's vLLM grouping model."""
+    from kvdoctor.core.vllm.specs import SpecKind
+
+    flags = (*_flags(o), "--max-model-len", str(model_len(o.workload)), *o.extra_args)  # as the servers get them
+    a = _analysis(o, flags)
+    if a.groups is None:
+        raise InputError(f"vLLM would not start with this model and these flags: {a.refusal} ({a.refusal_where})")
+    tokens = o.workload.per_request_tokens
+    per_request = 0
+    lines = []
+    for i, g in enumerate(a.groups):
+        bs = g.spec.block_size
+        if g.kind is SpecKind.MAMBA:
+            blocks = 1
+        elif g.spec.sliding_window:
+            blocks = min(math.ceil(tokens / bs), math.ceil(g.spec.sliding_window / bs) + 1)
+        else:
+            blocks = math.ceil(tokens / bs)
+        per_request += blocks
+        lines.append(f"group {i}: {g.kind.value}, block {bs} tokens, {len(g.layer_names)} layers, {blocks}/request")
+    if not _grows(a.groups, o.workload):
+        bs = a.specs.block_size
+        w = o.workload
+        raise InputError(
+            f"vLLM cannot preempt this workload: its attention blocks are {bs} tokens here "
+            f"({a.specs.block_size_reason}), so a request of {w.prompt_tokens} + {w.max_new_tokens} tokens never "
+            "needs a new block while it decodes and vLLM only queues requests, it never preempts one; make "
+            f"--prompt-tokens + --max-new-tokens cross a block boundary (e.g. --max-new-tokens {bs})"
+        )
+    demand = o.workload.in_flight * per_request
+    tight = max(per_request + 1, math.ceil(demand / PRESSURE_SHARE))
+    roomy = max(ROOMY_MIN_BLOCKS, ROOMY_FACTOR * demand)
+    return Pools(roomy, tight, per_request, a.specs.block_size, tuple(lines))
+
+
+def _grows(groups: Sequence[Group], w: Workload) -> bool:
+    """Whether a running request needs a new block while it decodes (vLLM preempts only then: a request whose
+    prompt blocks cannot be allocated waits in the queue)."""
+    from kvdoctor.core.vllm.specs import SpecKind
+
+    for g in groups:
+        if g.kind is SpecKind.MAMBA:
+            continue
+        bs = g.spec.block_size
+        cap = math.ceil(g.spec.sliding_window / bs) + 1 if g.spec.sliding_window else None
+        prompt, total = math.ceil(w.prompt_tokens / bs), math.ceil(w.per_request_tokens / bs)
+        if min(total, cap or total) > min(prompt, cap or prompt):
+            return True
+    return False
+
+
+def enablers(o: VllmDeployOptions) -> tuple[Enabler, ...]:
+    out: list[Enabler] = []
+    if o.device == "cpu":
+        out += [
+            Enabler(
+                f"VLLM_CPU_KVCACHE_SPACE={CPU_KVCACHE_GIB}",
+                "every server",
+                "the CPU worker's KV space in GiB (its default takes a share of the machine's memory)",
+            ),
+            Enabler(
+                f"--dtype float32 --block-size {CPU_BLOCK_SIZE}",
+                "every server",
+                "vLLM's CPU attention takes block sizes in multiples of 32 (v1/attention/backends/cpu_attn.py, "
+                "get_supported_kernel_block_sizes); float32 keeps near-tied random-weight logits from flipping",
+            ),
+        ]
+    if _has_mamba(o):
+        out.append(
+            Enabler(
+                "--no-enable-prefix-caching",
+                "every server",
+                "with prefix caching a Mamba hybrid runs mamba cache mode 'align', which crashes vLLM 0.32 on CPU "
+                "(IndexError in model_executor/layers/mamba/mamba_mixer2.py); a finding about vLLM",
+            )
+        )
+    out += [
+        Enabler("--enforce-eager", "every server", "no graph capture (start-up minutes shorter on a CPU)"),
+        Enabler("HF_HUB_OFFLINE=1", "every server", "the checkpoint and its tokenizer are local"),
+    ]
+    return tuple(out)
+
+
+def _env(o: VllmDeployOptions, *, pressured: bool) -> dict[str, str]:
+    env: dict[str, str] = {"HF_HUB_OFFLINE": "1", **o.log_env}
+    if o.device == "cpu":
+        env["VLLM_CPU_KVCACHE_SPACE"] = CPU_KVCACHE_GIB
+    if o.plugin_log:
+        env[LOG_ENV] = o.plugin_log
+    if pressured and o.inject:
+        env[INJECT_ENV] = o.inject
+    return env
+
+
+def build(o: VllmDeployOptions, ports: Sequence[int]) -> Deployment:
+    """The plan on two free PORTS: reference and pressured vLLM servers."""
+    if o.device not in DEVICES:
+        raise InputError(f"--device must be one of {', '.join(DEVICES)}, got {o.device!r}")
+    check_extra_args(o.extra_args)
+    if o.inject:
+        check_fault(o.inject, has_recurrent=_has_mamba(o))
+    sized = pools(o)
+    launcher = plan.split_command("--launcher", LAUNCHER)
+    steps = []
+    for role, blocks, port in (
+        ("reference", sized.reference_blocks, ports[0]),
+        ("pressured", sized.pressured_blocks, ports[1]),
+    ):
+        argv = (
+            *launcher,
+            "--model",
+            o.model_dir,
+            *_flags(o),
+            "--max-model-len",
+            str(model_len(o.workload)),
+            "--max-num-seqs",
+            str(o.workload.in_flight),
+            "--num-gpu-blocks-override",
+            str(blocks),
+            "--seed",
+            "0",
+            "--served-model-name",
+            SERVED_NAME,
+            *o.extra_args,
+            "--host",
+            o.host,
+            "--port",
+            str(port),
+        )
+        steps.append(plan.Step(role, argv, plan.base_url(o.host, port), HEALTH, _env(o, pressured=role == "pressured")))
+    ref, press = steps
+    return Deployment(
+        "single",
+        tuple(steps),
+        ref.url,
+        press.url,
+        ref.url,
+        press.url,
+        sized.tokens(sized.reference_blocks),
+        sized.tokens(sized.pressured_blocks),
+        enablers(o),
+        injected_role="pressured" if o.inject else None,
+        preset="consistency-vllm",
+    )

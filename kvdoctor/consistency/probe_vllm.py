@@ -1,0 +1,81 @@
+"""How many times a vLLM server preempted a request: ``vllm:num_preemptions_total`` from ``/metrics``.
+
+vLLM 0.32 counts every preemption its scheduler makes in that counter (``v1/metrics/loggers.py``,
+``PrometheusStatLogger``: ``vllm:num_preemptions``, one sample per engine, labels ``model_name`` and
+``engine``), served at ``/metrics`` by default. There is no per-request signal and no log fallback: a page
+without the counter is an unknown count (``none``), which the pressure gate turns red, never "0 preemptions".
+The same before/after shape as SGLang's probe (:class:`kvdoctor.pd.metrics.RetractionProbe`), the same
+guards: a sample that is no count is malformed, a count that went backwards means the server restarted.
+"""
+
+from __future__ import annotations
+
+import math
+
+from kvdoctor.pd.metrics import CounterWentBackwards, MalformedMetric, RetractionCount, exposition
+
+COUNTER = "vllm:num_preemptions_total"
+FAMILY = COUNTER.removesuffix("_total")
+
+
+def from_prometheus(text: str) -> int | None:
+    """The preemption count in a vLLM ``/metrics`` page (summed over engines); None when the page has none."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    total = 0.0
+    found = False
+    for family in text_string_to_metric_families(text):
+        if family.name != FAMILY:
+            continue
+        for sample in family.samples:
+            if sample.name != COUNTER:
+                continue
+            found = True
+            if not math.isfinite(sample.value) or sample.value < 0:
+                raise MalformedMetric(
+                    f"{COUNTER} is {exposition(sample.value)}, not a count (a counter is a finite number >= 0); "
+                    "the server's metrics are malformed, so its preemptions cannot be counted"
+                )
+            total += sample.value
+    return int(total) if found else None
+
+
+def scrape(base_url: str, timeout_s: float = 10.0) -> int | None:
+    import httpx
+
+    from kvdoctor.pd import http
+
+    try:
+        response = http.get(f"{base_url}/metrics", timeout_s=timeout_s)
+    except httpx.HTTPError:
+        return None
+    if response.status_code != 200:
+        return None
+    try:
+        return from_prometheus(response.text)
+    except MalformedMetric as exc:
+        raise MalformedMetric(f"{base_url}/metrics: {exc}") from None
+    except ValueError:
+        return None
+
+
+class PreemptionProbe:
+    """Before/after a burst: the counter's delta (``metrics``), or unknown (``none``)."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.before: int | None = None
+
+    def start(self, timeout_s: float = 10.0) -> None:
+        self.before = scrape(self.url, timeout_s)
+
+    def finish(self, timeout_s: float = 10.0) -> RetractionCount:
+        after = scrape(self.url, timeout_s)
+        if self.before is None or after is None:
+            return RetractionCount(None, "none")
+        if after < self.before:
+            raise CounterWentBackwards(
+                f"{COUNTER} went backwards during the burst ({self.before} before it, {after} after): the server "
+                "restarted or the counter was reset, so this burst's preemptions cannot be counted"
+            )
+        return RetractionCount(after - self.before, "metrics")
