@@ -1,0 +1,345 @@
+"""``roundtrip --server vllm --engine vllm``: vLLM's own ``CPUOffloadingWorker`` stores a request's blocks of every
+KV-cache group to CPU and loads them into fresh block ids; kvdoctor diffs each group's components bitwise.
+
+vLLM builds the specs and groups (the same questions ``inspect --engine vllm`` asks: its spec classes, its Mamba
+state calculators, ``get_kv_cache_groups``); kvdoctor allocates one ``(num_blocks, page_size_bytes)`` int8 tensor
+per layer (the shape ``CPUOffloadingWorker.__init__`` views every KV tensor as), fills it with seeded random bytes,
+and hands vLLM a ``CanonicalKVCaches`` with one ``CanonicalKVCacheRef`` per layer. The worker's store handler and
+load handler (``v1/kv_offload/cpu/gpu_worker.py``) write their own (src, dst, size) descriptors; the shims of
+``_offload_shims`` only execute them on CPU. A sliding-window group moves only its window's blocks, a Mamba group
+its one state block (vLLM's ``mamba_cache_mode`` none), a full-attention group every block of the request.
+
+Faults wrap vLLM's objects: ``drop-group`` skips the last group's descriptors in the store handler
+(``_fill_group_ops``), ``reorder-blocks`` swaps the first two fresh block ids of the first group that moves two
+blocks in the load spec,
+``skip-scales`` shortens every store descriptor of a group with in-page scales by the scale bytes.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from kvdoctor._exceptions import InputError
+from kvdoctor.core.vllm.analysis import analyze_vllm
+from kvdoctor.core.vllm.specs import SpecKind
+from kvdoctor.engines.vllm import _offload_shims as shims
+from kvdoctor.engines.vllm import _runtime as rt
+from kvdoctor.engines.vllm import cache_config
+from kvdoctor.engines.vllm.inspect import mamba_state, vllm_spec
+
+__all__ = ["FAULTS", "GroupCopy", "VllmRoundtrip", "VllmRow", "run_vllm_roundtrip"]
+
+FAULTS = ("drop-group", "reorder-blocks", "skip-scales")
+
+
+@dataclass(frozen=True)
+class VllmRow:
+    """One group's component, compared bitwise over every layer of the group and every moved block."""
+
+    name: str  # g<index>.<component>
+    group: int
+    component: str
+    bytes: int
+    mismatched_bytes: int
+    equal: bool
+
+
+@dataclass(frozen=True)
+class GroupCopy:
+    """The copy ledger of one group: which block ids went to which host slots and came back into which ids."""
+
+    group: int
+    spec: str
+    layers: int
+    block_ids: list[int]
+    host_slots: list[int]
+    new_block_ids: list[int]
+    bytes_out: int  # bytes vLLM's store descriptors moved out of this group's tensors
+    bytes_in: int
+    expected_bytes: int  # blocks x layers x page bytes
+    ledger_ok: bool
+
+
+@dataclass(frozen=True)
+class VllmRoundtrip:
+    model: str
+    vllm_version: str
+    kv_cache_dtype: str
+    injected: str | None
+    expected_red: list[str]
+    rows: list[VllmRow]
+    ledger: list[GroupCopy]
+    shims: list[dict[str, str]]
+    elapsed_s: float
+    layers_per_group: int | None = None  # the reduction: at most this many layers of each group moved (None: all)
+    failing: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.failing
+
+    @property
+    def inject_matched(self) -> bool | None:
+        return None if self.injected is None else set(self.failing) == set(self.expected_red)
+
+
+def _components(spec: Any) -> list[tuple[str, int]]:
+    """The byte ranges of one block's page, in page order, named (vLLM's layouts: K then V; Mamba's states in
+    the calculator's order; whatever follows the content is scales when the quant mode has them, else padding)."""
+    page = spec.page_size_bytes
+    name = type(spec).__name__
+    if name == "MambaSpec":
+        labels = (
+            ["conv_state", "ssm_state"] if len(spec.shapes) == 2 else [f"state{i}" for i in range(len(spec.shapes))]
+        )
+        parts = [(lab, math.prod(s) * d.itemsize) for lab, s, d in zip(labels, spec.shapes, spec.dtypes, strict=True)]
+    elif name.startswith("MLA"):
+        parts = [("latent", spec.block_size * spec.num_kv_heads * spec.head_size * spec.dtype.itemsize)]
+    else:
+        item = spec.dtype.itemsize
+        heads = spec.num_kv_heads * spec.block_size
+        parts = [
+            ("k", heads * spec.head_size * item),
+            ("v", heads * getattr(spec, "head_size_v", spec.head_size) * item),
+        ]
+    rest = page - sum(n for _, n in parts)
+    if rest > 0:
+        parts.append(("scales" if int(getattr(spec, "kv_quant_mode", 0) or 0) > 1 else "padding", rest))
+    return parts
+
+
+def _blocks_for(spec: Any, tokens: int) -> int:
+    name = type(spec).__name__
+    if name == "MambaSpec":
+        return 1
+    need = -(-tokens // spec.block_size)
+    window = getattr(spec, "sliding_window", None)
+    if window:
+        need = min(need, -(-(window - 1) // spec.block_size) + 1)
+    return need
+
+
+def _specs_and_groups(model: str, argv: Sequence[str], layers_cap: int | None) -> tuple[Any, list[Any], dict[str, Any]]:
+    a = analyze_vllm(model, list(argv))
+    if a.refusal is not None:
+        raise InputError(f"vLLM refuses this launch line: {a.refusal}")
+    mamba = mamba_state(a)
+    specs = {n: vllm_spec(s, a.flags.kv_cache_dtype, mamba) for n, s in a.specs.layers.items()}
+    if mamba is not None:
+        length = cache_config.vllm_max_model_len(a)
+        mode, block = cache_config.mamba_cache(a, length)
+        specs = {
+            n: cache_config.with_mamba_cache(s, mode, block) if a.specs.layers[n].kind is SpecKind.MAMBA else s
+            for n, s in specs.items()
+        }
+    planning = rt.load("vllm.v1.core.kv_cache_planning")
+    groups = list(planning.get_kv_cache_groups(rt.planning_config(hybrid_manager=a.hybrid.enabled), dict(specs)))
+    if layers_cap:
+        for g in groups:
+            g.layer_names = list(g.layer_names)[:layers_cap]
+    return a, groups, specs
+
+
+def run_vllm_roundtrip(
+    model: str,
+    argv: Sequence[str] = (),
+    *,
+    tokens: int = 256,
+    seed: int = 0,
+    inject: str | None = None,
+    layers: int | None = 2,
+    skip_shims: frozenset[str] = frozenset(),
+) -> VllmRoundtrip:
+    """Store one request's blocks of every group with vLLM's CPUOffloadingWorker, load them into fresh ids, diff."""
+    if inject is not None and inject not in FAULTS:
+        raise InputError(f"--inject {inject}: the vLLM round trip injects {', '.join(FAULTS)}")
+    info = rt.engine_info()
+    start = time.perf_counter()
+    a, groups, _ = _specs_and_groups(model, argv, layers)
+    torch = rt.load("torch")
+    base = rt.load("vllm.v1.kv_offload.base")
+    common = rt.load("vllm.v1.kv_offload.cpu.common")
+    gw = rt.load(shims.GPU_WORKER)
+    gen = torch.Generator().manual_seed(seed)
+
+    counts = [_blocks_for(g.kv_cache_spec, tokens) for g in groups]
+    num_blocks = 2 * max(counts) + 2
+    tensors: list[Any] = []
+    refs: list[list[Any]] = []
+    layer_of: list[list[int]] = []  # tensor indices per group
+    for g in groups:
+        page = g.kv_cache_spec.page_size_bytes
+        refs.append([])
+        layer_of.append([])
+        for _ in g.layer_names:
+            t = torch.randint(-128, 128, (num_blocks, page), dtype=torch.int8, generator=gen)
+            layer_of[-1].append(len(tensors))
+            refs[-1].append(base.CanonicalKVCacheRef(tensor_idx=len(tensors), page_size_bytes=page))
+            tensors.append(t)
+    perm = torch.randperm(num_blocks, generator=gen).tolist()
+    src_ids = [perm[: counts[i]] for i in range(len(groups))]
+    new_ids = [[b for b in perm[counts[i] :]][: counts[i]] for i in range(len(groups))]
+    slots: list[list[int]] = []
+    nxt = 0
+    for c in counts:
+        slots.append(list(range(nxt, nxt + c)))
+        nxt += c
+    expected_red = _expected_red(inject, groups, tokens)
+    originals = [t.clone() for t in tensors]
+
+    flat = lambda ids: [b for group in ids for b in group]  # noqa: E731
+    with shims.applied(skip_shims) as copier:
+        gpu = [t if "tensor reports is_cuda" in skip_shims else shims.reports_cuda(t) for t in tensors]
+        caches = base.CanonicalKVCaches(
+            tensors=[base.CanonicalKVCacheTensor(tensor=t, page_size_bytes=t.shape[1]) for t in gpu],
+            group_data_refs=refs,
+        )
+        try:
+            worker = gw.CPUOffloadingWorker(caches, blocks_per_chunk=1, num_cpu_chunks=max(nxt, 1))
+            _inject(inject, worker, groups)
+            store_src = base.GPULoadStoreSpec(flat(src_ids), counts, [0] * len(counts))
+            worker.submit_store(1, store_src, common.CPULoadStoreSpec(flat(slots)))
+            worker.wait({1})
+            stored = len(copier.calls)
+            load_ids = [list(ids) for ids in new_ids]
+            if inject == "reorder-blocks":
+                r = _reorder_group(groups, tokens)
+                load_ids[r][0], load_ids[r][1] = load_ids[r][1], load_ids[r][0]
+            worker.submit_load(
+                2,
+                common.CPULoadStoreSpec(flat(slots)),
+                base.GPULoadStoreSpec(flat(load_ids), counts, [0] * len(counts)),
+            )
+            worker.wait({2})
+            worker.get_finished()
+        except (AssertionError, AttributeError, NotImplementedError, RuntimeError, TypeError, ValueError) as exc:
+            raise shims.refusal(exc, skip_shims) from None
+    rows = _diff(groups, layer_of, originals, tensors, src_ids, new_ids)
+    ledger = _ledger(groups, layer_of, tensors, src_ids, slots, new_ids, copier.calls, stored)
+    failing = [r.name for r in rows if not r.equal] + [f"g{c.group}.ledger" for c in ledger if not c.ledger_ok]
+    return VllmRoundtrip(
+        model=model,
+        vllm_version=info.version,
+        kv_cache_dtype=a.flags.kv_cache_dtype,
+        injected=inject,
+        expected_red=expected_red,
+        rows=rows,
+        ledger=ledger,
+        shims=[{"name": s.name, "why": s.why} for s in shims.SHIMS if s.name not in skip_shims],
+        elapsed_s=round(time.perf_counter() - start, 3),
+        layers_per_group=layers,
+        failing=failing,
+    )
+
+
+def _reorder_group(groups: list[Any], tokens: int) -> int:
+    """The first group that moves at least two blocks (the one reorder-blocks swaps two fresh ids in)."""
+    target = next((i for i, g in enumerate(groups) if _blocks_for(g.kv_cache_spec, tokens) >= 2), None)
+    if target is None:
+        raise InputError("--inject reorder-blocks needs a group that moves at least two blocks (raise --tokens)")
+    return target
+
+
+def _expected_red(inject: str | None, groups: list[Any], tokens: int) -> list[str]:
+    if inject is None:
+        return []
+    last = len(groups) - 1
+    if inject == "drop-group":
+        return [f"g{last}.{c}" for c, _ in _components(groups[last].kv_cache_spec)] + [f"g{last}.ledger"]
+    if inject == "reorder-blocks":
+        target = _reorder_group(groups, tokens)
+        return [f"g{target}.{c}" for c, _ in _components(groups[target].kv_cache_spec)]
+    scaled = [f"g{i}.scales" for i, g in enumerate(groups) if "scales" in dict(_components(g.kv_cache_spec))]
+    if not scaled:
+        raise InputError("--inject skip-scales: no group of this launch line carries in-page scales (try an fp8 mode)")
+    return scaled + [n.replace(".scales", ".ledger") for n in scaled]
+
+
+def _inject(inject: str | None, worker: Any, groups: list[Any]) -> None:
+    """Wrap vLLM's store handler for the store-side faults (reorder-blocks acts on the load spec instead)."""
+    handler = worker._store_handler
+    fill: Callable[..., tuple[int, int]] = handler._fill_group_ops
+    if inject == "drop-group":
+        last = len(groups) - 1
+
+        def dropping(g_idx: int, **kw: Any) -> tuple[int, int]:
+            return (kw["op_idx"], 0) if g_idx == last else fill(g_idx, **kw)
+
+        handler._fill_group_ops = dropping
+    elif inject == "skip-scales":
+        cut = {i: dict(_components(g.kv_cache_spec)).get("scales", 0) for i, g in enumerate(groups)}
+
+        def unscaled(g_idx: int, **kw: Any) -> tuple[int, int]:
+            first = kw["op_idx"]
+            end, moved = fill(g_idx, **kw)
+            if cut[g_idx]:
+                kw["all_sizes"][first:end] -= cut[g_idx]
+                moved -= cut[g_idx] * (end - first)
+            return end, moved
+
+        handler._fill_group_ops = unscaled
+
+
+def _diff(
+    groups: list[Any],
+    layer_of: list[list[int]],
+    before: list[Any],
+    after: list[Any],
+    src: list[list[int]],
+    new: list[list[int]],
+) -> list[VllmRow]:
+    rows: list[VllmRow] = []
+    for gi, g in enumerate(groups):
+        offset = 0
+        for comp, size in _components(g.kv_cache_spec):
+            total = bad = 0
+            for t in layer_of[gi]:
+                want = before[t][src[gi], offset : offset + size]
+                got = after[t].as_subclass(type(before[t]))[new[gi], offset : offset + size]
+                total += want.numel()
+                bad += int((want != got).sum())
+            offset += size
+            rows.append(VllmRow(f"g{gi}.{comp}", gi, comp, total, bad, bad == 0))
+    return rows
+
+
+def _ledger(
+    groups: list[Any],
+    layer_of: list[list[int]],
+    tensors: list[Any],
+    src: list[list[int]],
+    slots: list[list[int]],
+    new: list[list[int]],
+    calls: list[Any],
+    stored: int,
+) -> list[GroupCopy]:
+    spans = {t: (x.data_ptr(), x.data_ptr() + x.numel()) for t, x in enumerate(tensors)}
+
+    def owner(ptr: int) -> int | None:
+        return next((t for t, (lo, hi) in spans.items() if lo <= ptr < hi), None)
+
+    out: list[GroupCopy] = []
+    for gi, g in enumerate(groups):
+        mine = set(layer_of[gi])
+        bytes_out = sum(c.size for c in calls[:stored] if owner(c.src) in mine)
+        bytes_in = sum(c.size for c in calls[stored:] if owner(c.dst) in mine)
+        expected = len(src[gi]) * len(layer_of[gi]) * g.kv_cache_spec.page_size_bytes
+        out.append(
+            GroupCopy(
+                gi,
+                type(g.kv_cache_spec).__name__,
+                len(layer_of[gi]),
+                src[gi],
+                slots[gi],
+                new[gi],
+                bytes_out,
+                bytes_in,
+                expected,
+                bytes_out == expected == bytes_in,
+            )
+        )
+    return out
