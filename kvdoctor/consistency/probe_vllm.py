@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 
-from kvdoctor.pd.metrics import CounterWentBackwards, MalformedMetric, RetractionCount, exposition
+from kvdoctor.pd.metrics import CounterWentBackwards, MalformedMetric, RetractionCount, exposition, scrape_with
 
 COUNTER = "vllm:num_preemptions_total"
 FAMILY = COUNTER.removesuffix("_total")
@@ -41,22 +41,8 @@ def from_prometheus(text: str) -> int | None:
 
 
 def scrape(base_url: str, timeout_s: float = 10.0) -> int | None:
-    import httpx
-
-    from kvdoctor.pd import http
-
-    try:
-        response = http.get(f"{base_url}/metrics", timeout_s=timeout_s)
-    except httpx.HTTPError:
-        return None
-    if response.status_code != 200:
-        return None
-    try:
-        return from_prometheus(response.text)
-    except MalformedMetric as exc:
-        raise MalformedMetric(f"{base_url}/metrics: {exc}") from None
-    except ValueError:
-        return None
+    """The preemption count from ``GET {base_url}/metrics``; None when unreachable, off, or absent."""
+    return scrape_with(base_url, from_prometheus, f"{base_url}/metrics", timeout_s)
 
 
 class PreemptionProbe:

@@ -116,16 +116,22 @@ def prepare(o: ConsistencyOptions) -> Prepared:
         live_faults.check(o.inject, has_recurrent=kind.has_recurrent, has_swa=kind.has_swa)
         if o.topology != "pd":
             deploy.build(_deploy_options(o, kind, "<model>", False, {}), [0] * 6)  # raises the InputError
+    vocab = _vocab(o, config, weights, loaded.source)
+    return Prepared(o, config, kind, weights, stand_in_needed(o.device), vocab, prompts(o.workload, vocab))
+
+
+def _vocab(o: ConsistencyOptions, config: dict[str, Any], weights: Path | None, source: object) -> int:
+    """The vocabulary prompt token ids are drawn from; a big model without weights must be shrunk (both servers)."""
     vocab = config.get("vocab_size") or (config.get("text_config") or {}).get("vocab_size")
     if not isinstance(vocab, int):
-        raise InputError(f"{loaded.source}: no integer vocab_size to draw prompt token ids from")
+        raise InputError(f"{source}: no integer vocab_size to draw prompt token ids from")
     hidden = config.get("hidden_size") or (config.get("text_config") or {}).get("hidden_size") or 0
     if weights is None and not o.shrink and int(hidden) > MAX_UNSHRUNK_HIDDEN:
         raise InputError(
             f"{o.model} has no weights here (no *.safetensors) and hidden_size {hidden}: pass --shrink for a tiny "
             "seeded random checkpoint, or a model directory with its weights"
         )
-    return Prepared(o, config, kind, weights, stand_in_needed(o.device), vocab, prompts(o.workload, vocab))
+    return vocab
 
 
 def _prepare_vllm(o: ConsistencyOptions) -> Prepared:
@@ -152,15 +158,7 @@ def _prepare_vllm(o: ConsistencyOptions) -> Prepared:
     config = shrink_config(top) if o.shrink else top
     if o.inject:
         deploy_vllm.check_fault(o.inject, has_recurrent=kind.has_recurrent)
-    vocab = config.get("vocab_size") or (config.get("text_config") or {}).get("vocab_size")
-    if not isinstance(vocab, int):
-        raise InputError(f"{loaded.source}: no integer vocab_size to draw prompt token ids from")
-    hidden = config.get("hidden_size") or (config.get("text_config") or {}).get("hidden_size") or 0
-    if weights is None and not o.shrink and int(hidden) > MAX_UNSHRUNK_HIDDEN:
-        raise InputError(
-            f"{o.model} has no weights here (no *.safetensors) and hidden_size {hidden}: pass --shrink for a tiny "
-            "seeded random checkpoint, or a model directory with its weights"
-        )
+    vocab = _vocab(o, config, weights, loaded.source)
     prepared = Prepared(o, config, kind, weights, False, vocab, prompts(o.workload, vocab), loaded.source)
     deploy_vllm.pools(_vllm_options(prepared, "<model>", None))  # the sizing's refusals, before anything starts
     return prepared

@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 import re
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -155,6 +155,12 @@ class LogCursor:
 
 def scrape(base_url: str, timeout_s: float = 10.0) -> int | None:
     """The counter from ``GET {base_url}/metrics``; None when unreachable, off, or absent."""
+    return scrape_with(base_url, from_prometheus, f"decode {base_url}/metrics", timeout_s)
+
+
+def scrape_with(base_url: str, parse: Callable[[str], int | None], where: str, timeout_s: float = 10.0) -> int | None:
+    """``GET {base_url}/metrics`` read by PARSE (one server's counter); None when unreachable, off, or absent; a
+    malformed counter raises :class:`MalformedMetric` naming WHERE."""
     import httpx
 
     from kvdoctor.pd import http
@@ -166,9 +172,9 @@ def scrape(base_url: str, timeout_s: float = 10.0) -> int | None:
     if response.status_code != 200:
         return None
     try:
-        return from_prometheus(response.text)
+        return parse(response.text)
     except MalformedMetric as exc:
-        raise MalformedMetric(f"decode {base_url}/metrics: {exc}") from None
+        raise MalformedMetric(f"{where}: {exc}") from None
     except ValueError:
         return None
 

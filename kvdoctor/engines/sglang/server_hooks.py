@@ -34,6 +34,8 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
+from kvdoctor.engines import hook_log
+
 PATCHES_ENV = "KVDOCTOR_PATCHES"
 INJECT_ENV = "KVDOCTOR_INJECT"
 LOG_ENV = "KVDOCTOR_HOOK_LOG"
@@ -45,14 +47,7 @@ MOONCAKE_HOST_INDICES = "mooncake-host-indices"
 
 
 def log(event: str, detail: str = "") -> None:
-    path = os.environ.get(LOG_ENV)
-    if not path:
-        return
-    try:
-        with open(path, "a", encoding="utf-8") as fh:
-            fh.write(f"{os.getpid()} {event} {detail}".rstrip() + "\n")
-    except OSError:
-        pass
+    hook_log.append(LOG_ENV, event, detail)
 
 
 class AfterImport(importlib.abc.MetaPathFinder):

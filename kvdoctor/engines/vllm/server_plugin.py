@@ -25,6 +25,8 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from kvdoctor.engines import hook_log
+
 INJECT_ENV = "KVDOCTOR_VLLM_INJECT"
 LOG_ENV = "KVDOCTOR_VLLM_PLUGIN_LOG"
 TARGET = "vllm.v1.worker.gpu_model_runner"  # GPUModelRunner; vLLM's CPUModelRunner subclasses it
@@ -36,14 +38,7 @@ FAULTS: dict[str, tuple[bool, str]] = {
 
 
 def _log(event: str, detail: str = "") -> None:
-    path = os.environ.get(LOG_ENV)
-    if not path:
-        return
-    try:
-        with open(path, "a", encoding="utf-8") as fh:
-            fh.write(f"{os.getpid()} {event} {detail}".rstrip() + "\n")
-    except OSError:
-        pass
+    hook_log.append(LOG_ENV, event, detail)
 
 
 def register() -> None:
