@@ -4,8 +4,8 @@
 computes it from another, and kvdoctor reads the computed value (``ModelConfig.derived``). These are
 facts of SGLang's config classes. The values live here only; their citations are made where the SGLang
 rule model cites (``core/sglang/rules/layers.py``: ``LONGCAT_LAYERS_SOURCE``, ``NEMOTRON_H_COUNT_SOURCE``), so
-the engine suite checks them against the installed SGLang. This module imports nothing of kvdoctor's: the
-shared loader must not depend on a server's room.
+the engine suite checks them against the installed SGLang. This module imports nothing of kvdoctor's but the
+generated alias table beside it: the shared loader must not depend on a server's room.
 """
 
 from __future__ import annotations
@@ -19,6 +19,18 @@ LONGCAT_MODEL_TYPES = frozenset({"longcat_flash"})
 # Nemotron-H's layer list is canonical; its length is the layer count
 # (srt/configs/nemotron_h.py:441-447, rules.NEMOTRON_H_COUNT_SOURCE).
 NEMOTRON_H_MODEL_TYPES = frozenset({"nemotron_h", "nemotron_h_puzzle"})
+# The geometry fields a config class may store under its own name (transformers' ``attribute_map``: GPT-2's
+# ``n_layer``, ChatGLM's ``num_layers``), resolved as ``PretrainedConfig`` does when the file does not state the
+# standard name (the table: ``config_aliases.py``, generated from the classes SGLang's loader builds). Other
+# aliased fields (``layer_types`` of the Mamba hybrids, expert counts) keep their per-family rules.
+ALIASED_FIELDS = (
+    "num_hidden_layers",
+    "hidden_size",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "head_dim",
+    "max_position_embeddings",
+)
 
 
 def derived_fields(text: Mapping[str, Any], model_type: str) -> dict[str, Any]:
@@ -30,4 +42,11 @@ def derived_fields(text: Mapping[str, Any], model_type: str) -> dict[str, Any]:
         blocks = text.get("layers_block_type")
         if model_type in NEMOTRON_H_MODEL_TYPES and isinstance(blocks, list):
             derived["num_hidden_layers"] = len(blocks)
+    from kvdoctor.core.config_aliases import CONFIG_ALIASES
+
+    aliases = CONFIG_ALIASES.get(model_type, {})
+    for name in ALIASED_FIELDS:
+        stored = aliases.get(name)
+        if stored and name not in derived and text.get(name) is None and text.get(stored) is not None:
+            derived[name] = text[stored]
     return derived

@@ -128,3 +128,24 @@ def test_a_directory_whose_config_json_is_a_fifo(tmp_path: Path) -> None:
 def test_a_missing_path_is_still_no_such_file(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="no such file or directory"):
         load_config(str(tmp_path / "absent"))
+
+
+GPT2 = {"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"], "n_embd": 768, "n_head": 12, "n_layer": 12}
+
+
+def test_a_config_class_alias_is_read_as_the_standard_field(write_config) -> None:
+    """GPT-2 stores num_hidden_layers as n_layer (transformers' attribute_map, which PretrainedConfig resolves and
+    SGLang reads): kvdoctor reads it as the class does instead of refusing a model SGLang serves."""
+    cfg = load_config(str(write_config(GPT2)))
+    assert (cfg.positive_int("num_hidden_layers"), cfg.get("hidden_size"), cfg.get("num_attention_heads")) == (
+        12,
+        768,
+        12,
+    )
+
+
+def test_the_standard_name_wins_over_its_alias_and_another_model_type_has_no_alias(write_config) -> None:
+    cfg = load_config(str(write_config({**GPT2, "num_hidden_layers": 6})))
+    assert cfg.positive_int("num_hidden_layers") == 6  # the file's own standard field, as PretrainedConfig's setter
+    llama = load_config(str(write_config({**GPT2, "model_type": "llama", "architectures": ["LlamaForCausalLM"]})))
+    assert llama.get("num_hidden_layers") is None  # LlamaConfig has no attribute_map: n_layer means nothing to it

@@ -73,6 +73,19 @@ class NotJson:
         return {"dtype": object()}
 
 
+def test_a_model_type_the_registry_lacks_is_refused_naming_it(tmp_path: Path) -> None:
+    """A misspelt (or comma-joined) --model-type is exit 2 naming it, never an empty set reported as 'nothing to
+    compare' and never a config written."""
+    from kvdoctor._exceptions import EXIT_INPUT, InputError
+
+    found = [architectures.Candidate("builds", Builds, "BuildsForCausalLM")]
+    with pytest.raises(InputError) as caught:
+        architectures.generate(tmp_path, only=("buils",), found=found)
+    assert caught.value.exit_code == EXIT_INPUT
+    assert "'buils'" in str(caught.value) and "did you mean 'builds'" in str(caught.value)
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_a_config_that_does_not_construct_is_counted_as_skipped_not_crashed(tmp_path: Path) -> None:
     found = [
         architectures.Candidate("builds", Builds, "BuildsForCausalLM"),
@@ -219,3 +232,19 @@ def test_zero_generated_configs_is_a_refusal_never_a_pass(
     run = cli("--all-architectures", "--case", "colocated", "--json")
     assert run.exit_code == 2, run.output
     assert "generated no config" in run.output and '"verdict": "pass"' not in run.output
+
+
+@pytest.mark.sglang
+def test_the_alias_table_is_the_installed_config_classes_attribute_map() -> None:
+    """kvdoctor/core/config_aliases.py (generated) against the classes SGLang's loader builds: a stale table would
+    make kvdoctor read a field the class does not alias (or refuse one it does)."""
+    import sglang.srt.utils.hf_transformers.common  # noqa: F401  registers SGLang's config classes
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    from kvdoctor.core.config_aliases import CONFIG_ALIASES
+    from kvdoctor.core.config_rules import ALIASED_FIELDS
+
+    for model_type in ("gpt2", "gptj", "gpt_bigcode", "chatglm", "bloom", "mpt", "llama"):
+        amap = dict(getattr(CONFIG_MAPPING[model_type], "attribute_map", {}) or {})
+        ours = CONFIG_ALIASES.get(model_type, {})
+        assert {f: ours.get(f) for f in ALIASED_FIELDS} == {f: amap.get(f) for f in ALIASED_FIELDS}, model_type

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kvdoctor._exceptions import InputError
 from kvdoctor.engines.sglang import _runtime
 
 NO_ARCHITECTURE = "no causal-LM architecture SGLang serves"
@@ -139,6 +140,15 @@ def generate(root: Path, only: Sequence[str] = (), found: Iterable[Candidate] | 
         archs, listed = candidates()
     else:
         listed, archs = list(found), 0
+    known = {c.model_type for c in listed}
+    unknown = [name for name in only if name not in known]
+    if unknown:
+        from kvdoctor.core.model_types import suggestion
+
+        raise InputError(
+            f"--model-type {unknown[0]!r} is not a model type SGLang's config loader registers"
+            f"{suggestion(unknown[0], known)} (repeat --model-type for several)"
+        )
     chosen = [c for c in listed if not only or c.model_type in only]
     out = GeneratedSet(registry_architectures=archs, model_types=len(chosen))
     for candidate in chosen:
