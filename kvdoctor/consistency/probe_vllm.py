@@ -10,9 +10,12 @@ guards: a sample that is no count is malformed, a count that went backwards mean
 
 from __future__ import annotations
 
-import math
-
-from kvdoctor.pd.metrics import CounterWentBackwards, MalformedMetric, RetractionCount, exposition, scrape_with
+from kvdoctor.pd.metrics import (
+    CounterWentBackwards,
+    RetractionCount,
+    checked_count,
+    scrape_with,
+)
 
 COUNTER = "vllm:num_preemptions_total"
 FAMILY = COUNTER.removesuffix("_total")
@@ -31,12 +34,7 @@ def from_prometheus(text: str) -> int | None:
             if sample.name != COUNTER:
                 continue
             found = True
-            if not math.isfinite(sample.value) or sample.value < 0:
-                raise MalformedMetric(
-                    f"{COUNTER} is {exposition(sample.value)}, not a count (a counter is a finite number >= 0); "
-                    "the server's metrics are malformed, so its preemptions cannot be counted"
-                )
-            total += sample.value
+            total += checked_count(sample.value, COUNTER, "preemptions")
     return int(total) if found else None
 
 

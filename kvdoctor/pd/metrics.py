@@ -99,17 +99,23 @@ def from_prometheus(text: str) -> int | None:
             if sample.name != COUNTER:
                 continue
             found = True
-            if not math.isfinite(sample.value) or sample.value < 0:
-                raise MalformedMetric(
-                    f"{_sample_name(sample.labels)} is {exposition(sample.value)}, not a count "
-                    "(a counter is a finite number >= 0); the server's metrics are malformed, so its retractions "
-                    "cannot be counted"
-                )
+            value = checked_count(sample.value, _sample_name(sample.labels), "retractions")
             key = _group_key(sample.labels)
-            groups[key] = max(groups[key], sample.value)
+            groups[key] = max(groups[key], value)
     if not found and not sglang_page:
         return None
     return int(sum(groups.values()))
+
+
+def checked_count(value: float, name: str, what: str) -> float:
+    """VALUE as a counter sample NAME carries: a finite number >= 0, else ``MalformedMetric`` (its WHAT cannot be
+    counted). Both servers' probes read their counters through it."""
+    if not math.isfinite(value) or value < 0:
+        raise MalformedMetric(
+            f"{name} is {exposition(value)}, not a count (a counter is a finite number >= 0); the server's metrics "
+            f"are malformed, so its {what} cannot be counted"
+        )
+    return value
 
 
 def _group_key(labels: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
