@@ -10,7 +10,10 @@ The pool is counted in vLLM's blocks, sized from kvdoctor's own model of vLLM's 
 (:func:`kvdoctor.core.vllm.analysis.analyze_vllm_config`): every group takes its blocks from one shared pool, a
 full-attention group ``ceil(tokens / block_size)`` per request, a sliding-window group at most its window's
 blocks, a Mamba group one state block. Hybrids pad their attention pages to the Mamba page (a far larger block),
-so a pool sized in tokens would not preempt them; sized in blocks per group it does.
+so a pool sized in tokens would not preempt them; sized in blocks per group it does. vLLM preempts only a
+running request that needs a new block, so an attention block the workload never outgrows is refused before
+launch; ``--shrink`` keeps a Mamba2 hybrid's state small for vLLM (:data:`kvdoctor.consistency.shrink.
+VLLM_MAMBA_STATE`, named in the output) so its attention block stays at 32 tokens.
 
 Only ``single`` (two servers): vLLM's PD (a KV connector) is not part of this command. On a CPU kvdoctor
 names every change it makes (an *enabler*): vLLM's CPU attention wants block sizes in multiples of 32, float32
@@ -72,6 +75,7 @@ class VllmDeployOptions:
     inject: str | None = None
     plugin_log: str | None = None
     log_env: Mapping[str, str] = field(default_factory=dict)
+    shrunk: bool = False  # CONFIG is --shrink's (server="vllm"): its small Mamba state is named as an enabler
 
 
 @dataclass(frozen=True)
@@ -150,12 +154,16 @@ def model_len(w: Workload) -> int:
     return math.ceil(w.per_request_tokens / CPU_BLOCK_SIZE) * CPU_BLOCK_SIZE
 
 
+def _server_flags(o: VllmDeployOptions) -> tuple[str, ...]:
+    """The flags the sizing model reads, as the servers get them (the pool flag aside)."""
+    return (*_flags(o), "--max-model-len", str(model_len(o.workload)), *o.extra_args)
+
+
 def pools(o: VllmDeployOptions) -> Pools:
     """(reference, pressured) ``--num-gpu-blocks-override`` from kvdoctor's vLLM grouping model."""
     from kvdoctor.core.vllm.specs import SpecKind
 
-    flags = (*_flags(o), "--max-model-len", str(model_len(o.workload)), *o.extra_args)  # as the servers get them
-    a = _analysis(o, flags)
+    a = _analysis(o, _server_flags(o))
     if a.groups is None:
         raise InputError(f"vLLM would not start with this model and these flags: {a.refusal} ({a.refusal_where})")
     tokens = o.workload.per_request_tokens
@@ -227,11 +235,36 @@ def enablers(o: VllmDeployOptions) -> tuple[Enabler, ...]:
                 "(IndexError in model_executor/layers/mamba/mamba_mixer2.py); a finding about vLLM",
             )
         )
+    out += _small_state(o)
     out += [
         Enabler("--enforce-eager", "every server", "no graph capture (start-up minutes shorter on a CPU)"),
         Enabler("HF_HUB_OFFLINE=1", "every server", "the checkpoint and its tokenizer are local"),
     ]
     return tuple(out)
+
+
+def _small_state(o: VllmDeployOptions) -> list[Enabler]:
+    """``--shrink``'s vLLM Mamba state, with the attention block it leaves (from the sizing model)."""
+    from kvdoctor.consistency.shrink import small_mamba_state
+    from kvdoctor.core.vllm.specs import SpecKind
+
+    state = {k: o.config[k] for k in small_mamba_state(o.config)}
+    if not (o.shrunk and state and _has_mamba(o)):
+        return []
+    a = _analysis(o, _server_flags(o))
+    mamba = next(s for s in a.specs.layers.values() if s.kind is SpecKind.MAMBA)
+    size = f"{mamba.unpadded_page_size_bytes:,} B"
+    return [
+        Enabler(
+            f"--shrink Mamba state: {state['mamba_num_heads']} heads x {state['mamba_head_dim']} x "
+            f"{state['ssm_state_size']}, {state['n_groups']} group",
+            "the checkpoint",
+            "vLLM raises its attention block until one attention page holds a Mamba state "
+            "(platforms/interface.py, Platform._align_hybrid_block_size); the full-size state padded a shrunk "
+            "NemotronH's blocks to 8,448 tokens, which a short request never outgrows, so vLLM only queued; "
+            f"this state ({size}) leaves attention blocks of {a.specs.block_size} tokens, which decode outgrows",
+        )
+    ]
 
 
 def _env(o: VllmDeployOptions, *, pressured: bool) -> dict[str, str]:

@@ -155,7 +155,7 @@ def _prepare_vllm(o: ConsistencyOptions) -> Prepared:
     top = dict(loaded.top)
     kind = runnable.classify(top, loaded.source)
     weights = None if o.shrink else _has_weights(o.model)
-    config = shrink_config(top) if o.shrink else top
+    config = shrink_config(top, server="vllm") if o.shrink else top
     if o.inject:
         deploy_vllm.check_fault(o.inject, has_recurrent=kind.has_recurrent)
     vocab = _vocab(o, config, weights, loaded.source)
@@ -176,6 +176,7 @@ def _vllm_options(prepared: Prepared, model_dir: str, plugin_log: str | None) ->
         extra_args=o.extra_args,
         inject=o.inject,
         plugin_log=plugin_log,
+        shrunk=o.shrink,
     )
 
 

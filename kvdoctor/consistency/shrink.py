@@ -7,6 +7,12 @@ holds every kind (2 to 4 layers), or, when a kind first appears later, the first
 model order. Widths go to ``hidden_size`` 128 with small heads, the vocabulary to 1,024 tokens, and the
 dtype to float32 (random weights give near-flat logits; bf16 rounding flips near-ties), and the output
 head is untied from the embeddings.
+
+``server="vllm"`` also makes a Mamba2 state small (:data:`VLLM_MAMBA_STATE`): vLLM raises its attention block
+until one attention page holds a whole Mamba state (``Platform._align_hybrid_block_size``), so the full-size
+state a shrunk NemotronH keeps (128 heads x 64 x 128) padded its attention blocks to 8,448 tokens, and a short
+request never grew a block: vLLM queued instead of preempting. With this state the block stays at the CPU's 32.
+The SGLang shrink is unchanged (SGLang sizes its Mamba pool apart from its KV pages).
 """
 
 from __future__ import annotations
@@ -39,6 +45,11 @@ CAPS = {
     "moe_intermediate_size": MOE_INTERMEDIATE,
     "shared_expert_intermediate_size": MOE_INTERMEDIATE,
 }
+SERVERS = ("sglang", "vllm")
+# --server vllm: a Mamba2 state (NemotronH's fields, the ones kvdoctor's vLLM state model reads) of 8 heads x 16
+# x 16 in 1 group: 10,112 B in float32 (conv 3 x 160 + SSM 8 x 16 x 16), within one 32-token attention page
+# (2 KV heads x (32 + 32) x 4 B x 32 = 16,384 B), so vLLM keeps a 32-token attention block; 8 x 16 = HIDDEN.
+VLLM_MAMBA_STATE = {"mamba_num_heads": 8, "mamba_head_dim": 16, "ssm_state_size": 16, "n_groups": 1}
 
 
 def kept_layers(kinds: Sequence[Any]) -> list[int]:
@@ -73,16 +84,25 @@ def _kinds(config: Mapping[str, Any]) -> tuple[str | None, Sequence[Any]]:
     return None, []
 
 
-def shrink(config: Mapping[str, Any]) -> dict[str, Any]:
-    """A tiny copy of CONFIG (a nested ``text_config`` is shrunk too)."""
-    out = _shrink_one(config)
+def shrink(config: Mapping[str, Any], *, server: str = "sglang") -> dict[str, Any]:
+    """A tiny copy of CONFIG (a nested ``text_config`` is shrunk too), for SERVER's pools."""
+    if server not in SERVERS:
+        raise ValueError(f"shrink: server must be one of {', '.join(SERVERS)}, got {server!r}")
+    out = _shrink_one(config, server)
     for nested in ("text_config", "llm_config"):
         if isinstance(out.get(nested), Mapping):
-            out[nested] = _shrink_one(out[nested])
+            out[nested] = _shrink_one(out[nested], server)
     return out
 
 
-def _shrink_one(config: Mapping[str, Any]) -> dict[str, Any]:
+def small_mamba_state(config: Mapping[str, Any]) -> dict[str, int]:
+    """The Mamba2 fields ``server="vllm"`` sets in CONFIG (empty for a model without them)."""
+    if not all(isinstance(config.get(k), int) for k in VLLM_MAMBA_STATE):
+        return {}
+    return dict(VLLM_MAMBA_STATE)
+
+
+def _shrink_one(config: Mapping[str, Any], server: str = "sglang") -> dict[str, Any]:
     out = copy.deepcopy(dict(config))
     for key in DROP_KEYS:
         out.pop(key, None)
@@ -122,4 +142,6 @@ def _shrink_one(config: Mapping[str, Any]) -> dict[str, Any]:
     # Untied: a tied random head scores the input token's own embedding highest, so the model copies its
     # input (measured, LFM2: tied 1 distinct token in 48, untied 42 in 48): output that cannot show lost state.
     out["tie_word_embeddings"] = False
+    if server == "vllm":
+        out.update(small_mamba_state(out))
     return out

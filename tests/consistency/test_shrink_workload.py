@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 
-from kvdoctor.consistency.shrink import VOCAB, kept_layers, shrink
+import pytest
+
+from kvdoctor.consistency.shrink import VLLM_MAMBA_STATE, VOCAB, kept_layers, shrink
 from kvdoctor.consistency.workload import FIRST_ID, Workload, prompts
 from kvdoctor.core.config import resolve_config_path
 
@@ -38,6 +40,21 @@ def test_full_attn_idxs_follow_the_kept_layers() -> None:
     config = {"num_hidden_layers": 6, "full_attn_idxs": [2, 5], "vocab_size": 65536}
     small = shrink(config)
     assert small["num_hidden_layers"] == 4 and small["full_attn_idxs"] == [2]
+
+
+def test_the_vllm_shrink_makes_a_mamba2_state_small_and_the_sglang_shrink_keeps_it() -> None:
+    nemotron = fixture("nemotron-h-8b")
+    small = shrink(nemotron, server="vllm")
+    assert {k: small[k] for k in VLLM_MAMBA_STATE} == VLLM_MAMBA_STATE
+    assert small["mamba_num_heads"] * small["mamba_head_dim"] == small["hidden_size"]
+    sglang = shrink(nemotron)
+    assert [sglang[k] for k in VLLM_MAMBA_STATE] == [nemotron[k] for k in VLLM_MAMBA_STATE], "SGLang's is unchanged"
+    assert {k: v for k, v in small.items() if k not in VLLM_MAMBA_STATE} == {
+        k: v for k, v in sglang.items() if k not in VLLM_MAMBA_STATE
+    }
+    assert shrink(fixture("llama-3.1-8b"), server="vllm") == shrink(fixture("llama-3.1-8b"))
+    with pytest.raises(ValueError, match="server must be one of"):
+        shrink(nemotron, server="trt")
 
 
 def test_prompts_are_seeded_and_skip_special_ids() -> None:

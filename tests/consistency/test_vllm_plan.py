@@ -18,16 +18,18 @@ from kvdoctor.cli.app import app
 from kvdoctor.consistency import deploy_vllm, gates, probe_vllm, run
 from kvdoctor.consistency.client import completion_body, parse_completion
 from kvdoctor.consistency.result import ConsistencyResult, FaultReport
-from kvdoctor.consistency.shrink import shrink
+from kvdoctor.consistency.shrink import VLLM_MAMBA_STATE, shrink
 from kvdoctor.consistency.workload import Workload
 from kvdoctor.core.config import load_config
 from kvdoctor.engines.vllm import server_plugin
 from kvdoctor.pd.metrics import CounterWentBackwards, MalformedMetric
 
 
-def _options(model: str = "llama-3.1-8b", **kw: object) -> deploy_vllm.VllmDeployOptions:
+def _options(model: str = "llama-3.1-8b", server: str = "sglang", **kw: object) -> deploy_vllm.VllmDeployOptions:
+    """MODEL shrunk as for SERVER (the default, SGLang's shrink, keeps a Mamba2 state at full size)."""
     loaded = load_config(model)
-    return deploy_vllm.VllmDeployOptions("/ckpt", "cpu", Workload(), shrink(dict(loaded.top)), loaded.source, **kw)
+    config = shrink(dict(loaded.top), server=server)
+    return deploy_vllm.VllmDeployOptions("/ckpt", "cpu", Workload(), config, loaded.source, **kw)
 
 
 def _flag(argv: tuple[str, ...], flag: str) -> str:
@@ -76,14 +78,50 @@ def test_a_mamba_hybrid_is_served_without_prefix_caching() -> None:
 
 
 def test_a_workload_vllm_cannot_preempt_is_refused_with_the_block_that_stops_it() -> None:
-    """Measured: a shrunk NemotronH's attention blocks are padded to 8448 tokens (vLLM's log said the same), so a
-    96-token request never grows a block and vLLM queued it, 0 preemptions, a run that proved nothing."""
+    """Measured: a NemotronH shrunk with its full-size Mamba state (SGLang's shrink) has its attention blocks padded
+    to 8448 tokens (vLLM's log said the same), so a 96-token request never grows a block and vLLM queued it,
+    0 preemptions, a run that proved nothing."""
     with pytest.raises(InputError, match=r"cannot preempt this workload: its attention blocks are 8448 tokens"):
         deploy_vllm.pools(_options("nemotron-h-8b"))
     long = dataclasses.replace(_options("nemotron-h-8b"), workload=Workload(max_new_tokens=8448))
     sized = deploy_vllm.pools(long)
     assert any("MambaSpec" in g and "1/request" in g for g in sized.groups)
     assert sized.pressured_blocks < Workload().in_flight * sized.per_request_blocks
+
+
+def test_the_vllm_shrink_keeps_a_nemotron_h_attention_block_small_enough_to_grow() -> None:
+    """--shrink --server vllm: the small Mamba state leaves vLLM's 32-token CPU block, so each 32 + 64-token request
+    grows two attention blocks while it decodes and the pressured pool must preempt."""
+    sized = deploy_vllm.pools(_options("nemotron-h-8b", server="vllm"))
+    assert sized.block_size == 32
+    assert sorted(sized.groups) == [
+        "group 0: MambaSpec, block 96 tokens, 1 layers, 1/request",  # without prefix caching: max_model_len
+        "group 1: FullAttentionSpec, block 32 tokens, 1 layers, 3/request",
+    ]
+    demand = Workload().in_flight * sized.per_request_blocks
+    assert sized.per_request_blocks < sized.pressured_blocks < demand <= sized.reference_blocks
+
+
+def test_the_vllm_shrinks_small_state_is_named_with_the_block_it_leaves() -> None:
+    def named(o: deploy_vllm.VllmDeployOptions) -> list[str]:
+        return [f"{e.name}: {e.why}" for e in deploy_vllm.enablers(o) if "Mamba state" in e.name]
+
+    (line,) = named(_options("nemotron-h-8b", server="vllm", shrunk=True))
+    assert line.startswith("--shrink Mamba state: 8 heads x 16 x 16, 1 group")
+    assert "this state (10,112 B) leaves attention blocks of 32 tokens" in line
+    assert named(_options("nemotron-h-8b", server="vllm")) == [], "a config the user gave is not called shrunk"
+    assert named(_options(server="vllm", shrunk=True)) == [], "a model without Mamba state has nothing to name"
+
+
+def test_consistency_shrinks_a_hybrid_for_vllm_and_plans_it_with_the_fault() -> None:
+    """The command path: prepare shrinks for vLLM (else the refusal above), and zero-state is accepted."""
+    o = run.ConsistencyOptions("nemotron-h-8b", shrink=True, server="vllm", inject="zero-state")
+    prepared = run.prepare(o)
+    assert {k: prepared.config[k] for k in VLLM_MAMBA_STATE} == VLLM_MAMBA_STATE
+    dep = run.plan_for(prepared, "/ckpt", None)
+    ref, press = dep.steps
+    assert press.env[server_plugin.INJECT_ENV] == "zero-state" and server_plugin.INJECT_ENV not in ref.env
+    assert any(e.name.startswith("--shrink Mamba state") for e in dep.enablers)
 
 
 @pytest.mark.parametrize(
