@@ -3,7 +3,7 @@ PY ?= python3
 INSTALL = $(PY) -m pip install -q -c constraints/cpu.txt -e
 
 .PHONY: demo test test-only lint sglang-env test-sglang vllm-env test-vllm server-env server-apt test-server consistency-matrix \
-	sglang-overlay test-sglang-overlay vllm-server-env test-vllm-server vllm-server-matrix
+	sglang-overlay test-sglang-overlay vllm-server-env test-vllm-server vllm-server-matrix vllm-matrix
 
 ## Install, then run the main job on a built-in default (CPU, no GPU needed).
 demo:
@@ -54,8 +54,13 @@ $(VLLM_VENV)/.installed: constraints/vllm.txt pyproject.toml
 	$(VLLM_VENV)/bin/python -m pip install -q --no-deps -e .
 	touch $@
 
-## The vLLM suite: vLLM's own spec classes, get_kv_cache_groups and connector classes, in .venv-vllm/.
+## The vLLM suite: vLLM's own spec classes, get_kv_cache_groups and connector classes, and its offloading worker's
+## round trip, in .venv-vllm/. `matrix` ones (more roundtrip CLI processes, ~1 min each) run in vllm-matrix.
 test-vllm: vllm-env
+	VLLM_TARGET_DEVICE=cpu $(VLLM_VENV)/bin/python -m pytest -q -p no:cacheprovider -m "vllm and not matrix" tests/vllm
+
+## Every vLLM suite test (not part of CI).
+vllm-matrix: vllm-env
 	VLLM_TARGET_DEVICE=cpu $(VLLM_VENV)/bin/python -m pytest -q -p no:cacheprovider -m vllm tests/vllm
 
 ## The real-server environment (kvdoctor consistency): .venv-server/ with the engine set of

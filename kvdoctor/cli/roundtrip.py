@@ -6,6 +6,10 @@ file and the GitHub step summary (``kvdoctor.report.verdicts``). Every outside s
 path, a pool class, an SGLang note) is printed as literal text, never parsed as rich markup, and
 nothing is cut with an ellipsis: at 80 columns cells fold, and the run's facts are a key/value
 block, not one long line. The output ends with the one verdict line every command ends with.
+
+``--server vllm --engine vllm`` runs vLLM's own offloading worker (``kvdoctor.engines.vllm.roundtrip``) and
+returns the same result: one row per group component and one ledger row per group, the groups' copy ledger
+in ``used``, and each run-time shim named in the header.
 """
 
 from __future__ import annotations
@@ -21,17 +25,19 @@ from kvdoctor.cli.command import CommandRun, Record, check_reports
 from kvdoctor.cli.launch import launch_line
 from kvdoctor.cli.options import DeviceOption, GpuArchOption
 from kvdoctor.cli.progress import with_progress
-from kvdoctor.engines import Capability, Engine, GpuArch, require
+from kvdoctor.engines import Capability, Engine, GpuArch, Server, answers_for, require
 from kvdoctor.report.units import NONE, format_bytes, human, yes_no
-from kvdoctor.state.choices import Device, FaultName
+from kvdoctor.roundtrip.faults import InjectName
+from kvdoctor.state.choices import Device
 
 if TYPE_CHECKING:
     from rich.console import Console
 
     from kvdoctor.core.engine_ref import EngineRef
+    from kvdoctor.core.launch_line import LaunchLine
     from kvdoctor.report.envelope import RunHeader
     from kvdoctor.report.roundtrip_publication import Publication
-    from kvdoctor.roundtrip.result import ComponentCheck, EngineUsed, ModelUsed, RoundtripResult
+    from kvdoctor.roundtrip.result import ComponentCheck, EngineUsed, ModelUsed, RoundtripResult, VllmUsed
 
 # ---- the human output ------------------------------------------------------------------------
 
@@ -75,6 +81,8 @@ def _head(console: Console, result: RoundtripResult, head: RunHeader) -> None:
     ]
     if result.rules_revision:
         pairs.insert(2, ("rules", result.rules_revision))
+    shims = getattr(result.used, "shims", None)  # --engine vllm: every run-time patch that lets it run on CPU
+    pairs += [("shim", f"{shim['name']}: {shim['why']}") for shim in shims or ()]
     _kv_block(console, "kvdoctor roundtrip", pairs)
 
 
@@ -142,6 +150,47 @@ def _engine_used(used: EngineUsed, result: RoundtripResult) -> list[tuple[str, o
     ]
 
 
+def _vllm_used(used: VllmUsed, elapsed_s: float) -> list[tuple[str, object]]:
+    """vLLM's worker, the one request, and each group's copy ledger: block ids -> host slots -> fresh ids."""
+    pairs: list[tuple[str, object]] = [
+        ("worker", f"vLLM {used.vllm_version} {used.worker} (v1/kv_offload/cpu/gpu_worker.py), one block a chunk"),
+        ("run", f"1 request of {used.tokens:,} tokens: every group stored to CPU, loaded into fresh block ids"),
+        ("seed", used.seed),
+        ("layers per group", used.layers_per_group or "all"),
+    ]
+    for g in used.groups:
+        ids = lambda xs: " ".join(str(x) for x in xs)  # noqa: E731
+        pairs.append(
+            (
+                f"g{g.group}",
+                f"{g.spec}, {g.layers} layers x {len(g.block_ids)} blocks of {format_bytes(g.page_bytes)}: "
+                f"blocks {ids(g.block_ids)} -> host {ids(g.host_slots)} -> blocks {ids(g.new_block_ids)}; "
+                f"{format_bytes(g.bytes_out)} out, {format_bytes(g.bytes_in)} in of {format_bytes(g.expected_bytes)}",
+            )
+        )
+    pairs.append(("elapsed", f"{elapsed_s:.2f} s"))
+    return pairs
+
+
+def vllm_why(row: ComponentCheck, used: VllmUsed) -> str:
+    """One sentence on why a ``--engine vllm`` row is red."""
+    if row.name.endswith(".ledger"):
+        g = used.groups[int(row.name[1:].split(".")[0])]
+        return (
+            f"vLLM's descriptors moved {row.bytes_out:,} bytes out and {row.bytes_in:,} in; the group holds "
+            f"{row.bytes:,} ({len(g.block_ids)} blocks x {g.layers} layers x {g.page_bytes:,} bytes)"
+        )
+    text = f"{row.mismatched_bytes:,} of {row.bytes:,} bytes differ"
+    if row.first_plane is not None:
+        text += f", first in {row.first_plane} (layer {row.first_layer} of the group), fresh block {row.first_slot}"
+    if not row.ledger_ok:
+        text += (
+            f"; vLLM's descriptors moved {row.bytes_out:,} of its bytes out, {row.bytes_in:,} in "
+            f"(most copies of one block {row.copies_out}/{row.copies_in})"
+        )
+    return text
+
+
 def _where(row: ComponentCheck) -> str:
     if row.first_plane is None:
         return ""
@@ -187,18 +236,21 @@ def render(console: Console, result: RoundtripResult, head: RunHeader) -> None:
     """The tables, the run's facts and every red row's reason (the verdict line follows them)."""
     from rich.text import Text
 
-    from kvdoctor.roundtrip.result import EngineUsed
+    from kvdoctor.roundtrip.result import EngineUsed, VllmUsed
 
     _head(console, result, head)
     _table(console, result)
-    if isinstance(result.used, EngineUsed):
-        _kv_block(console, "used", _engine_used(result.used, result))
+    used = result.used
+    if isinstance(used, EngineUsed):
+        _kv_block(console, "used", _engine_used(used, result))
+    elif isinstance(used, VllmUsed):
+        _kv_block(console, "used", _vllm_used(used, result.elapsed_s))
     else:
-        _kv_block(console, "used", _model_used(result.used, result.elapsed_s))
+        _kv_block(console, "used", _model_used(used, result.elapsed_s))
     for row in result.components:
         if not row.ok:
             line = Text(row.name, style="red")
-            line.append(f": {_plain(why(row))}")
+            line.append(f": {_plain(vllm_why(row, used) if isinstance(used, VllmUsed) else why(row))}")
             console.print(line, overflow="fold")
     for hazard in result.hazards:
         line = Text(hazard.code, style="bold red")
@@ -225,13 +277,16 @@ def roundtrip(
     tokens: int = typer.Option(256, "--tokens", min=2, help="Longest request (seqlen); lengths vary down to half."),
     seed: int = typer.Option(0, "--seed", help="Seed for lengths, retracted set and data."),
     inject: Annotated[
-        FaultName | None,
+        InjectName | None,
         typer.Option(
             "--inject",
-            help="Reproduce a known failure; the components it must turn red are checked (inject_matched).",
+            help="Reproduce a known failure; the components it must turn red are checked (inject_matched). "
+            "--engine vllm: drop-group, reorder-blocks, skip-scales; the others: SGLang's.",
         ),
     ] = None,
-    layers: int | None = typer.Option(None, "--layers", min=1, help="Reduce: at most N layers per sub-pool."),
+    layers: int | None = typer.Option(
+        None, "--layers", min=1, help="Reduce: at most N layers per sub-pool (--engine vllm: per KV-cache group)."
+    ),
     heads: int | None = typer.Option(None, "--heads", min=1, help="Reduce: at most N KV / recurrent heads."),
     json_output: bool = typer.Option(False, "--json", help="Print one JSON object instead of tables."),
     junit_path: Annotated[Path | None, typer.Option("--junit", help="Write JUnit XML: one case per component.")] = None,
@@ -239,9 +294,17 @@ def roundtrip(
         Engine,
         typer.Option(
             "--engine",
-            help="Whose pools and retraction code run: kvdoctor's model of SGLang, or the installed SGLang itself.",
+            help="Whose pools and retraction code run: kvdoctor's model of SGLang, the installed SGLang itself, "
+            "or (with --server vllm) vLLM's own offloading worker.",
         ),
     ] = Engine.KVDOCTOR,
+    server: Annotated[
+        Server,
+        typer.Option(
+            "--server",
+            help="Which server the flags are for: sglang (default) or vllm (vLLM 0.33 flags; needs --engine vllm).",
+        ),
+    ] = Server.SGLANG,
     gpu_arch: GpuArchOption = GpuArch.SM100,
     emulate_d2h: bool = typer.Option(
         False,
@@ -254,7 +317,9 @@ def roundtrip(
 
     Any SGLang server flag (e.g. --kv-cache-dtype mxfp8 --disaggregation-mode decode) may follow MODEL.
     With --engine sglang the installed SGLang builds the pools and runs backup_kv_cache/restore_kv_cache.
-    Exit 0 when everything matches, 1 when anything differs, 2 on bad input.
+    With --server vllm --engine vllm, vLLM's CPUOffloadingWorker stores every KV-cache group's blocks and
+    loads them into fresh ones (vLLM flags follow MODEL). Exit 0 when everything matches, 1 when anything
+    differs, 2 on bad input.
     """
     RoundtripRun(
         ctx,
@@ -266,7 +331,18 @@ def roundtrip(
         emulate_d2h=emulate_d2h,
         json_output=json_output,
         junit_path=junit_path,
+        server=server,
     )()
+
+
+def _explicit(ctx: typer.Context, name: str) -> bool:
+    """Option NAME was given (click's ParameterSource, read by name: Typer may vendor click)."""
+    source = ctx.get_parameter_source(name)
+    return source is not None and source.name != "DEFAULT"
+
+
+# Options that steer SGLang's round trip only: given with --engine vllm, they would be silently ignored.
+SGLANG_ONLY = {"requests": "--requests", "heads": "--heads", "gpu_arch": "--gpu-arch", "emulate_d2h": "--emulate-d2h"}
 
 
 class RoundtripRun(CommandRun["RoundtripResult", "Publication"]):
@@ -285,10 +361,37 @@ class RoundtripRun(CommandRun["RoundtripResult", "Publication"]):
         emulate_d2h: bool,
         json_output: bool,
         junit_path: Path | None,
+        server: Server = Server.SGLANG,
     ) -> None:
         self.ctx, self.model, self.engine, self.settings, self.reductions = ctx, model, engine, settings, reductions
         self.gpu_arch, self.emulate_d2h = gpu_arch, emulate_d2h
-        self.json_output, self.junit_path = json_output, junit_path
+        self.json_output, self.junit_path, self.server = json_output, junit_path, server
+
+    def check(self) -> None:
+        """Which engine runs which server's round trip, and only the options and faults it acts on (exit 2)."""
+        from kvdoctor._exceptions import InputError
+        from kvdoctor.roundtrip.faults import check_fault
+
+        answers_for(self.engine, self.server)  # --engine vllm for SGLang's flags, --engine sglang for vLLM's
+        vllm = self.server is Server.VLLM
+        if vllm and self.engine is not Engine.VLLM:
+            raise InputError(
+                "roundtrip --server vllm runs vLLM's own offloading worker: add --engine vllm "
+                "(kvdoctor's own model is of SGLang's pools)"
+            )
+        check_fault(self.settings["inject"], vllm=vllm)
+        if not vllm:
+            return
+        given = [o for name, o in SGLANG_ONLY.items() if _explicit(self.ctx, name)]
+        if given:
+            raise InputError(
+                f"{given[0]} is an option of SGLang's round trip; --engine vllm moves one request's blocks of every "
+                "group (its options: --tokens, --seed, --layers, --inject, --device cpu, --json, --junit)"
+            )
+        if self.settings["device"] == Device.CUDA.value:
+            raise InputError(
+                "--engine vllm runs vLLM's offloading worker on the CPU (the shims it names): use --device cpu"
+            )
 
     def preflight(self) -> None:
         check_reports(self.junit_path)  # before any work: a red verdict must not end as exit 2
@@ -302,7 +405,7 @@ class RoundtripRun(CommandRun["RoundtripResult", "Publication"]):
         from kvdoctor.roundtrip.options import Reductions, RoundtripOptions
 
         adapter = require(self.engine, Capability.ROUNDTRIP)
-        self.line = line = launch_line(self.ctx, self.model)
+        self.line = line = self._launch_line()
         layers, heads = self.reductions
         options = RoundtripOptions(**self.settings, reductions=Reductions(layers=layers, heads=heads))
         # The engine checks what it can without torch now (kvdoctor's: the rule model's refusals), so bad
@@ -311,6 +414,15 @@ class RoundtripRun(CommandRun["RoundtripResult", "Publication"]):
             line.model, line.server_argv, options, arch=self.gpu_arch, emulate_d2h=self.emulate_d2h
         )
         return work(None) if self.json_output else with_progress(work, adapter.first_step)
+
+    def _launch_line(self) -> LaunchLine:
+        """MODEL and the server flags: vLLM's flag table for --server vllm, else SGLang's."""
+        if self.server is not Server.VLLM:
+            return launch_line(self.ctx, self.model)
+        from kvdoctor.cli.launch import own_options
+        from kvdoctor.core.vllm.flags import parse_vllm_launch_line
+
+        return parse_vllm_launch_line([self.model, *self.ctx.args], own_options=own_options(self.ctx))
 
     def deliver(self, result: RoundtripResult) -> Publication:
         from kvdoctor.report import publishable

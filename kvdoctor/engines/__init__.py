@@ -225,7 +225,8 @@ def refusal(engine: Engine, capability: Capability) -> InputError:
     """
     able = " or ".join(e.value for e in Engine if capability in load(e).capabilities)
     lacking = load(engine)
-    answers = " and ".join(c.value for c in Capability if c in lacking.capabilities)
+    names = [c.value for c in Capability if c in lacking.capabilities]
+    answers = " and ".join([", ".join(names[:-1]), names[-1]] if len(names) > 2 else names)
     return InputError(
         f"--engine {engine.value}: {capability.value} runs on {able}; {lacking.title} is answered by {answers} only"
     )

@@ -16,7 +16,7 @@ from kvdoctor.core.engine_ref import EngineRef
 from kvdoctor.core.registry import Hazard
 from kvdoctor.roundtrip.options import Reductions
 
-__all__ = ["HAZARD_KEYS", "ComponentCheck", "EngineUsed", "ModelUsed", "RoundtripResult"]
+__all__ = ["HAZARD_KEYS", "ComponentCheck", "EngineUsed", "ModelUsed", "RoundtripResult", "VllmGroup", "VllmUsed"]
 
 HAZARD_KEYS = ("severity", "code", "message")  # a hazard's keys in the round trip's JSON (schema: $defs/hazard)
 
@@ -98,6 +98,40 @@ class EngineUsed:
 
 
 @dataclass(frozen=True)
+class VllmGroup:
+    """One KV-cache group of a ``--engine vllm`` run and its copy ledger: which block ids vLLM's store
+    descriptors read, the host slots they went to, the fresh block ids the load wrote, and the bytes each way."""
+
+    group: int
+    spec: str  # vLLM's spec class (FullAttentionSpec, SlidingWindowSpec, MambaSpec, ...)
+    layers: int  # layers of the group moved (at most --layers)
+    page_bytes: int  # one block of one layer
+    block_ids: list[int]
+    host_slots: list[int]
+    new_block_ids: list[int]
+    bytes_out: int  # bytes vLLM's store descriptors moved out of this group's tensors
+    bytes_in: int
+    expected_bytes: int  # blocks x layers x page bytes
+    ledger_ok: bool
+
+
+@dataclass(frozen=True)
+class VllmUsed:
+    """What a run on the installed vLLM's offloading worker used: its groups (the copy ledger), the request,
+    and every run-time shim that lets the worker run on CPU, one by one."""
+
+    model: str
+    engine: str  # "vllm"
+    vllm_version: str
+    worker: str  # the vLLM class that stored and loaded the blocks
+    tokens: int  # the one request's length
+    seed: int
+    layers_per_group: int | None  # --layers: at most this many layers of each group moved (None: all)
+    groups: list[VllmGroup]
+    shims: list[dict[str, str]]  # {name, why}: each patch of a vLLM or torch object for the run
+
+
+@dataclass(frozen=True)
 class RoundtripResult:
     """The verdict, the per-component checks, and what the run used: what ``--json`` prints (after the
     report header), what the tables, the JUnit file and the step summary are rendered from.
@@ -116,7 +150,7 @@ class RoundtripResult:
     inject_matched: bool | None  # did the injected fault turn exactly its own rows red (None: nothing injected)
     hazards: list[Hazard]  # the launch line's error hazards (``inspect`` explains them); not gated here
     components: list[ComponentCheck]
-    used: ModelUsed | EngineUsed
+    used: ModelUsed | EngineUsed | VllmUsed
     elapsed_s: float
     engine: EngineRef | None = None  # None: kvdoctor's own model; else the installed server that ran
     rules_revision: str | None = None  # the rules kvdoctor's model restates; None when SGLang's own code ran
@@ -130,7 +164,7 @@ class RoundtripResult:
         backend: str,
         injected: str | None,
         components: list[ComponentCheck],
-        used: ModelUsed | EngineUsed,
+        used: ModelUsed | EngineUsed | VllmUsed,
         expected_red: list[str],
         hazards: list[Hazard],
         elapsed_s: float,

@@ -27,14 +27,17 @@ def test_a_bad_choice_is_one_plain_line(args: list[str], expected: str) -> None:
 
 @pytest.mark.parametrize("command", [["roundtrip", "inkling-small"], ["bench", "roundtrip"]])
 def test_an_engine_the_command_cannot_drive_is_refused_not_ignored(command: list[str]) -> None:
-    """`--engine vllm` used to run kvdoctor's own model and report it as a green round trip."""
+    """`--engine vllm` used to run kvdoctor's own model and report it as a green round trip. The round trip
+    runs on vLLM for vLLM's flags only (``--server vllm``); bench roundtrip not at all."""
     out = subprocess.run(
         [sys.executable, "-m", "kvdoctor", *command, "--engine", "vllm"], capture_output=True, text=True, timeout=60
     )
     assert out.returncode == 2 and out.stdout == ""
-    name = "roundtrip" if command[0] == "roundtrip" else "bench roundtrip"
     expected = (
-        f"kvdoctor: error: --engine vllm: {name} runs on kvdoctor or sglang; vLLM is answered by inspect and drift only"
+        "kvdoctor: error: --engine vllm answers for --server vllm (add --server vllm)"
+        if command[0] == "roundtrip"
+        else "kvdoctor: error: --engine vllm: bench roundtrip runs on kvdoctor or sglang; "
+        "vLLM is answered by inspect, roundtrip and drift only"
     )
     assert out.stderr.strip() == expected
 

@@ -11,7 +11,6 @@ import pytest
 
 from kvdoctor._exceptions import InputError
 from kvdoctor.engines import Adapter, Capability, Engine, Server, answers_for, load, require
-from kvdoctor.roundtrip.options import RoundtripOptions
 
 
 def _modules_after(code: str) -> list[str]:
@@ -40,7 +39,7 @@ def test_loading_an_adapter_imports_only_that_adapter_never_its_server() -> None
     [
         (Engine.KVDOCTOR, None, {Capability.ROUNDTRIP, Capability.BENCH_ROUNDTRIP}),
         (Engine.SGLANG, Server.SGLANG, set(Capability)),
-        (Engine.VLLM, Server.VLLM, {Capability.INSPECT, Capability.DRIFT}),
+        (Engine.VLLM, Server.VLLM, {Capability.INSPECT, Capability.ROUNDTRIP, Capability.DRIFT}),
     ],
 )
 def test_each_engine_answers_exactly_its_capabilities(
@@ -51,10 +50,11 @@ def test_each_engine_answers_exactly_its_capabilities(
     assert adapter.capabilities == capabilities
 
 
-@pytest.mark.parametrize("capability", [Capability.ROUNDTRIP, Capability.BENCH_ROUNDTRIP])
+@pytest.mark.parametrize("capability", [Capability.BENCH_ROUNDTRIP])
 def test_a_capability_the_engine_lacks_is_refused_with_the_clis_sentence(capability: Capability) -> None:
     expected = (
-        f"--engine vllm: {capability.value} runs on kvdoctor or sglang; vLLM is answered by inspect and drift only"
+        f"--engine vllm: {capability.value} runs on kvdoctor or sglang; "
+        "vLLM is answered by inspect, roundtrip and drift only"
     )
     with pytest.raises(InputError) as refused:
         require(Engine.VLLM, capability)
@@ -64,8 +64,8 @@ def test_a_capability_the_engine_lacks_is_refused_with_the_clis_sentence(capabil
 
 def test_asking_an_adapter_directly_for_what_it_lacks_refuses_too() -> None:
     """No caller can slip past ``require`` into kvdoctor's own model: the adapter itself refuses."""
-    with pytest.raises(InputError, match="roundtrip runs on kvdoctor or sglang"):
-        load(Engine.VLLM).roundtrip("inkling-small", (), RoundtripOptions(), arch=None, emulate_d2h=False)  # type: ignore[arg-type]
+    with pytest.raises(InputError, match="bench roundtrip runs on kvdoctor or sglang"):
+        load(Engine.VLLM).bench_paths("inkling-small", (), None, None, None)  # type: ignore[arg-type]
     with pytest.raises(InputError, match=r"--engine kvdoctor: drift runs on sglang or vllm; kvdoctor is answered by"):
         load(Engine.KVDOCTOR).drift((), (), None, None)  # type: ignore[arg-type]
 

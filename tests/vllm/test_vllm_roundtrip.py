@@ -82,3 +82,38 @@ def test_shims_are_undone_after_the_run() -> None:
     before = (gpu_worker.ops.swap_blocks_batch, torch.Event, gpu_worker.PIN_MEMORY)
     run_vllm_roundtrip(DENSE)
     assert (gpu_worker.ops.swap_blocks_batch, torch.Event, gpu_worker.PIN_MEMORY) == before
+
+
+def test_each_component_row_carries_the_bytes_vllms_descriptors_moved() -> None:
+    """The per-component ledger is read from the descriptors vLLM wrote: a dropped group moved none of its bytes."""
+    clean = run_vllm_roundtrip(HYBRID)
+    assert all(r.bytes_out == r.bytes_in == r.bytes and (r.copies_out, r.copies_in) == (1, 1) for r in clean.rows)
+    dropped = run_vllm_roundtrip(HYBRID, inject="drop-group")
+    last = max(r.group for r in dropped.rows)
+    for r in dropped.rows:
+        assert (r.bytes_out == 0 and not r.ledger_ok) if r.group == last else r.ledger_ok
+
+
+def test_a_packed_kv_page_is_compared_whole_not_split_as_k_then_v() -> None:
+    """nvfp4 packs data and scales per head slot: a K/V split by head size would name the wrong bytes 'v'."""
+    r = run_vllm_roundtrip(DENSE, ("--kv-cache-dtype", "nvfp4"))
+    assert r.ok and [row.component for row in r.rows] == ["kv_packed"]
+    assert r.rows[0].bytes == r.ledger[0].expected_bytes
+
+
+def test_a_run_that_does_not_fit_in_memory_is_exit_2_before_allocating() -> None:
+    with pytest.raises(InputError, match=r"would allocate .* GiB .* lower --tokens or --layers") as caught:
+        run_vllm_roundtrip(DENSE, tokens=10**9, layers=None)
+    assert caught.value.exit_code == EXIT_INPUT
+
+
+def test_the_result_every_reporter_reads_has_a_row_per_group_component_then_its_ledger() -> None:
+    from kvdoctor.core.engine_ref import EngineRef
+    from kvdoctor.engines.vllm.roundtrip import roundtrip_result
+
+    run = run_vllm_roundtrip(DENSE, inject="reorder-blocks")
+    result = roundtrip_result(run, EngineRef("vllm", run.vllm_version), tokens=256, seed=0)
+    assert [c.name for c in result.components] == ["g0.k", "g0.v", "g0.ledger"]
+    assert result.failing == run.failing == ["g0.k", "g0.v"] and result.inject_matched is True
+    assert result.used.groups[0].new_block_ids == run.ledger[0].new_block_ids
+    assert result.exit_code == 1

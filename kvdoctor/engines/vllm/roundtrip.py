@@ -13,6 +13,10 @@ Faults wrap vLLM's objects: ``drop-group`` skips the last group's descriptors in
 (``_fill_group_ops``), ``reorder-blocks`` swaps the first two fresh block ids of the first group that moves two
 blocks in the load spec,
 ``skip-scales`` shortens every store descriptor of a group with in-page scales by the scale bytes.
+
+:func:`roundtrip_result` maps the run onto the one :class:`~kvdoctor.roundtrip.result.RoundtripResult` every
+reporter reads: one row per group component (bytes compared, and the bytes of that component vLLM's descriptors
+moved each way), then one ``g<i>.ledger`` row per group (blocks x layers x page bytes, out and in).
 """
 
 from __future__ import annotations
@@ -23,17 +27,23 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from kvdoctor._exceptions import InputError
+from kvdoctor._exceptions import InputError, InternalError
+from kvdoctor.core.engine_ref import EngineRef
 from kvdoctor.core.vllm.analysis import analyze_vllm
 from kvdoctor.core.vllm.specs import SpecKind
 from kvdoctor.engines.vllm import _offload_shims as shims
 from kvdoctor.engines.vllm import _runtime as rt
 from kvdoctor.engines.vllm import cache_config
 from kvdoctor.engines.vllm.inspect import mamba_state, vllm_spec
+from kvdoctor.roundtrip.faults import VLLM_FAULTS
+from kvdoctor.roundtrip.result import ComponentCheck, RoundtripResult, VllmGroup, VllmUsed
 
-__all__ = ["FAULTS", "GroupCopy", "VllmRoundtrip", "VllmRow", "run_vllm_roundtrip"]
+__all__ = ["FAULTS", "WORKER", "GroupCopy", "VllmRoundtrip", "VllmRow", "roundtrip_result", "run_vllm_roundtrip"]
 
-FAULTS = ("drop-group", "reorder-blocks", "skip-scales")
+FAULTS = VLLM_FAULTS
+WORKER = "CPUOffloadingWorker"  # v1/kv_offload/cpu/gpu_worker.py: stores and loads every group's blocks
+MEMORY_SHARE = 0.5  # the run allocates at most this share of the memory available now (else exit 2)
+Progress = Callable[[str, int, int], None]
 
 
 @dataclass(frozen=True)
@@ -46,6 +56,22 @@ class VllmRow:
     bytes: int
     mismatched_bytes: int
     equal: bool
+    bytes_out: int = 0  # bytes of this component vLLM's store descriptors read, every layer and block
+    bytes_in: int = 0  # ... and its load descriptors wrote into the fresh blocks
+    copies_out: int = 0  # the most store descriptors that covered this component of one (layer, block)
+    copies_in: int = 0
+    first_layer: int | None = None  # the first differing byte: the layer's index in the group, its name,
+    first_layer_name: str | None = None  # and the fresh block id it landed in
+    first_block: int | None = None
+
+    @property
+    def ledger_ok(self) -> bool:
+        """Every byte of the component moved out once and in once."""
+        return self.bytes_out == self.bytes_in == self.bytes and self.copies_out == self.copies_in == 1
+
+    @property
+    def ok(self) -> bool:
+        return self.equal and self.ledger_ok
 
 
 @dataclass(frozen=True)
@@ -62,6 +88,9 @@ class GroupCopy:
     bytes_in: int
     expected_bytes: int  # blocks x layers x page bytes
     ledger_ok: bool
+    page_bytes: int = 0  # one block of one layer
+    copies_out: int = 0  # the most store descriptors that read one (layer, block) of the group
+    copies_in: int = 0
 
 
 @dataclass(frozen=True)
@@ -92,7 +121,10 @@ def _components(spec: Any) -> list[tuple[str, int]]:
     the calculator's order; whatever follows the content is scales when the quant mode has them, else padding)."""
     page = spec.page_size_bytes
     name = type(spec).__name__
-    if name == "MambaSpec":
+    packed = getattr(spec, "state_content_bytes", None)
+    if packed is not None:  # a packed cell (nvfp4: data and scales interleaved per head slot): not split here
+        parts = [("kv_packed", spec.num_heads * spec.num_states * packed)]
+    elif name == "MambaSpec":
         labels = (
             ["conv_state", "ssm_state"] if len(spec.shapes) == 2 else [f"state{i}" for i in range(len(spec.shapes))]
         )
@@ -153,13 +185,17 @@ def run_vllm_roundtrip(
     inject: str | None = None,
     layers: int | None = 2,
     skip_shims: frozenset[str] = frozenset(),
+    progress: Progress | None = None,
 ) -> VllmRoundtrip:
     """Store one request's blocks of every group with vLLM's CPUOffloadingWorker, load them into fresh ids, diff."""
     if inject is not None and inject not in FAULTS:
         raise InputError(f"--inject {inject}: the vLLM round trip injects {', '.join(FAULTS)}")
+    report = progress or (lambda what, done, total: None)
     info = rt.engine_info()
     start = time.perf_counter()
+    report("vLLM builds the specs and KV-cache groups", 0, 4)
     a, groups, _ = _specs_and_groups(model, argv, layers)
+    _check_memory(groups, tokens)
     torch = rt.load("torch")
     base = rt.load("vllm.v1.kv_offload.base")
     common = rt.load("vllm.v1.kv_offload.cpu.common")
@@ -192,6 +228,7 @@ def run_vllm_roundtrip(
     originals = [t.clone() for t in tensors]
 
     flat = lambda ids: [b for group in ids for b in group]  # noqa: E731
+    report(f"{WORKER} stores every group's blocks", 1, 4)
     with shims.applied(skip_shims) as copier:
         gpu = [t if "tensor reports is_cuda" in skip_shims else shims.reports_cuda(t) for t in tensors]
         caches = base.CanonicalKVCaches(
@@ -205,6 +242,7 @@ def run_vllm_roundtrip(
             worker.submit_store(1, store_src, common.CPULoadStoreSpec(flat(slots)))
             worker.wait({1})
             stored = len(copier.calls)
+            report(f"{WORKER} loads them into fresh blocks", 2, 4)
             load_ids = [list(ids) for ids in new_ids]
             if inject == "reorder-blocks":
                 r = _reorder_group(groups, tokens)
@@ -218,9 +256,12 @@ def run_vllm_roundtrip(
             worker.get_finished()
         except (AssertionError, AttributeError, NotImplementedError, RuntimeError, TypeError, ValueError) as exc:
             raise shims.refusal(exc, skip_shims) from None
-    rows = _diff(groups, layer_of, originals, tensors, src_ids, new_ids)
-    ledger = _ledger(groups, layer_of, tensors, src_ids, slots, new_ids, copier.calls, stored)
-    failing = [r.name for r in rows if not r.equal] + [f"g{c.group}.ledger" for c in ledger if not c.ledger_ok]
+    report("diff every group's components", 3, 4)
+    moved = _Moved(tensors, copier.calls, stored)
+    rows = _diff(groups, layer_of, originals, tensors, src_ids, new_ids, moved)
+    ledger = _ledger(groups, layer_of, tensors, src_ids, slots, new_ids, copier.calls, stored, moved)
+    failing = [r.name for r in rows if not r.ok] + [f"g{c.group}.ledger" for c in ledger if not c.ledger_ok]
+    report("done", 4, 4)
     return VllmRoundtrip(
         model=model,
         vllm_version=info.version,
@@ -284,6 +325,62 @@ def _inject(inject: str | None, worker: Any, groups: list[Any]) -> None:
         handler._fill_group_ops = unscaled
 
 
+class _Moved:
+    """What vLLM's descriptors moved, per tensor, block and byte range of the page: the store's reads (their
+    sources) and the load's writes (their destinations), as the memmove shim recorded them."""
+
+    def __init__(self, tensors: list[Any], calls: list[Any], stored: int) -> None:
+        spans = [(x.data_ptr(), x.data_ptr() + x.numel(), x.shape[1]) for x in tensors]
+        self.out = self._pieces(spans, [(c.src, c.size) for c in calls[:stored]])
+        self.into = self._pieces(spans, [(c.dst, c.size) for c in calls[stored:]])
+
+    @staticmethod
+    def _pieces(spans: list[tuple[int, int, int]], copies: list[tuple[int, int]]) -> dict[tuple[int, int], list]:
+        """(tensor, block) -> the (start, end) page offsets each descriptor covered there."""
+        out: dict[tuple[int, int], list[tuple[int, int]]] = {}
+        for ptr, size in copies:
+            t = next((i for i, (lo, hi, _) in enumerate(spans) if lo <= ptr < hi), None)
+            if t is None:
+                continue
+            lo, _, page = spans[t]
+            at, end = ptr - lo, ptr - lo + size
+            while at < end:  # a descriptor may span blocks: one piece per block it touches
+                block, offset = divmod(at, page)
+                upto = min(end, (block + 1) * page)
+                out.setdefault((t, block), []).append((offset, offset + upto - at))
+                at = upto
+        return out
+
+    @staticmethod
+    def covered(pieces: dict[tuple[int, int], list], layers: list[int], blocks: list[int], lo: int, hi: int):
+        """Bytes of page range [LO, HI) the descriptors covered over LAYERS x BLOCKS, and the most descriptors
+        that touched it in any one (layer, block) (0 when one was never touched)."""
+        total, most, least = 0, 0, None
+        for t in layers:
+            for b in blocks:
+                hits = [(max(a, lo), min(z, hi)) for a, z in pieces.get((t, b), []) if min(z, hi) > max(a, lo)]
+                total += sum(z - a for a, z in hits)
+                most = max(most, len(hits))
+                least = len(hits) if least is None else min(least, len(hits))
+        return total, (0 if least == 0 else most)
+
+
+def _check_memory(groups: list[Any], tokens: int) -> None:
+    """Exit 2 before allocating when the run's tensors (twice: the blocks and their copy) do not fit."""
+    import psutil
+
+    counts = [_blocks_for(g.kv_cache_spec, tokens) for g in groups]
+    blocks = 2 * max(counts) + 2
+    need = 2 * sum(blocks * g.kv_cache_spec.page_size_bytes * len(g.layer_names) for g in groups)
+    have = psutil.virtual_memory().available
+    if need > MEMORY_SHARE * have:
+        raise InputError(
+            f"--engine vllm: the round trip would allocate {need / 2**30:.1f} GiB "
+            f"({blocks} blocks of every layer), over half the {have / 2**30:.1f} GiB available; "
+            "lower --tokens or --layers"
+        )
+
+
 def _diff(
     groups: list[Any],
     layer_of: list[list[int]],
@@ -291,19 +388,44 @@ def _diff(
     after: list[Any],
     src: list[list[int]],
     new: list[list[int]],
+    moved: _Moved,
 ) -> list[VllmRow]:
     rows: list[VllmRow] = []
     for gi, g in enumerate(groups):
         offset = 0
         for comp, size in _components(g.kv_cache_spec):
             total = bad = 0
-            for t in layer_of[gi]:
+            first: tuple[int, str, int] | None = None
+            for li, t in enumerate(layer_of[gi]):
                 want = before[t][src[gi], offset : offset + size]
                 got = after[t].as_subclass(type(before[t]))[new[gi], offset : offset + size]
                 total += want.numel()
-                bad += int((want != got).sum())
+                differs = want != got
+                n = int(differs.sum())
+                if n and first is None:
+                    block = int(differs.any(dim=1).nonzero()[0, 0])
+                    first = (li, list(g.layer_names)[li], new[gi][block])
+                bad += n
+            out, copies_out = moved.covered(moved.out, layer_of[gi], src[gi], offset, offset + size)
+            into, copies_in = moved.covered(moved.into, layer_of[gi], new[gi], offset, offset + size)
             offset += size
-            rows.append(VllmRow(f"g{gi}.{comp}", gi, comp, total, bad, bad == 0))
+            rows.append(
+                VllmRow(
+                    f"g{gi}.{comp}",
+                    gi,
+                    comp,
+                    total,
+                    bad,
+                    bad == 0,
+                    bytes_out=out,
+                    bytes_in=into,
+                    copies_out=copies_out,
+                    copies_in=copies_in,
+                    first_layer=first[0] if first else None,
+                    first_layer_name=first[1] if first else None,
+                    first_block=first[2] if first else None,
+                )
+            )
     return rows
 
 
@@ -316,6 +438,7 @@ def _ledger(
     new: list[list[int]],
     calls: list[Any],
     stored: int,
+    moved: _Moved,
 ) -> list[GroupCopy]:
     spans = {t: (x.data_ptr(), x.data_ptr() + x.numel()) for t, x in enumerate(tensors)}
 
@@ -325,9 +448,12 @@ def _ledger(
     out: list[GroupCopy] = []
     for gi, g in enumerate(groups):
         mine = set(layer_of[gi])
+        page = g.kv_cache_spec.page_size_bytes
         bytes_out = sum(c.size for c in calls[:stored] if owner(c.src) in mine)
         bytes_in = sum(c.size for c in calls[stored:] if owner(c.dst) in mine)
-        expected = len(src[gi]) * len(layer_of[gi]) * g.kv_cache_spec.page_size_bytes
+        expected = len(src[gi]) * len(layer_of[gi]) * page
+        _, copies_out = moved.covered(moved.out, layer_of[gi], src[gi], 0, page)
+        _, copies_in = moved.covered(moved.into, layer_of[gi], new[gi], 0, page)
         out.append(
             GroupCopy(
                 gi,
@@ -340,6 +466,99 @@ def _ledger(
                 bytes_in,
                 expected,
                 bytes_out == expected == bytes_in,
+                page_bytes=page,
+                copies_out=copies_out,
+                copies_in=copies_in,
             )
         )
     return out
+
+
+# ---- the one result every reporter reads ---------------------------------------------------------------
+
+
+def roundtrip_result(run: VllmRoundtrip, engine: EngineRef, *, tokens: int, seed: int) -> RoundtripResult:
+    """RUN as the round trip's one typed result: a row per group component, then each group's ledger row."""
+    rows: list[ComponentCheck] = []
+    for copy in run.ledger:
+        for row in (r for r in run.rows if r.group == copy.group):
+            rows.append(
+                ComponentCheck(
+                    name=row.name,
+                    bytes=row.bytes,
+                    mismatched_bytes=row.mismatched_bytes,
+                    equal=row.equal,
+                    copies_out=row.copies_out,
+                    copies_in=row.copies_in,
+                    bytes_out=row.bytes_out,
+                    bytes_in=row.bytes_in,
+                    ledger_ok=row.ledger_ok,
+                    first_request=None if row.equal else 0,
+                    first_plane=row.first_layer_name,
+                    first_layer=row.first_layer,
+                    first_position=None,
+                    first_slot=row.first_block,
+                    ok=row.ok,
+                )
+            )
+        short = max(abs(copy.expected_bytes - copy.bytes_out), abs(copy.expected_bytes - copy.bytes_in))
+        rows.append(
+            ComponentCheck(
+                name=f"g{copy.group}.ledger",
+                bytes=copy.expected_bytes,
+                mismatched_bytes=short,
+                equal=copy.ledger_ok,
+                copies_out=copy.copies_out,
+                copies_in=copy.copies_in,
+                bytes_out=copy.bytes_out,
+                bytes_in=copy.bytes_in,
+                ledger_ok=copy.ledger_ok,
+                first_request=None,
+                first_plane=None,
+                first_layer=None,
+                first_position=None,
+                first_slot=None,
+                ok=copy.ledger_ok,
+            )
+        )
+    used = VllmUsed(
+        model=run.model,
+        engine="vllm",
+        vllm_version=run.vllm_version,
+        worker=WORKER,
+        tokens=tokens,
+        seed=seed,
+        layers_per_group=run.layers_per_group,
+        groups=[
+            VllmGroup(
+                group=c.group,
+                spec=c.spec,
+                layers=c.layers,
+                page_bytes=c.page_bytes,
+                block_ids=c.block_ids,
+                host_slots=c.host_slots,
+                new_block_ids=c.new_block_ids,
+                bytes_out=c.bytes_out,
+                bytes_in=c.bytes_in,
+                expected_bytes=c.expected_bytes,
+                ledger_ok=c.ledger_ok,
+            )
+            for c in run.ledger
+        ],
+        shims=run.shims,
+    )
+    result = RoundtripResult.of(
+        device="cpu",
+        kv_cache_dtype=run.kv_cache_dtype,
+        backend=WORKER,
+        injected=run.injected,
+        components=rows,
+        used=used,
+        expected_red=run.expected_red,
+        hazards=[],
+        elapsed_s=run.elapsed_s,
+        engine=engine,
+    )
+    if set(result.failing) != set(run.failing):  # one verdict: the rows and the engine's own list agree
+        raise InternalError(f"the vLLM rows fail {result.failing}, the run {run.failing}")
+    return result
