@@ -204,7 +204,9 @@ def _print_head(console: Console, prepared: Prepared, preview: Deployment) -> No
         p(f"fault: --inject {o.inject} inside decode-pressured (site hook on Req.offload_kv_cache)", markup=False)
 
 
-def print_result(console: Console, result: ConsistencyResult) -> None:
+def print_result(console: Console, result: ConsistencyResult, *, gates: bool = True) -> None:
+    """The run's findings, one line each; ``gates=False`` leaves out the ``gate`` lines for a caller whose own
+    table shows each gate (pd-eval --oracle tokens), so no gate is printed twice."""
     from kvdoctor._exceptions import EXIT_GATE, EXIT_PASS
 
     r = result
@@ -221,7 +223,8 @@ def print_result(console: Console, result: ConsistencyResult) -> None:
         )
     if r.retractions:
         noun = "preemptions" if r.server == "vllm" else "retractions"
-        p(f"{noun}: {r.retractions} (from {r.retraction_source})", markup=False)
+        counts = ", ".join(f"{role} {n}" for role, n in r.retractions.items())
+        p(f"{noun}: {counts} (from {r.retraction_source})", markup=False)
     if r.noise_floor:
         p(r.noise_floor["sentence"], markup=False, soft_wrap=True)
     red = [d for d in r.requests if d.diverged]
@@ -251,7 +254,7 @@ def print_result(console: Console, result: ConsistencyResult) -> None:
         )
     for warning in r.warnings:
         p(f"warning: {warning}", markup=False, soft_wrap=True)
-    for g in r.gates:
+    for g in r.gates if gates else ():
         p(f"gate {g.name}: {'pass' if g.passed else 'FAIL'}: {g.message}", markup=False, soft_wrap=True)
     if r.exit_code not in (EXIT_PASS, EXIT_GATE) and r.message:
         p(r.message, markup=False, soft_wrap=True)

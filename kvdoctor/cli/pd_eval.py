@@ -305,10 +305,11 @@ class PdEvalRun(CommandRun["PdEvalResult", "Publication"]):
     def deliver(self, result: PdEvalResult) -> Publication:
         from kvdoctor.pd import publish
 
-        if result.tokens is not None:  # consistency's findings (bursts, noise floor, divergences, fault, gates)
+        if result.tokens is not None:
+            # consistency's findings (bursts, noise floor, divergences, fault); its gates are the summary table's rows
             from kvdoctor.cli.consistency import print_result as print_consistency
 
-            print_consistency(self.console, result.tokens)
+            print_consistency(self.console, result.tokens, gates=False)
 
         return publish.finish(
             result, Path(result.run_dir), junit_path=self.junit_path, json_out=self.json_out, console=self.console

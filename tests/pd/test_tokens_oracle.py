@@ -249,3 +249,24 @@ def test_an_unwritable_report_is_refused_before_anything_starts(tmp_path: Path) 
     assert run.exit_code == 2, run.output
     assert run.stderr.count("\n") == 1 and run.stderr.startswith("kvdoctor: error: ")
     assert not out.exists()
+
+
+def test_the_terminal_shows_each_gate_once(tmp_path: Path) -> None:
+    """consistency's findings print above pd-eval's table, whose rows are the gates: no gate line is repeated."""
+    import io
+
+    from rich.console import Console
+
+    from kvdoctor.cli.pd_eval import PdEvalRun
+
+    result = tokens.to_result(OPTIONS, "generic", _consistency(diverge=True))
+    result.run_dir = str(tmp_path)
+    run = PdEvalRun.__new__(PdEvalRun)
+    run.console, run.json_out, run.junit_path = Console(file=io.StringIO(), width=400), False, None
+    run.deliver(result)
+    out = run.console.file.getvalue()
+    assert "request 2: identical for 3 tokens" in out  # consistency's findings are there
+    assert "retractions: reference 0, pressured 5 (from metrics)" in out
+    tokens_gate = next(g for g in result.gates if g.name == "tokens")
+    assert out.count(tokens_gate.message) == 1, out  # the table's row, no "gate tokens: ..." line above it
+    assert not [line for line in out.splitlines() if line.startswith("gate ")], out
