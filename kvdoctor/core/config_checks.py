@@ -25,6 +25,7 @@ from collections.abc import Mapping
 from typing import Any, Protocol
 
 from kvdoctor._exceptions import ConfigError
+from kvdoctor.core.config_rules import PER_LAYER_INTERMEDIATE_MODEL_TYPES
 from kvdoctor.text import shown
 
 
@@ -55,12 +56,15 @@ MAX_WIDTH = 1_000_000  # hidden_size, intermediate_size, an inner mamba width
 MAX_KERNEL = 1_024  # convolution kernels and window lengths of recurrent state
 MAX_EXPAND = 1_024  # mamba expansion factors
 MAX_TOKENS = 2**34  # context lengths and sliding windows
+MAX_LOOPS = 64  # how often a loop model runs its layers (Nanbeige, IQuestLoopCoder: 2)
 
 COUNTS: dict[str, int] = {
     "num_hidden_layers": MAX_LAYERS,
     "num_layers": MAX_LAYERS,
     "full_attention_interval": MAX_LAYERS,
     "index_kpool": MAX_KERNEL,
+    "loop_num": MAX_LOOPS,
+    "num_loops": MAX_LOOPS,
     **dict.fromkeys(
         (
             "num_attention_heads",
@@ -197,11 +201,33 @@ def _check_names(cfg: ConfigFields) -> None:
             raise ConfigError(f"{cfg.source}: field '{cfg.where(key)}' must be true or false, got {_show(value)}")
 
 
+def _per_layer_counts(cfg: ConfigFields, key: str) -> bool:
+    """KEY is a list with one count per layer, as the model type's config class keeps it (Gemma 3n's
+    ``intermediate_size``: ``config_rules.PER_LAYER_INTERMEDIATE_MODEL_TYPES``): each entry is checked as the
+    count, and the list must name every layer (transformers' Gemma3nTextConfig refuses any other length)."""
+    value = cfg.get(key)
+    types = {cfg.top.get("model_type"), cfg.get("model_type")}
+    if key != "intermediate_size" or not isinstance(value, list) or not types & PER_LAYER_INTERMEDIATE_MODEL_TYPES:
+        return False
+    where = cfg.where(key)
+    for i, item in enumerate(value):
+        check_count(cfg.source, f"{where}[{i}]", item, bound_for(key))
+    layers = _layers(cfg)
+    if layers is not None and len(value) != layers:
+        raise ConfigError(
+            f"{cfg.source}: field '{where}' has {len(value)} entries for {layers} layers "
+            "(one per layer, or one number for all)"
+        )
+    return True
+
+
 def _check_counts(cfg: ConfigFields) -> None:
     for table, low in ((COUNTS, 1), (ZERO_ALLOWED, 0)):
         for key, high in table.items():
             value = cfg.get(key)
-            if value is not None and not (isinstance(value, str) and value in NAMED_VALUES.get(key, ())):
+            if value is None or (isinstance(value, str) and value in NAMED_VALUES.get(key, ())):
+                continue
+            if not _per_layer_counts(cfg, key):
                 check_count(cfg.source, cfg.where(key), value, high, low=low)
     for path in OBJECTS:
         value = _nested(cfg, path)

@@ -19,6 +19,10 @@ LONGCAT_MODEL_TYPES = frozenset({"longcat_flash"})
 # Nemotron-H's layer list is canonical; its length is the layer count
 # (srt/configs/nemotron_h.py:441-447, rules.NEMOTRON_H_COUNT_SOURCE).
 NEMOTRON_H_MODEL_TYPES = frozenset({"nemotron_h", "nemotron_h_puzzle"})
+# Gemma 3n states its MLP width per layer: transformers' Gemma3nTextConfig keeps one intermediate_size per
+# layer (a number becomes that list) and SGLang's decoder layer reads its own entry
+# (srt/models/gemma3n_causal.py:523, rules.GEMMA3N_INTERMEDIATE_SOURCE).
+PER_LAYER_INTERMEDIATE_MODEL_TYPES = frozenset({"gemma3n", "gemma3n_text"})
 # The geometry fields a config class may store under its own name (transformers' ``attribute_map``: GPT-2's
 # ``n_layer``, ChatGLM's ``num_layers``), resolved as ``PretrainedConfig`` does when the file does not state the
 # standard name (the table: ``config_aliases.py``, generated from the classes SGLang's loader builds). Other

@@ -111,6 +111,80 @@ def test_a_config_that_does_not_construct_is_counted_as_skipped_not_crashed(tmp_
     assert sorted(p.name for p in tmp_path.iterdir()) == ["builds"]  # nothing written for a skipped type
 
 
+def test_a_config_sglang_fails_on_is_skipped_with_its_reason_not_run(tmp_path: Path) -> None:
+    """SGLang failing on a class default no checkpoint has (a None where real configs hold a number) is a counted
+    skip naming the failure, not drift; nothing is left written for it."""
+    reason = f"{architectures.DEFAULTS_FAIL}: TypeError: 'NoneType' object is not iterable"
+    found = [
+        architectures.Candidate("builds", Builds, "BuildsForCausalLM"),
+        architectures.Candidate("broken", Builds, "BrokenForCausalLM"),
+    ]
+    probed: list[str] = []
+
+    def probe(directory: Path) -> str | None:
+        probed.append(directory.name)
+        assert (directory / "config.json").is_file()  # SGLang reads the written file
+        return reason if directory.name == "broken" else None
+
+    made = architectures.generate(tmp_path, found=found, probe=probe)
+    assert probed == ["builds", "broken"]
+    assert [g.model_type for g in made.generated] == ["builds"]
+    assert made.skipped == {"broken": reason} and made.skipped_by_reason == {reason: 1}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["builds"]
+
+
+def _raised(exc: BaseException, module: str) -> BaseException:
+    """EXC as raised by code of MODULE (its last traceback frame's module)."""
+    try:
+        exec(compile("raise exc", f"<{module}>", "exec"), {"__name__": module, "exc": exc})
+    except BaseException as caught:  # the point is to keep it
+        return caught
+    raise AssertionError("not raised")
+
+
+def test_a_crash_on_a_value_is_told_from_a_deliberate_sglang_refusal() -> None:
+    crash = architectures._crash
+    assert crash(_raised(TypeError("'NoneType' object is not iterable"), "sglang.srt.configs.model_config"))
+    assert crash(_raised(RuntimeError("'head_dim' is a per-layer attribute"), "transformers.configuration_utils"))
+    assert not crash(_raised(ValueError("IQuestQ1 requires FA3 attention"), "sglang.srt.arg_groups.model_overrides"))
+    assert not crash(_raised(AssertionError("local_layer_ids must be unique"), "sglang.srt.configs.model_config"))
+
+
+@pytest.mark.parametrize("deliberate", [False, True], ids=["crash", "refusal"])
+def test_defaults_failure_reads_the_cause_of_sglangs_refusal(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, deliberate: bool
+) -> None:
+    from kvdoctor._exceptions import EngineRefuses
+
+    def resolve(model: str, argv: list[str]) -> Any:
+        cause = ValueError("refused on purpose") if deliberate else TypeError("'NoneType' object is not iterable")
+        try:
+            raise _raised(cause, "sglang.srt.configs.model_config")
+        except Exception:
+            raise EngineRefuses("SGLang refuses this launch at start-up: ...") from None  # as _runtime does
+
+    monkeypatch.setattr(architectures._runtime, "resolve", resolve)
+    expected = None if deliberate else f"{architectures.DEFAULTS_FAIL}: TypeError: 'NoneType' object is not iterable"
+    assert architectures.defaults_failure(tmp_path) == expected
+
+
+@pytest.mark.parametrize(
+    ("config", "full_pool", "swa_pool"),
+    [("LAGUNA", "MHATokenToKVPool", None), ("IQUEST_Q1_MTP", None, "MHATokenToKVPool")],
+    ids=["laguna-no-sliding-layer", "iquest-draft-all-sliding"],
+)
+def test_a_sub_pool_without_layers_is_compared_as_none(
+    config: str, full_pool: str | None, swa_pool: str | None
+) -> None:
+    """SGLang's side names a sub-pool without layers none (``_holds_layers``); kvdoctor's answers do the same for the
+    SWAKVPool sub-pool it builds without layers, or Laguna and IQuest Q1's MTP draft drift on it."""
+    from kvdoctor.engines.sglang.inspect import rule_answers
+    from tests.core.sglang import test_generated_architectures as generated
+
+    answers = rule_answers(generated.analysed(getattr(generated, config)), None)
+    assert (answers["kv_pool"], answers["full_pool"], answers["swa_pool"]) == ("SWAKVPool", full_pool, swa_pool)
+
+
 def generated_report(*, strict: bool) -> GeneratedDriftReport:
     cells = [
         SglangCaseResult("llama", "colocated", ("--max-total-tokens", "65536"), 30),
@@ -248,3 +322,19 @@ def test_the_alias_table_is_the_installed_config_classes_attribute_map() -> None
         amap = dict(getattr(CONFIG_MAPPING[model_type], "attribute_map", {}) or {})
         ours = CONFIG_ALIASES.get(model_type, {})
         assert {f: ours.get(f) for f in ALIASED_FIELDS} == {f: amap.get(f) for f in ALIASED_FIELDS}, model_type
+
+
+# The model types drift --all-architectures found drifting (issue 20, point 3), now corrected: the rule model
+# (loop layers, per-layer intermediate_size, sub-pools without layers, IQuest Q1's FA3) and the adapter (a loop
+# model's layer range, an all-SWA pool's full tokens); glm5_next's class default SGLang fails on is a skip.
+CORRECTED = ("gemma3n_text", "iquest_q1_mtp", "laguna", "nanbeige")
+
+
+@pytest.mark.sglang
+def test_the_corrected_model_types_no_longer_drift(registry: tuple[int, list[architectures.Candidate]]) -> None:
+    report = drift_mod.run_all_architectures(("colocated", "decode"), model_types=(*CORRECTED, "glm5_next"))
+    assert report.architectures is not None
+    assert [m.model_type for m in report.architectures.per_model_type] == list(CORRECTED)
+    drifting = {(r.model, r.case): [d.field for d in r.drift] for r in report.results if not r.ok}
+    assert drifting == {} and all(r.fields > 10 for r in report.results)
+    assert report.architectures.skipped_model_types["glm5_next"].startswith(f"{architectures.DEFAULTS_FAIL}: ")

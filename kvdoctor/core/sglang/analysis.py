@@ -102,6 +102,8 @@ def default_attention_backend(config: ModelConfig, flags: ServerFlags, platform:
     none_set = not any((flags.attention_backend, flags.decode_attention_backend, flags.prefill_attention_backend))
     if platform.hip or flags.attention_backend is not None:
         return {}
+    if arch in rules.IQUEST_Q1_ARCHS:  # rules.IQUEST_Q1_BACKEND_SOURCE: FA3 wherever no flag names one
+        return {"attention_backend": rules.IQUEST_Q1_BACKEND}
     prefill = flags.prefill_attention_backend
     if prefill is not None and prefill == flags.decode_attention_backend:
         return {"attention_backend": prefill}

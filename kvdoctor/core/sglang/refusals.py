@@ -58,6 +58,12 @@ def _flag_refusals(cfg: ModelConfig, flags: ServerFlags, cls: Classification) ->
         found.append(_refusal("dsa_kv_dtype"))
     if cls.is_dsv4 and kv_dtype not in rules.DSV4_KV_DTYPES:
         found.append(_refusal("dsv4_kv_dtype", dtype=kv_dtype))
+    if cfg.architecture in rules.IQUEST_Q1_ARCHS:
+        backends = (flags.attention_backend, flags.prefill_attention_backend, flags.decode_attention_backend)
+        if any(b not in (None, rules.IQUEST_Q1_BACKEND) for b in backends):
+            found.append(_refusal("iquest_q1_backend"))
+        if flags.attention_dp_size > 1:
+            found.append(_refusal("iquest_q1_dp_attention"))
     explicit = flags.disaggregation_decode_retraction_backup
     if flags.disaggregation_decode_host_receive_threshold < 1 and explicit == "cpu_tensor":
         found.append(_refusal("receive_cpu_tensor"))

@@ -173,10 +173,22 @@ def _recurrent_components(rec: geometry.RecurrentGeometry) -> list[Component]:
     return parts
 
 
+def loop_count(cfg: ModelConfig) -> int:
+    """How many times a loop model runs its layers (``rules.LOOP_LAYERS_SOURCE``): the config's ``loop_num``,
+    else ``num_loops``, else its class's default (``rules.NANBEIGE_LOOPS_SOURCE``), else 1; 0 counts as 1."""
+    for key in rules.LOOP_COUNT_FIELDS:
+        if key in cfg.text or key in cfg.top:
+            return cfg.positive_int(key) if cfg.get(key) else 1
+    return rules.CLASS_DEFAULT_LOOPS.get(cfg.model_type, 1)
+
+
 def attention_layer_count(cfg: ModelConfig) -> int:
-    """KV-pool layers: one per layer, two per LongCat-Flash layer (``rules.LONGCAT_ATTENTION_LAYERS_SOURCE``)."""
+    """KV-pool layers: one per layer, two per LongCat-Flash layer (``rules.LONGCAT_ATTENTION_LAYERS_SOURCE``),
+    one per layer and loop of a loop model (``rules.LOOP_LAYERS_SOURCE``)."""
     layers = cfg.positive_int("num_hidden_layers")
-    return 2 * layers if set(cfg.architectures) & rules.LONGCAT_ARCHS else layers
+    if set(cfg.architectures) & rules.LONGCAT_ARCHS:
+        return 2 * layers
+    return layers * loop_count(cfg)
 
 
 def _swa_geometry(cfg: ModelConfig, swa_ids: tuple[int, ...], tp: int) -> geometry.AttentionGeometry:

@@ -198,6 +198,14 @@ def _sized(pools: EnginePools, tokens: int | None) -> Any:
     return allocator
 
 
+def full_tokens_per_layer(pools: EnginePools) -> int:
+    """The model runner's ``full_max_total_num_tokens``: 0 for an all-SWA model, whose full sub-pool holds no
+    layer (``model_executor/pool_configurator.py:865-877``), though its allocator reports a ``size_full``."""
+    full = pools.sub_pools.get("full")
+    all_swa = full is not None and not int(getattr(full, "layer_num", 1) or 0)
+    return 0 if all_swa else int(pools.allocator.size_full)
+
+
 def resolve_backup(runtime: Runtime, pools: EnginePools, tokens: int | None) -> tuple[str, Any]:
     """SGLang's ``resolve_decode_retraction_backup`` on the built pools: the backend and the hicache ratio.
 
@@ -226,7 +234,7 @@ def resolve_backup(runtime: Runtime, pools: EnginePools, tokens: int | None) -> 
 
         @staticmethod
         def get_tokens_per_layer_info() -> tuple[int, int]:
-            return pools.allocator.size_full, getattr(pools.allocator, "size_swa", 0)
+            return full_tokens_per_layer(pools), getattr(pools.allocator, "size_swa", 0)
 
     with quiet():
         backend = builder.resolve_decode_retraction_backup(tp_worker=_Worker())

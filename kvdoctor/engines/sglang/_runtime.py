@@ -28,6 +28,7 @@ import os
 import shutil
 import tempfile
 import traceback
+import types
 import warnings
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -232,6 +233,20 @@ def _stub_device_capability(arch: GpuArch) -> None:
     torch.cuda.get_device_capability = lambda *args, **kwargs: capability
 
 
+def _loop_model_layers(layers_mod: Any, model_config: Any) -> Any:
+    """The layer range a loop model's class declares, for ``resolve_layer_indices`` (no model is built).
+
+    Without a model SGLang takes the range ``[0, max(layers, attention layers))``, which for a loop model
+    (Nanbeige, IQuestLoopCoder: ``ModelConfig.num_attention_layers`` is layers x loops) is already unrolled,
+    and then multiplies it by the loop count again. Their model classes declare their physical layers,
+    ``[0, num_hidden_layers)`` at PP 1 (``models/nanbeige.py`` ``make_pp_layers``, ``models/iquest_loopcoder.py``).
+    Every other model: None, as before."""
+    loops = getattr(layers_mod, "_get_loop_num", None)
+    if loops is None or loops(model_config.hf_config) <= 1:
+        return None
+    return types.SimpleNamespace(start_layer=0, end_layer=int(model_config.num_hidden_layers))
+
+
 def resolve(model: str, server_argv: Sequence[str], arch: GpuArch = GpuArch.SM100) -> Runtime:
     """SGLang's own resolution of MODEL under SERVER_ARGV; its refusals exit 2 with file:line."""
     info = engine_info()
@@ -268,7 +283,7 @@ def resolve(model: str, server_argv: Sequence[str], arch: GpuArch = GpuArch.SM10
                 layer_info = _support.fitted_call(
                     layers_mod.resolve_layer_indices,
                     info.version,
-                    model=None,
+                    model=_loop_model_layers(layers_mod, model_config),
                     model_config=model_config,
                     is_draft_worker=False,
                     spec_algorithm=spec_info.SpeculativeAlgorithm.from_string(None),

@@ -11,25 +11,35 @@
 
 Each config class is built with no arguments (its defaults), written as ``config.json`` with its ``model_type``
 and the one architecture; nothing is shrunk (the geometry is the class's). A type is skipped, with a counted
-reason, when no architecture of the registry serves it or when its class does not construct or serialize.
+reason, when no architecture of the registry serves it, when its class does not construct or serialize, or when
+SGLang itself fails loading the class's defaults on a value no checkpoint has (a ``None`` where every real config
+holds a number: a ``TypeError`` or ``AttributeError``, or an error raised outside SGLang's own code, by the config
+class or transformers). Such a config is no evidence either way, so it is not drift; a deliberate SGLang refusal
+(its own check, raising with a message) still is, and the rule model states it as a start-up refusal.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kvdoctor._exceptions import InputError
+from kvdoctor._exceptions import EngineRefuses, InputError
 from kvdoctor.engines.sglang import _runtime
+from kvdoctor.text import shown
 
 NO_ARCHITECTURE = "no causal-LM architecture SGLang serves"
 NO_CONSTRUCT = "config class does not construct with its defaults"
 NO_SERIALIZE = "config does not serialize to JSON"
+DEFAULTS_FAIL = "SGLang fails on its config class's defaults"  # + ": <exception, one line>"
+# Python's errors on a value (None iterated, an attribute of None): a crash, never a check SGLang wrote.
+CRASH_TYPES: tuple[type[BaseException], ...] = (TypeError, AttributeError, KeyError, IndexError)
+Probe = Callable[[Path], "str | None"]
 
 
 @dataclass(frozen=True)
@@ -134,10 +144,45 @@ def config_dict(candidate: Candidate) -> dict[str, Any]:
     return data
 
 
-def generate(root: Path, only: Sequence[str] = (), found: Iterable[Candidate] | None = None) -> GeneratedSet:
-    """Write ``ROOT/<model_type>/config.json`` for every candidate (or those named in ONLY) that constructs."""
+def _crash(exc: BaseException) -> bool:
+    """EXC is SGLang failing on a value, not refusing: a Python value error, or raised outside ``sglang``."""
+    if isinstance(exc, CRASH_TYPES):
+        return True
+    tb = exc.__traceback__
+    if tb is None:
+        return False
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    return not str(tb.tb_frame.f_globals.get("__name__", "")).startswith("sglang")
+
+
+def defaults_failure(directory: Path) -> str | None:
+    """Why SGLang cannot load DIRECTORY's config (the class's defaults) with no flags, when it fails on a value
+    rather than refusing (:func:`_crash`): the skip reason; None when it loads or refuses deliberately."""
+    try:
+        runtime = _runtime.resolve(str(directory), [])
+    except EngineRefuses as exc:
+        cause = exc.__cause__ or exc.__context__
+        if cause is None or not _crash(cause):
+            return None
+        text = " ".join(str(cause).split()).split(". ")[0]  # its first sentence, on one line
+        line = f"{type(cause).__name__}: {text}" if text else type(cause).__name__
+        return f"{DEFAULTS_FAIL}: {shown(line, 160)}"
+    runtime.close()
+    return None
+
+
+def generate(
+    root: Path,
+    only: Sequence[str] = (),
+    found: Iterable[Candidate] | None = None,
+    probe: Probe | None = None,
+) -> GeneratedSet:
+    """Write ``ROOT/<model_type>/config.json`` for every candidate (or those named in ONLY) that constructs and
+    that SGLang does not fail on (PROBE, :func:`defaults_failure` for the installed registry: FOUND unset)."""
     if found is None:
         archs, listed = candidates()
+        probe = probe or defaults_failure
     else:
         listed, archs = list(found), 0
     known = {c.model_type for c in listed}
@@ -169,6 +214,13 @@ def generate(root: Path, only: Sequence[str] = (), found: Iterable[Candidate] | 
         directory = root / _safe_name(candidate.model_type)
         directory.mkdir(parents=True, exist_ok=True)
         (directory / "config.json").write_text(text + "\n")
+        failed = probe(directory) if probe is not None else None
+        if failed is not None:
+            (directory / "config.json").unlink()  # nothing left of a skipped type: only what was written here
+            with contextlib.suppress(OSError):
+                directory.rmdir()  # and its folder, when nothing else is in it
+            out.skipped[candidate.model_type] = failed
+            continue
         out.generated.append(Generated(candidate.model_type, candidate.architecture, directory))
     return out
 

@@ -59,6 +59,14 @@ class LiveAnswers:
 
 
 # ---- what the rule model says, in the same vocabulary --------------------------------------------
+def _held(pool: str | None, geometry: Any, layout: Any) -> str | None:
+    """The sub-pool as SGLang's side reports it (``_holds_layers``): one an SWAKVPool builds without layers (Laguna's
+    window without a sliding layer, an MTP draft whose one layer slides) holds no state, so none."""
+    if layout.kv_pool == "SWAKVPool" and (geometry is None or not geometry.layers):
+        return None
+    return pool
+
+
 def rule_answers(analysis: Analysis | None, refusal: str | None) -> dict[str, Any]:
     """kvdoctor's answers for the fields SGLang is asked about (refusal only when it refuses)."""
     if analysis is None:
@@ -69,8 +77,8 @@ def rule_answers(analysis: Analysis | None, refusal: str | None) -> dict[str, An
         "uses_ssm_state": cls.uses_ssm_state,
         "is_hybrid_swa": cls.is_hybrid_swa,
         "kv_pool": layout.kv_pool,
-        "full_pool": layout.full_pool,
-        "swa_pool": layout.swa_pool,
+        "full_pool": _held(layout.full_pool, spec.full, layout),
+        "swa_pool": _held(layout.swa_pool, spec.swa, layout),
         "req_to_token_pool": layout.req_to_token_pool,
         "mamba_pool": layout.mamba_pool,
         "cpu_copy_carries_mamba": layout.cpu_copy_carries_mamba,
@@ -129,7 +137,7 @@ def _tree_cache_refusal(
     ctx = _runtime.import_sglang("sglang.srt.runtime_context")
     version = runtime.info.version
     swa = bool(runtime.model_config.is_hybrid_swa)
-    full_tokens = pools.allocator.size_full if swa else None
+    full_tokens = _pools.full_tokens_per_layer(pools) if swa else None
     build = types.SimpleNamespace(
         server_args=runtime.server_args,
         params=_StopAfterChecks(),

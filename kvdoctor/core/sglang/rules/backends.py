@@ -68,6 +68,11 @@ MODEL_ATTENTION_BACKENDS_SOURCE = (
     cite("srt/arg_groups/model_overrides/nemotron_h.py", "trtllm_mha", 123, 148),
     cite("srt/arg_groups/model_overrides/deepseek_v2.py", "trtllm_mla", 178, 185),
 )
+# IQuest Q1 (and its MTP draft) applies its attention sink from the softmax LSE: its override fills every unset
+# backend with FA3, whichever backend flags are set (any other backend is refused: rules.REFUSALS).
+IQUEST_Q1_ARCHS = frozenset({"IQuestQ1ForCausalLM", "IQuestQ1MTP"})
+IQUEST_Q1_BACKEND = "fa3"
+IQUEST_Q1_BACKEND_SOURCE = cite("srt/arg_groups/model_overrides/iquest_q1.py", "attention_backend", 41, 49)
 # GraniteMoeHybrid picks flashinfer on SM100 only when it has Mamba layers.
 SSM_ONLY_BACKENDS: dict[str, dict[str, str]] = {"GraniteMoeHybridForCausalLM": {"sm100": "flashinfer"}}
 SSM_ONLY_BACKENDS_SOURCE = cite("srt/arg_groups/model_overrides/granitemoehybrid.py", "flashinfer", 13, 19)

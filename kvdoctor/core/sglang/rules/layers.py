@@ -75,3 +75,19 @@ NEMOTRON_H_KINDS = {"mamba": "M", "attention": "*", "mlp": "-", "moe": "E"}
 LONGCAT_LAYERS_SOURCE = cite("srt/configs/longcat_flash.py", "num_layers", 81, 83)
 LONGCAT_ATTENTION_LAYERS_SOURCE = cite("srt/configs/model_config.py", "num_attention_layers", 1583, 1584)
 LONGCAT_ARCHS = frozenset({"LongcatFlashForCausalLM"})
+# Gemma 3n keeps one MLP width per layer and each decoder layer reads its own (the model types whose
+# intermediate_size may be that list: core/config_rules.py, PER_LAYER_INTERMEDIATE_MODEL_TYPES).
+GEMMA3N_INTERMEDIATE_SOURCE = cite("srt/models/gemma3n_causal.py", "intermediate_size", 523)
+# Loop models run their layers several times, one RadixAttention (and KV-pool layer) per layer per loop:
+# ids layer + loop * num_hidden_layers. resolve_layer_indices multiplies the model's layer range (its
+# num_hidden_layers at PP 1) by _get_loop_num: the config's loop_num, else num_loops, else 1 (a falsy
+# value is 1). NanbeigeConfig defaults num_loops to 2.
+LOOP_LAYERS_SOURCE = (
+    cite("srt/model_executor/model_runner_components/layer_setup.py", "_get_loop_num", 20, 22),
+    cite("srt/model_executor/model_runner_components/layer_setup.py", "loop_num", 156, 159),
+    cite("srt/models/nanbeige.py", "base_layer_id", 166, 175),
+    cite("srt/configs/model_config.py", "num_loops", 1585, 1590),
+)
+LOOP_COUNT_FIELDS = ("loop_num", "num_loops")  # the first the config states
+NANBEIGE_LOOPS_SOURCE = cite("srt/configs/nanbeige.py", "num_loops", 144)
+CLASS_DEFAULT_LOOPS = {"nanbeige": 2}  # by model type, when the file states no loop count

@@ -119,6 +119,16 @@ REFUSALS: dict[str, RefusalRule] = {
         "--disaggregation-decode-enable-radix-cache does not support SWA-compress models (e.g. Gemma4 / MiMo-V2) yet.",
         cite("srt/mem_cache/kv_cache_builder.py", "is_hybrid_swa_compress", 301, 305),
     ),
+    # _iquest_q1_overrides (arg_groups/model_overrides/iquest_q1.py): FA3 only, no DP attention.
+    "iquest_q1_backend": RefusalRule(
+        "IQuestQ1 applies its attention sink from the softmax LSE and requires FA3 attention for both prefill and "
+        "decode.",
+        cite("srt/arg_groups/model_overrides/iquest_q1.py", "requires FA3 attention", 19, 23),
+    ),
+    "iquest_q1_dp_attention": RefusalRule(
+        "IQuest Q1 does not support DP attention.",
+        cite("srt/arg_groups/model_overrides/iquest_q1.py", "IQuest Q1 does not support DP attention", 37, 38),
+    ),
     # MiniCPM-SALA's hybrid (sparse / lightning) attention has no hierarchical cache.
     "minicpm_hicache": RefusalRule(
         "MiniCPM SALA does not support hierarchical cache",
