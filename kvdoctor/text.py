@@ -9,7 +9,6 @@ escapes rich markup. Pure standard library, so the core floor can use it too.
 from __future__ import annotations
 
 import re
-import unicodedata
 
 # CSI (ESC [ ... final), OSC (ESC ] ... BEL or ESC \) and two-byte ESC sequences.
 _ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b[@-_]")
@@ -20,8 +19,13 @@ MAX_SHOWN = 200  # characters of one outside value echoed in a message
 
 def printable(text: object) -> str:
     """TEXT without escape sequences or control characters; line breaks and tabs become spaces."""
+    value = str(text)
+    if value.isascii() and value.isprintable():  # no escape, control character or line break: nothing to drop
+        return value
+    import unicodedata  # a shared library: loaded only for text that needs it
+
     out = []
-    for ch in _ANSI.sub("", str(text)):
+    for ch in _ANSI.sub("", value):
         if ch in _WHITESPACE:
             out.append(" ")
         elif ch in _BIDI or unicodedata.category(ch) in ("Cc", "Cs"):

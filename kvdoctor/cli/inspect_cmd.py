@@ -6,8 +6,8 @@ step summary last, all read from one :class:`~kvdoctor.report.inspect_publicatio
 question is answered here (:class:`SglangInspectRun`); ``--server vllm`` in ``kvdoctor/cli/inspect_vllm.py``.
 """
 
-from __future__ import annotations
-
+# No ``from __future__ import annotations`` here: Typer reads the command's annotations twice (its signature
+# with eval_str, then get_type_hints), compiling each string it finds; objects cost it nothing (issue 17).
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -57,6 +57,10 @@ def inspect(
     or paste a whole launch line after `--` (python -m sglang.launch_server --model-path X ...).
     An option that is neither kvdoctor's nor SGLang's is refused (exit 2) with a did-you-mean.
     """
+    if engine is not Engine.KVDOCTOR:  # an installed server's code runs here: not start-up work any more
+        from kvdoctor.cli.app import resume_gc
+
+        resume_gc()
     with exit_on_error():
         adapter = answers_for(engine, server)  # an engine that answers for another server: exit 2
     settings = dict(
@@ -87,14 +91,14 @@ class SglangInspectRun(InspectRun):
         self.title = f"kvdoctor inspect {line.model}"
         return _inspect(self.adapter, line.model, line.server_argv, self.gpu_arch, self.request_tokens, self.concurrent)
 
-    def facts(self, report: Any) -> tuple[github.Row, ...]:
+    def facts(self, report: Any) -> "tuple[github.Row, ...]":
         from kvdoctor.core.sglang.inspect_result import InspectReport
         from kvdoctor.report.inspect_publication import sglang_facts
 
         # Not when kvdoctor refused the model and only SGLang answered (no rule-model facts to show).
         return sglang_facts(report) if isinstance(report, InspectReport) else ()
 
-    def render(self, report: Any, console: Console) -> None:
+    def render(self, report: Any, console: "Console") -> None:
         from kvdoctor.cli import render_inspect
         from kvdoctor.core.sglang.inspect_result import InspectReport
 

@@ -29,7 +29,6 @@ import contextlib
 import errno
 import os
 import sys
-import unicodedata
 from collections.abc import Iterator
 from typing import Any, TextIO
 
@@ -83,6 +82,8 @@ class ReaderGone(KvdoctorError):
 
 
 def _in_ascii(ch: str) -> str | bytes:
+    import unicodedata  # a shared library: loaded only when a character must be spelled in ASCII
+
     if "\udc80" <= ch <= "\udcff":  # a byte argv could not decode (surrogateescape): give it back as it came
         return bytes([ord(ch) - 0xDC00])
     if ch in _SPELLED:

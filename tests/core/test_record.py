@@ -3,7 +3,9 @@
 Every case defines one class twice, once under ``@dataclass`` and once under ``@record`` with the same
 arguments, runs the same operations on both and compares what came out: the values, and for an operation
 that raises, the exception's type and message. A difference in any method ``record`` writes itself
-(``__repr__``, ``__eq__``, ``__hash__``, the frozen ``__setattr__`` / ``__delattr__``) fails here.
+(``__repr__``, ``__eq__``, ``__hash__``, the frozen ``__setattr__`` / ``__delattr__``) fails here, and so
+does one in what ``record`` makes without ``dataclasses``: the deferred ``__init__`` (each call bound, or
+refused, as the generated one binds it) and a class's ordinary fields.
 """
 
 from __future__ import annotations
@@ -14,8 +16,10 @@ import inspect
 import pickle
 import re
 import sys
+import typing
 from collections.abc import Callable
 from dataclasses import FrozenInstanceError, InitVar, dataclass, field
+from functools import partial
 from typing import Any, ClassVar
 
 import pytest
@@ -294,3 +298,157 @@ def test_what_record_has_no_cheaper_form_of_is_dataclasses_own() -> None:
 
     assert Ordered(1) < Ordered(2) and Ordered.__dataclass_params__.frozen  # type: ignore[attr-defined]
     assert OnPlain.__dataclass_params__.frozen and OnPlain(1) == OnPlain(1)  # type: ignore[attr-defined]
+
+
+# --- The deferred __init__ and the ordinary fields (issue 17: start-up) -------------------------------------
+
+CV = ClassVar  # an alias: dataclasses reads "CV[int]" as a ClassVar by looking its head up in this module
+
+
+def _kinds(make: Decorator) -> dict[str, type]:
+    """Fresh classes, nothing yet read from them: each shape of __init__ the deferred stand-in binds."""
+
+    @make(frozen=True)
+    class Plain:
+        """Positional fields, a default and a default factory."""
+
+        a: int
+        b: str = "b"
+        items: list[int] = field(default_factory=list)
+
+    @make
+    class Later:
+        """init=False fields (a factory, a plain default), a keyword-only field and __post_init__."""
+
+        a: int
+        made: list[int] = field(init=False, default_factory=list)
+        fixed: int = field(init=False, default=3)
+        k: int = field(default=0, kw_only=True)
+
+        def __post_init__(self) -> None:
+            self.made.append(self.a)
+
+    @make(frozen=True)
+    class Selfish:
+        """A field named self."""
+
+        self: int
+        other: int = 2
+
+    @make(frozen=True)
+    class Aliased:
+        """Annotations dataclasses reads as ClassVar, through an alias and a module prefix: no fields."""
+
+        shared: CV[int] = 1
+        also: typing.ClassVar[str] = "s"
+        a: int = 0
+
+    return {"Plain": Plain, "Later": Later, "Selfish": Selfish, "Aliased": Aliased}
+
+
+CALLS: dict[str, list[tuple[tuple[Any, ...], dict[str, Any]]]] = {
+    "Plain": [
+        ((1,), {}),
+        ((1, "x", [2]), {}),
+        ((), {"a": 1, "items": [3]}),
+        ((1,), {"items": None, "b": "q"}),
+        ((), {}),
+        ((1, 2, 3, 4), {}),
+        ((1,), {"a": 2}),
+        ((1,), {"nope": 2}),
+    ],
+    "Later": [((1,), {}), ((1,), {"k": 5}), ((1, 5), {}), ((1,), {"made": []}), ((1,), {"fixed": 1}), ((), {"k": 1})],
+    "Selfish": [((1,), {}), ((), {"self": 3, "other": 4}), ((), {"other": 1})],
+    "Aliased": [((), {}), ((5,), {}), ((1, 2), {})],
+}
+
+
+def _construct(make: Decorator, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """A fresh class NAME made by MAKE, called once: what its instance holds, in the order it was assigned."""
+    return list(vars(_kinds(make)[name](*args, **kwargs)).items())
+
+
+@pytest.mark.parametrize("name", sorted(CALLS))
+def test_the_deferred_init_binds_and_refuses_each_call_as_the_generated_one(name: str) -> None:
+    """Each call on a fresh class (the stand-in's first call): the same fields, assigned in the same order, or
+    the same TypeError (handed to the generated __init__, in its own words)."""
+    for args, kwargs in CALLS[name]:
+        expected = _outcome(partial(_construct, dataclass, name, args, kwargs))
+        assert _outcome(partial(_construct, record, name, args, kwargs)) == expected, (args, kwargs)
+    refused = [_outcome(partial(_construct, record, name, *call))[0] == "raised" for call in CALLS[name]]
+    assert any(refused) and not all(refused)  # both paths are reached: bound, and handed over
+
+
+def test_the_generated_init_is_built_only_when_read_from_the_class() -> None:
+    rec, dc = _kinds(record)["Plain"], _kinds(dataclass)["Plain"]
+    assert rec(1) == rec(1, "b", [])
+    assert not inspect.isfunction(vars(rec)["__init__"])  # constructing compiled nothing
+    assert str(inspect.signature(rec)) == str(inspect.signature(dc))
+    assert inspect.isfunction(vars(rec)["__init__"])  # read from the class: the generated one, kept there
+    assert rec.__init__.__qualname__ == dc.__init__.__qualname__
+    assert rec.__init__.__annotations__ == dc.__init__.__annotations__
+    assert repr(rec.__init__.__defaults__) == repr(dc.__init__.__defaults__)
+    assert rec(1, "x") == rec(1, "x") and rec(1).items == []
+
+
+def _as_record_records(cls: type | None = None, /, **options: Any) -> Any:
+    """``dataclass`` with what ``record`` passes it (repr, eq and frozen its own): the reference for the fields."""
+
+    def wrap(cls: type) -> type:
+        return dataclass(cls, repr=False, eq=False, frozen=False)
+
+    return wrap if cls is None else wrap(cls)
+
+
+def _field_facts(cls: type) -> Any:
+    every = cls.__dataclass_fields__.values()  # type: ignore[attr-defined]
+    return [(f.name, f.type, f.default, f.default_factory, f.init, f.repr, f.hash) for f in every] + [
+        (f.compare, dict(f.metadata), f.kw_only, f._field_type)  # type: ignore[attr-defined]
+        for f in every
+    ]
+
+
+def test_ordinary_fields_are_what_dataclasses_makes(monkeypatch: pytest.MonkeyPatch) -> None:
+    import kvdoctor.core.record as module
+
+    took: dict[str, bool] = {}
+    real = module._ordinary_fields
+
+    def spy(cls: type, own: dict[str, Any]) -> Any:
+        made = real(cls, own)
+        took[cls.__name__] = made is not None
+        return made
+
+    monkeypatch.setattr(module, "_ordinary_fields", spy)
+    rec, ref = _kinds(record), _kinds(_as_record_records)
+    if module._ORDINARY:  # CPython 3.11; elsewhere dataclasses makes every record's fields
+        assert took == {"Plain": True, "Later": True, "Selfish": True, "Aliased": False}
+    for name, cls in rec.items():
+        other = ref[name]
+        assert _field_facts(cls) == _field_facts(other), name
+        assert repr(cls.__dataclass_params__) == repr(other.__dataclass_params__), name  # type: ignore[attr-defined]
+        assert cls.__match_args__ == other.__match_args__, name  # type: ignore[attr-defined]
+        names = [*cls.__dataclass_fields__, "__abstractmethods__"]  # type: ignore[attr-defined]
+        assert {n: vars(cls)[n] for n in names if n in vars(cls)} == {
+            n: vars(other)[n] for n in names if n in vars(other)
+        }
+        assert [repr(f) for f in dataclasses.fields(cls)] == [repr(f) for f in dataclasses.fields(other)]
+
+
+@pytest.mark.parametrize(
+    "namespace",
+    [
+        {"__annotations__": {"a": "list[int]"}, "a": []},  # a mutable default
+        {"__annotations__": {"a": "int", "b": "int"}, "a": 1},  # a default before a field without one
+        {"__annotations__": {}, "a": field(default=1)},  # a field without an annotation
+        {"__annotations__": {"a": "ClassVar[int]"}, "a": field(default_factory=list)},  # a ClassVar factory
+    ],
+    ids=["mutable default", "field order", "no annotation", "classvar factory"],
+)
+def test_what_dataclasses_refuses_record_refuses_in_its_words(namespace: dict[str, Any]) -> None:
+    def made(make: Decorator) -> Any:
+        return make(frozen=True)(type("Refused", (), {"__doc__": "A class dataclasses refuses.", **namespace}))
+
+    expected = _outcome(partial(made, dataclass))
+    assert expected[0] == "raised"
+    assert _outcome(partial(made, record)) == expected
