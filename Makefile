@@ -16,7 +16,7 @@ test:
 	$(MAKE) test-only
 
 test-only: lint
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n auto
 
 lint:
 	$(PY) -m ruff check kvdoctor tests scripts
