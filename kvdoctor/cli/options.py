@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from kvdoctor.engines import GpuArch
-from kvdoctor.state.choices import Device
+
+if TYPE_CHECKING:
+    from kvdoctor.state.choices import Device
 
 GpuArchOption = Annotated[
     GpuArch,
@@ -18,8 +20,27 @@ GpuArchOption = Annotated[
     ),
 ]
 
-# An enum, so Typer lists the choices in --help and refuses a typo before the command imports torch.
-DeviceOption = Annotated[
-    Device,
-    typer.Option("--device", help="Where the work runs: auto (CUDA when torch sees one, else the CPU), cpu or cuda."),
-]
+
+def _device_option() -> Any:
+    # An enum, so Typer lists the choices in --help and refuses a typo before the command imports torch.
+    from kvdoctor.state.choices import Device
+
+    return Annotated[
+        Device,
+        typer.Option(
+            "--device", help="Where the work runs: auto (CUDA when torch sees one, else the CPU), cpu or cuda."
+        ),
+    ]
+
+
+def __getattr__(name: str) -> Any:
+    """``DeviceOption``, made when a torch command first imports it: ``inspect`` does not load the torch
+    commands' enums (``kvdoctor.state.choices``)."""
+    if name == "DeviceOption":
+        option = globals()["DeviceOption"] = _device_option()
+        return option
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+if TYPE_CHECKING:
+    DeviceOption = Annotated[Device, typer.Option("--device")]

@@ -24,9 +24,11 @@ from kvdoctor.core.flag_values import ValueCheck, ValueGrammar
 from kvdoctor.core.record import record
 from kvdoctor.text import shown
 
-_PYTHON = re.compile(r"python[0-9.]*")
-_ENV_ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=.*")
-_NUMBER = re.compile(r"-\.?[0-9]")  # "-1", "-0.5": a value, as argparse reads it, not an option
+# Patterns, not compiled ones: ``re`` compiles each on its first use (and keeps it), so a launch line
+# without a pasted launcher or an option compiles none at start-up.
+_PYTHON = r"python[0-9.]*"
+_ENV_ASSIGNMENT = r"[A-Za-z_][A-Za-z0-9_]*=.*"
+_NUMBER = r"-\.?[0-9]"  # "-1", "-0.5": a value, as argparse reads it, not an option
 
 # A launcher: the program's name (``python`` matches python3, python3.12 and a path to either) and the
 # words that must follow it: ("python", "-m", "sglang.launch_server"), ("vllm", "serve").
@@ -63,7 +65,7 @@ class LaunchLine:
 
 
 def is_option(token: str) -> bool:
-    return token.startswith("-") and len(token) > 1 and not _NUMBER.match(token)
+    return token.startswith("-") and len(token) > 1 and not re.match(_NUMBER, token)
 
 
 def did_you_mean(word: str, candidates: Collection[str]) -> str:
@@ -171,7 +173,7 @@ def _launcher_at(tokens: Sequence[str], i: int, launchers: Sequence[Launcher]) -
     """How many words a launcher starting at TOKENS[i] spans (0 when none starts there)."""
     base = PurePath(tokens[i]).name
     for program, *rest in launchers:
-        named = _PYTHON.fullmatch(base) if program == "python" else base == program
+        named = (base.startswith("python") and re.fullmatch(_PYTHON, base)) if program == "python" else base == program
         if named and list(tokens[i + 1 : i + 1 + len(rest)]) == rest:
             return 1 + len(rest)
     return 0
@@ -184,7 +186,7 @@ def split_launcher(tokens: Sequence[str], launchers: Sequence[Launcher]) -> tupl
         span = _launcher_at(tokens, i, launchers)
         if span:
             before = list(tokens[:i])
-            while before and _ENV_ASSIGNMENT.fullmatch(before[-1]):
+            while before and re.fullmatch(_ENV_ASSIGNMENT, before[-1]):
                 before.pop()
             return before, list(tokens[i + span :]), " ".join(tokens[i : i + span])
     return [], list(tokens), None

@@ -246,3 +246,46 @@ def test_a_plain_inspect_makes_its_classes_as_records(tmp_path: Path) -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     # cli/app.py's one class stays a dataclass: building the CLI imports nothing of kvdoctor.core (above).
     assert out.stderr.strip().splitlines()[-1] == "['kvdoctor.cli.app.Lazy'] 0", out.stderr
+
+
+def test_a_plain_inspect_builds_no_flag_parser_and_no_torch_command_enum(tmp_path: Path) -> None:
+    """A launch line without a modelled server flag reads ServerFlags' defaults without building kvdoctor's
+    argparse parser (argparse and ~40 add_argument calls: ~5 ms, issue 17), one without an option loads no
+    SGLang flag table, and ``cli/options`` makes the torch commands' ``--device`` enum (``kvdoctor.state.choices``)
+    only when such a command imports it. Building the parser, the table or the enums at import again turns this
+    red; a modelled flag still builds the parser."""
+    plain = _modules_after(tmp_path, "inspect", "inkling-small")
+    assert _loaded(("argparse", "kvdoctor.state.choices", "kvdoctor.core.sglang._generated.server_flags"), plain) == []
+    flagged = _modules_after(tmp_path, "inspect", "inkling-small", "--page-size", "16")
+    assert "argparse" in flagged  # the modelled flag went through the parser
+
+
+def test_the_parser_free_path_reads_what_the_parser_reads() -> None:
+    """The vocabulary's modelled spellings are the parser's own, and a launch line without a modelled flag
+    gives exactly the parser's defaults (what ``parse_flags`` returned when it always parsed)."""
+    from dataclasses import fields
+
+    from kvdoctor.core.sglang import flags
+
+    parser = flags._parser()
+    assert flags.SGLANG.modelled == flags._modelled_options(parser)
+    defaults = vars(parser.parse_args([]))
+    defaults["tp_size"] = 1  # parse_flags' reading of an absent --tp-size
+    names = {f.name for f in fields(flags.ServerFlags)}
+    expected = flags.ServerFlags(
+        **{k: v for k, v in defaults.items() if k in names}, not_modelled=("--log-level info",)
+    )
+    assert flags.parse_flags(["--log-level", "info"]) == expected
+    words = ["inkling-small", "extra"]  # what split_launcher leaves of a line without an option
+    assert flags._scan(words, ()) == flags.scan(words, flags.SGLANG)  # no option: the vocabulary is not needed
+
+
+def test_device_option_is_the_device_enum_when_a_torch_command_imports_it() -> None:
+    from typing import get_args
+
+    from kvdoctor.cli import options
+    from kvdoctor.state.choices import Device
+
+    kind, option = get_args(options.DeviceOption)
+    assert kind is Device and option.help.startswith("Where the work runs")
+    assert options.DeviceOption is options.DeviceOption  # made once

@@ -12,44 +12,44 @@ Spellings and defaults follow ``sglang/srt/server_args.py`` of the revision in `
 
 from __future__ import annotations
 
-import argparse
 import functools
 import math
 from collections.abc import Collection, Sequence
 from dataclasses import fields
+from typing import TYPE_CHECKING
 
 from kvdoctor._exceptions import FlagError
 from kvdoctor.core.flag_values import IEC, SI, sglang_human
-from kvdoctor.core.launch_line import FlagVocabulary, LaunchLine, check_values, scan, split_launcher
+from kvdoctor.core.launch_line import FlagVocabulary, LaunchLine, Scan, check_values, is_option, scan, split_launcher
 from kvdoctor.core.record import record
 from kvdoctor.core.sglang import rules
-from kvdoctor.core.sglang._generated.server_flags import (
-    SGLANG_FLAG_VALUES,
-    SGLANG_MULTI_VALUE,
-    SGLANG_OPTIONAL_VALUE,
-    SGLANG_SERVER_FLAGS,
-    SGLANG_SWITCHES,
-    SGLANG_VERSION,
-)
 from kvdoctor.text import shown
+
+if TYPE_CHECKING:
+    import argparse
 
 
 def _choices(flag: str) -> tuple[str, ...]:
     """FLAG's choices as SGLang's own parser lists them (the generated value table: one source, no copy)."""
+    from kvdoctor.core.sglang._generated.server_flags import SGLANG_FLAG_VALUES, SGLANG_VERSION
+
     choices = SGLANG_FLAG_VALUES[flag][2]
-    if choices is None:  # the generated table changed under the parser: a kvdoctor bug, caught at import
+    if choices is None:  # the generated table changed under the parser: a kvdoctor bug, caught on first use
         raise RuntimeError(f"{flag} has no choices in the SGLang {SGLANG_VERSION} value table")
     return tuple(str(c) for c in choices)
 
 
 # arg_groups/fields/model.py:197-221, disagg.py:95-108, exec_.py:483-519, memory.py (read from the parser).
-KV_CACHE_DTYPES = _choices("--kv-cache-dtype")
-DISAGGREGATION_MODES = _choices("--disaggregation-mode")
-RETRACTION_BACKUPS = _choices("--disaggregation-decode-retraction-backup")
-STATE_DTYPES = _choices("--mamba-ssm-dtype")
-MAMBA_RADIX_STRATEGIES = _choices("--mamba-radix-cache-strategy")
-HICACHE_STORAGE_BACKENDS = _choices("--hicache-storage-backend")
-HICACHE_HOST_MEMORY_MODES = _choices("--hicache-host-memory-mode")
+# Read from the generated table on first use (module __getattr__ below): a plain inspect loads no flag table.
+_CHOICES = {
+    "KV_CACHE_DTYPES": "--kv-cache-dtype",
+    "DISAGGREGATION_MODES": "--disaggregation-mode",
+    "RETRACTION_BACKUPS": "--disaggregation-decode-retraction-backup",
+    "STATE_DTYPES": "--mamba-ssm-dtype",
+    "MAMBA_RADIX_STRATEGIES": "--mamba-radix-cache-strategy",
+    "HICACHE_STORAGE_BACKENDS": "--hicache-storage-backend",
+    "HICACHE_HOST_MEMORY_MODES": "--hicache-host-memory-mode",
+}
 
 
 @record(frozen=True)
@@ -133,24 +133,24 @@ class ServerFlags:
         return self.uses_backend("fa4")
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse that raises ``FlagError`` instead of printing usage and exiting."""
+def _type_error(message: str) -> Exception:
+    """argparse's "invalid value" error (converters run only inside the parser, which has imported argparse)."""
+    import argparse
 
-    def error(self, message: str) -> None:  # type: ignore[override]
-        raise FlagError(f"server flags: {message}")
+    return argparse.ArgumentTypeError(message)
 
 
 def _positive_int(text: str) -> int:
     value = int(text)
     if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
+        raise _type_error(f"must be a positive integer, got {text}")
     return value
 
 
 def _non_negative_int(text: str) -> int:
     value = int(text)
     if value < 0:
-        raise argparse.ArgumentTypeError(f"must not be negative, got {text}")
+        raise _type_error(f"must not be negative, got {text}")
     return value
 
 
@@ -163,32 +163,32 @@ def _human_int(text: str) -> int:
     number, suffix = match.groups()
     if suffix in IEC:
         if "." in number:
-            raise argparse.ArgumentTypeError(f"decimals are not allowed with IEC suffixes, got {text}")
+            raise _type_error(f"decimals are not allowed with IEC suffixes, got {text}")
         return int(number) * IEC[suffix]
     value = float(number) * SI[suffix]
     if value != int(value) or value <= 0:
-        raise argparse.ArgumentTypeError(f"must be a positive whole number of tokens, got {text}")
+        raise _type_error(f"must be a positive whole number of tokens, got {text}")
     return int(value)
 
 
 def _ratio(text: str) -> float:
     value = float(text)
     if not 0.0 < value <= 1.0:
-        raise argparse.ArgumentTypeError(f"must be in (0, 1], got {text}")
+        raise _type_error(f"must be in (0, 1], got {text}")
     return value
 
 
 def _unit_interval(text: str) -> float:
     value = float(text)
     if not 0.0 <= value <= 1.0:
-        raise argparse.ArgumentTypeError(f"must be in [0, 1], got {text}")
+        raise _type_error(f"must be in [0, 1], got {text}")
     return value
 
 
 def _positive_float(text: str) -> float:
     value = float(text)
     if not (value > 0.0 and math.isfinite(value)):
-        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text}")
+        raise _type_error(f"must be a finite number > 0, got {text}")
     return value
 
 
@@ -206,19 +206,32 @@ for _type, _name in (
 
 
 @functools.cache
-def _parser() -> _Parser:
-    """kvdoctor's parser of the modelled flags, built once per process (argparse keeps no state between parses)."""
+def _parser() -> argparse.ArgumentParser:
+    """kvdoctor's parser of the modelled flags, built once per process (argparse keeps no state between parses).
+
+    Built on the first launch line that sets a modelled flag (``parse_flags``), not at import: argparse and the
+    parser cost a plain ``inspect`` ~5 ms of start-up."""
+    import argparse
+
+    class _Parser(argparse.ArgumentParser):
+        """argparse that raises ``FlagError`` instead of printing usage and exiting."""
+
+        def error(self, message: str) -> None:  # type: ignore[override]
+            raise FlagError(f"server flags: {message}")
+
     p = _Parser(prog="sglang", add_help=False, allow_abbrev=False)
-    p.add_argument("--kv-cache-dtype", choices=KV_CACHE_DTYPES, default="auto")
-    p.add_argument("--disaggregation-mode", choices=DISAGGREGATION_MODES, default="null")
-    p.add_argument("--disaggregation-decode-retraction-backup", choices=RETRACTION_BACKUPS)
+    p.add_argument("--kv-cache-dtype", choices=_choices("--kv-cache-dtype"), default="auto")
+    p.add_argument("--disaggregation-mode", choices=_choices("--disaggregation-mode"), default="null")
+    p.add_argument(
+        "--disaggregation-decode-retraction-backup", choices=_choices("--disaggregation-decode-retraction-backup")
+    )
     p.add_argument(
         "--enable-hierarchical-cache", "--enable-hicache", action="store_true", dest="enable_hierarchical_cache"
     )
     p.add_argument("--hicache-ratio", type=_positive_float)
     p.add_argument("--hicache-size", type=_non_negative_int, default=0)
-    p.add_argument("--hicache-storage-backend", choices=HICACHE_STORAGE_BACKENDS)
-    p.add_argument("--hicache-host-memory-mode", choices=HICACHE_HOST_MEMORY_MODES, default="cache")
+    p.add_argument("--hicache-storage-backend", choices=_choices("--hicache-storage-backend"))
+    p.add_argument("--hicache-host-memory-mode", choices=_choices("--hicache-host-memory-mode"), default="cache")
     p.add_argument("--disaggregation-decode-enable-radix-cache", action="store_true")
     p.add_argument("--disaggregation-decode-enable-offload-kvcache", action="store_true")
     p.add_argument("--disaggregation-decode-host-receive-threshold", type=_unit_interval, default=1.0)
@@ -229,8 +242,8 @@ def _parser() -> _Parser:
     p.add_argument("--swa-full-tokens-ratio", type=_ratio)
     p.add_argument("--mamba-full-memory-ratio", type=_positive_float)  # a mamba:KV ratio, no upper bound
     p.add_argument("--max-mamba-cache-size", type=_positive_int)
-    p.add_argument("--mamba-ssm-dtype", choices=STATE_DTYPES)
-    p.add_argument("--mamba-radix-cache-strategy", choices=MAMBA_RADIX_STRATEGIES, default="auto")
+    p.add_argument("--mamba-ssm-dtype", choices=_choices("--mamba-ssm-dtype"))
+    p.add_argument("--mamba-radix-cache-strategy", choices=_choices("--mamba-radix-cache-strategy"), default="auto")
     p.add_argument("--page-size", type=_positive_int, default=1)
     p.add_argument("--disable-radix-cache", action="store_true")
     p.add_argument("--disable-overlap-schedule", action="store_true")
@@ -262,19 +275,98 @@ def _modelled_options(parser: argparse.ArgumentParser) -> frozenset[str]:
     return frozenset(s for action in parser._actions for s in action.option_strings)
 
 
-# SGLang's parser accepts unique prefixes (argparse's allow_abbrev): its own fixtures pass --tp for --tp-size.
-SGLANG = FlagVocabulary(
-    label="server flags",
-    server="SGLang",
-    flag_kind=f"an SGLang {SGLANG_VERSION} server flag",
-    known=frozenset(SGLANG_SERVER_FLAGS),
-    switches=frozenset(SGLANG_SWITCHES),
-    multi_value=frozenset(SGLANG_MULTI_VALUE),
-    optional_value=frozenset(SGLANG_OPTIONAL_VALUE),
-    values=SGLANG_FLAG_VALUES,
-    modelled=_modelled_options(_parser()),
-    abbreviations=True,
+# Every spelling ``_parser`` reads, listed so that the vocabulary needs no parser at import
+# (tests/cli/test_startup_imports.py holds it equal to ``_modelled_options(_parser())``).
+_MODELLED = frozenset(
+    (
+        "--kv-cache-dtype",
+        "--disaggregation-mode",
+        "--disaggregation-decode-retraction-backup",
+        "--enable-hierarchical-cache",
+        "--enable-hicache",
+        "--hicache-ratio",
+        "--hicache-size",
+        "--hicache-storage-backend",
+        "--hicache-host-memory-mode",
+        "--disaggregation-decode-enable-radix-cache",
+        "--disaggregation-decode-enable-offload-kvcache",
+        "--disaggregation-decode-host-receive-threshold",
+        "--enable-priority-scheduling",
+        "--disable-priority-preemption",
+        "--max-total-tokens",
+        "--context-length",
+        "--swa-full-tokens-ratio",
+        "--mamba-full-memory-ratio",
+        "--max-mamba-cache-size",
+        "--mamba-ssm-dtype",
+        "--mamba-radix-cache-strategy",
+        "--page-size",
+        "--disable-radix-cache",
+        "--disable-overlap-schedule",
+        "--dtype",
+        "--tp-size",
+        "--tp",
+        "--tensor-parallel-size",
+        "--dcp-size",
+        "--decode-context-parallel-size",
+        "--dp-size",
+        "--data-parallel-size",
+        "--attn-dp-size",
+        "--attention-data-parallel-size",
+        "--enable-dp-attention",
+        "--enable-unified-memory",
+        "--disable-hybrid-swa-memory",
+        "--enable-scattered-sconv",
+        "--attention-backend",
+        "--decode-attention-backend",
+        "--prefill-attention-backend",
+    )
 )
+
+
+@functools.cache
+def _vocabulary() -> FlagVocabulary:
+    """``SGLANG``: made from the generated flag table (~3 M instructions to load) on the first launch line
+    with an option, or the first ``flags.SGLANG`` read."""
+    from kvdoctor.core.sglang._generated.server_flags import (
+        SGLANG_FLAG_VALUES,
+        SGLANG_MULTI_VALUE,
+        SGLANG_OPTIONAL_VALUE,
+        SGLANG_SERVER_FLAGS,
+        SGLANG_SWITCHES,
+        SGLANG_VERSION,
+    )
+
+    # SGLang's parser accepts unique prefixes (argparse's allow_abbrev): its own fixtures pass --tp for --tp-size.
+    return FlagVocabulary(
+        label="server flags",
+        server="SGLang",
+        flag_kind=f"an SGLang {SGLANG_VERSION} server flag",
+        known=frozenset(SGLANG_SERVER_FLAGS),
+        switches=frozenset(SGLANG_SWITCHES),
+        multi_value=frozenset(SGLANG_MULTI_VALUE),
+        optional_value=frozenset(SGLANG_OPTIONAL_VALUE),
+        values=SGLANG_FLAG_VALUES,
+        modelled=_MODELLED,
+        abbreviations=True,
+    )
+
+
+def __getattr__(name: str) -> object:
+    """``SGLANG`` (the vocabulary) and the choice lists, made on first read."""
+    if name == "SGLANG":
+        return _vocabulary()
+    if name in _CHOICES:
+        choices = globals()[name] = _choices(_CHOICES[name])
+        return choices
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _scan(tokens: Sequence[str], own_options: Collection[str]) -> Scan:
+    """``scan`` with SGLang's vocabulary; words without an option need none (all of them are positionals)."""
+    if not any(is_option(token) for token in tokens):
+        return Scan((), tuple(tokens))
+    return scan(tokens, _vocabulary(), own_options)
 
 
 def parse_launch_line(
@@ -286,7 +378,7 @@ def parse_launch_line(
     positional; every option must be kvdoctor's own or SGLang's (abbreviations expanded).
     """
     before, after, launcher = split_launcher(tokens, LAUNCHERS)
-    head, tail = scan(before, SGLANG, own_options), scan(after, SGLANG, own_options)
+    head, tail = _scan(before, own_options), _scan(after, own_options)
     positionals = [*head.positionals, *tail.positionals]
     options = [o for o in (*head.options, *tail.options) if o.name not in MODEL_FLAGS]
     named = [o.values[-1] for o in (*head.options, *tail.options) if o.name in MODEL_FLAGS and o.values]
@@ -309,24 +401,28 @@ def parse_launch_line(
 
 def parse_flags(argv: Sequence[str], *, own_options: Collection[str] = ()) -> ServerFlags:
     """Parse SGLang server flags (no MODEL) into ``ServerFlags``; unmodelled SGLang flags are kept."""
-    found = scan(argv, SGLANG, own_options)
+    found = _scan(argv, own_options)
     if found.positionals:
         raise FlagError(
             f"unexpected argument {shown(found.positionals[0])!r} among the server flags (server flags start with --)"
         )
-    modelled = SGLANG.modelled
+    modelled = _MODELLED
+    not_modelled = tuple(" ".join(o.argv) for o in found.options if o.name not in modelled)
+    if not any(o.name in modelled for o in found.options):
+        # The parser's defaults are ServerFlags' own (tests/cli/test_startup_imports.py holds them equal):
+        # a launch line without a modelled flag does not build the parser.
+        return ServerFlags(not_modelled=not_modelled)
     try:
         known = _parser().parse_args([w for o in found.options if o.name in modelled for w in o.argv])
     except ValueError as exc:  # a type converter that raised plain ValueError
         raise FlagError(f"server flags: {exc}") from None
-    check_values([o for o in found.options if o.name in modelled], SGLANG)  # SGLang's grammar, beyond kvdoctor's
+    check_values([o for o in found.options if o.name in modelled], _vocabulary())  # SGLang's grammar, beyond kvdoctor's
     tp_values = set(known.tp_size or [1])
     if len(tp_values) > 1:
         raise FlagError(f"server flags: --tp/--tp-size given twice with different values {sorted(tp_values)}")
     values = vars(known)
     values["tp_size"] = tp_values.pop()
     names = {f.name for f in fields(ServerFlags)}
-    not_modelled = tuple(" ".join(o.argv) for o in found.options if o.name not in modelled)
     # Combinations SGLang refuses at start-up are not malformed input: they are hazard KVD014
     # (``core/sglang/refusals.py``, launch_refusals), reported with the rest of the analysis.
     return ServerFlags(**{k: v for k, v in values.items() if k in names}, not_modelled=not_modelled)
