@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from kvdoctor.cli.command import Record
 from kvdoctor.cli.inspect_run import InspectRun
-from kvdoctor.cli.launch import own_options
+from kvdoctor.cli.launch import vllm_launch_line
 from kvdoctor.core.vllm.analysis import GroupRow, VllmAnswersFacts, VllmBesideReport, VllmReport, VllmUnavailable
 from kvdoctor.engines import Capability, Inspected, InspectQuestion
 
@@ -35,11 +35,9 @@ class VllmInspectRun(InspectRun):
     def work(self) -> Inspected:
         from kvdoctor.core.config import load_config
         from kvdoctor.core.vllm.analysis import analyze_vllm_config
-        from kvdoctor.core.vllm.flags import parse_vllm_flags, parse_vllm_launch_line
+        from kvdoctor.core.vllm.flags import parse_vllm_flags
 
-        ctx = self.ctx
-        words = [self.model, *ctx.args] if self.model is not None else list(ctx.args)
-        line = parse_vllm_launch_line(words, own_options=own_options(ctx))
+        line = vllm_launch_line(self.ctx, self.model)
         self.title = f"kvdoctor inspect --server vllm {line.model}"
         analysis = analyze_vllm_config(load_config(line.model), parse_vllm_flags(line.server_argv))
         if Capability.INSPECT in self.adapter.capabilities:

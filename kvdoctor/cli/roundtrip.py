@@ -419,10 +419,9 @@ class RoundtripRun(CommandRun["RoundtripResult", "Publication"]):
         """MODEL and the server flags: vLLM's flag table for --server vllm, else SGLang's."""
         if self.server is not Server.VLLM:
             return launch_line(self.ctx, self.model)
-        from kvdoctor.cli.launch import own_options
-        from kvdoctor.core.vllm.flags import parse_vllm_launch_line
+        from kvdoctor.cli.launch import vllm_launch_line
 
-        return parse_vllm_launch_line([self.model, *self.ctx.args], own_options=own_options(self.ctx))
+        return vllm_launch_line(self.ctx, self.model)
 
     def deliver(self, result: RoundtripResult) -> Publication:
         from kvdoctor.report import publishable

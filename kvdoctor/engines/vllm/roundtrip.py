@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from kvdoctor._exceptions import InputError, InternalError
@@ -35,7 +35,7 @@ from kvdoctor.engines.vllm import _offload_shims as shims
 from kvdoctor.engines.vllm import _runtime as rt
 from kvdoctor.engines.vllm import cache_config
 from kvdoctor.engines.vllm.inspect import mamba_state, vllm_spec
-from kvdoctor.roundtrip.faults import VLLM_FAULTS
+from kvdoctor.roundtrip.faults import VLLM_FAULTS, check_fault
 from kvdoctor.roundtrip.result import ComponentCheck, RoundtripResult, VllmGroup, VllmUsed
 
 __all__ = ["FAULTS", "WORKER", "GroupCopy", "VllmRoundtrip", "VllmRow", "roundtrip_result", "run_vllm_roundtrip"]
@@ -75,20 +75,10 @@ class VllmRow:
 
 
 @dataclass(frozen=True)
-class GroupCopy:
-    """The copy ledger of one group: which block ids went to which host slots and came back into which ids."""
+class GroupCopy(VllmGroup):
+    """The copy ledger of one group, as the result carries it (:class:`VllmGroup`), and how often vLLM's
+    descriptors touched the group's most-copied (layer, block): what the group's ledger row reads."""
 
-    group: int
-    spec: str
-    layers: int
-    block_ids: list[int]
-    host_slots: list[int]
-    new_block_ids: list[int]
-    bytes_out: int  # bytes vLLM's store descriptors moved out of this group's tensors
-    bytes_in: int
-    expected_bytes: int  # blocks x layers x page bytes
-    ledger_ok: bool
-    page_bytes: int = 0  # one block of one layer
     copies_out: int = 0  # the most store descriptors that read one (layer, block) of the group
     copies_in: int = 0
 
@@ -188,8 +178,7 @@ def run_vllm_roundtrip(
     progress: Progress | None = None,
 ) -> VllmRoundtrip:
     """Store one request's blocks of every group with vLLM's CPUOffloadingWorker, load them into fresh ids, diff."""
-    if inject is not None and inject not in FAULTS:
-        raise InputError(f"--inject {inject}: the vLLM round trip injects {', '.join(FAULTS)}")
+    check_fault(inject, vllm=True)
     report = progress or (lambda what, done, total: None)
     info = rt.engine_info()
     start = time.perf_counter()
@@ -456,17 +445,17 @@ def _ledger(
         _, copies_in = moved.covered(moved.into, layer_of[gi], new[gi], 0, page)
         out.append(
             GroupCopy(
-                gi,
-                type(g.kv_cache_spec).__name__,
-                len(layer_of[gi]),
-                src[gi],
-                slots[gi],
-                new[gi],
-                bytes_out,
-                bytes_in,
-                expected,
-                bytes_out == expected == bytes_in,
+                group=gi,
+                spec=type(g.kv_cache_spec).__name__,
+                layers=len(layer_of[gi]),
                 page_bytes=page,
+                block_ids=src[gi],
+                host_slots=slots[gi],
+                new_block_ids=new[gi],
+                bytes_out=bytes_out,
+                bytes_in=bytes_in,
+                expected_bytes=expected,
+                ledger_ok=bytes_out == expected == bytes_in,
                 copies_out=copies_out,
                 copies_in=copies_in,
             )
@@ -529,22 +518,7 @@ def roundtrip_result(run: VllmRoundtrip, engine: EngineRef, *, tokens: int, seed
         tokens=tokens,
         seed=seed,
         layers_per_group=run.layers_per_group,
-        groups=[
-            VllmGroup(
-                group=c.group,
-                spec=c.spec,
-                layers=c.layers,
-                page_bytes=c.page_bytes,
-                block_ids=c.block_ids,
-                host_slots=c.host_slots,
-                new_block_ids=c.new_block_ids,
-                bytes_out=c.bytes_out,
-                bytes_in=c.bytes_in,
-                expected_bytes=c.expected_bytes,
-                ledger_ok=c.ledger_ok,
-            )
-            for c in run.ledger
-        ],
+        groups=[VllmGroup(**{f.name: getattr(c, f.name) for f in fields(VllmGroup)}) for c in run.ledger],
         shims=run.shims,
     )
     result = RoundtripResult.of(
