@@ -1,5 +1,5 @@
 """``python -m kvdoctor`` runs the CLI."""
 
-from kvdoctor.cli.app import main
+from kvdoctor.cli.app import run
 
-main()
+run()

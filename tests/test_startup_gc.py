@@ -72,3 +72,36 @@ def test_inspect_for_an_installed_engine_gets_it_back(monkeypatch: pytest.Monkey
 def test_main_gives_it_back_after_an_error(monkeypatch: pytest.MonkeyPatch, resumed: list[bool]) -> None:
     assert _main(monkeypatch, "inspect", "no-such-model-anywhere") == 2
     assert resumed == [True]
+
+
+def test_the_process_entry_freezes_what_is_alive_once_main_has_finished(monkeypatch: pytest.MonkeyPatch) -> None:
+    """run() (the console script, ``python -m kvdoctor``) freezes on the way out, after main()'s work and with
+    main()'s exit code; the spy stands in for gc.freeze so the test process's own collector is left alone."""
+    froze: list[bool] = []  # whether main() had given the collector back when run() froze
+    monkeypatch.setattr(cli_app.gc, "freeze", lambda: froze.append(gc.isenabled()))
+    monkeypatch.setattr(sys, "argv", ["kvdoctor", "inspect", "no-such-model-anywhere"])
+    with pytest.raises(SystemExit) as exited:
+        cli_app.run()
+    assert exited.value.code == 2
+    assert froze == [True]
+
+
+def test_main_alone_never_freezes(monkeypatch: pytest.MonkeyPatch) -> None:
+    froze: list[None] = []
+    monkeypatch.setattr(cli_app.gc, "freeze", lambda: froze.append(None))
+    assert _main(monkeypatch, "inspect", "inkling-small", "--json") == 0
+    assert froze == []
+
+
+def test_both_process_entries_are_run() -> None:
+    """The console script and ``python -m kvdoctor`` start through run(), not main()."""
+    import ast
+    import tomllib
+    from pathlib import Path
+
+    root = Path(cli_app.__file__).resolve().parents[2]
+    scripts = tomllib.loads((root / "pyproject.toml").read_text())["project"]["scripts"]
+    assert scripts["kvdoctor"] == "kvdoctor.cli.app:run"
+    module = ast.parse((root / "kvdoctor" / "__main__.py").read_text())
+    calls = [n.func.id for n in ast.walk(module) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)]
+    assert calls == ["run"]
