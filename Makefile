@@ -107,7 +107,8 @@ $(VLLM_SERVER_VENV)/.installed: constraints/vllm-server.txt pyproject.toml
 	touch $@
 
 ## Real vLLM CPU servers (tests marked `vllm_server`, in .venv-vllm-server/): minutes each. CI runs the chosen few
-## (Llama green and red under --inject drop-kv, NemotronH red under --inject zero-state); `matrix` ones (NemotronH
+## (Llama green and red under --inject drop-kv, NemotronH red under --inject zero-state, Llama --scenario prefix-cache
+## green and red under --inject drop-prefix); `matrix` ones (NemotronH
 ## green, Gemma-3's sliding window green) run in vllm-server-matrix.
 test-vllm-server: vllm-server-env
 	$(VLLM_SERVER_VENV)/bin/python -m pytest -q -p no:cacheprovider -m "vllm_server and not matrix" tests/consistency

@@ -57,6 +57,12 @@ def consistency(
         "--inject",
         help="A fault applied inside the pressured decode server (pd only; vllm: the pressured server).",
     ),
+    scenario: str = typer.Option(
+        "preempt",
+        "--scenario",
+        help="preempt: forced preemption; prefix-cache (vllm): the same prefixes hit in the prefix cache, evicted, "
+        "sent again, against a server without prefix caching.",
+    ),
     requests: RequestsOption = WORKLOAD.requests,
     prompt_tokens: PromptTokensOption = WORKLOAD.prompt_tokens,
     max_new_tokens: MaxNewTokensOption = WORKLOAD.max_new_tokens,
@@ -83,6 +89,7 @@ def consistency(
             output_dir=output_dir,
             timeout_s=timeout,
             server=server,
+            scenario=scenario,
         ),
         (requests, prompt_tokens, max_new_tokens, concurrency, seed),
         dry_run=dry_run,
@@ -194,6 +201,17 @@ def _print_head(console: Console, prepared: Prepared, preview: Deployment) -> No
         p(f"CPU enablers (changes kvdoctor makes so {title} runs here; none applies on a GPU):", markup=False)
         for e in enablers:
             p(f"  - {e.name} [{e.where}]: {e.why}", markup=False, soft_wrap=True)
+    if prepared.prefix is not None:
+        pw = prepared.prefix
+        phases = ", ".join(f"{ph.name} {len(ph.prompts)}" for ph in pw.phases)
+        p(
+            f"scenario: prefix-cache: {pw.groups} prefixes of {pw.prefix_tokens} token ids "
+            f"({pw.prefix_tokens // pw.block_size} blocks of {pw.block_size}) + {w.prompt_tokens} distinct each; "
+            f"phases {phases} (evict: unique prompts, 1 new token, not compared); reference "
+            "--no-enable-prefix-caching, pressured --enable-prefix-caching; hits from vllm:prefix_cache_hits_total",
+            markup=False,
+            soft_wrap=True,
+        )
     if o.inject and o.server == "vllm":
         p(
             f"fault: --inject {o.inject} inside pressured (kvdoctor's vllm.general_plugins plugin on "
@@ -225,6 +243,31 @@ def print_result(console: Console, result: ConsistencyResult, *, gates: bool = T
         noun = "preemptions" if r.server == "vllm" else "retractions"
         counts = ", ".join(f"{role} {n}" for role, n in r.retractions.items())
         p(f"{noun}: {counts} (from {r.retraction_source})", markup=False)
+    cache = getattr(r, "prefix_cache", None)
+    if cache:
+        hits, queries = cache["hits"], cache["queries"]
+        phases = ", ".join(
+            f"{name} {row['hit_requests'] if row['hit_requests'] is not None else '?'}/{row['requests']}"
+            for name, row in cache["by_phase"].items()
+        )
+        served = ", ".join(
+            f"{role} {(config or {}).get('enable_prefix_caching', '?')}"
+            for role, config in cache["server_cache_config"].items()
+        )
+        modes = cache["mamba_cache_mode"]
+        mode = (
+            f"; mamba cache mode: reference {modes['reference']}, pressured {modes['pressured']}"
+            if any(modes.values())
+            else ""
+        )
+        p(
+            f"prefix-cache hit tokens: reference {hits['reference']}, pressured {hits['pressured']} of "
+            f"{queries['pressured']} queried (from {cache['source']}); requests that hit, per phase: {phases}; "
+            f"recomputed after eviction: {cache['recomputed_after_eviction']}; prefix caching as served "
+            f"(vllm:cache_config_info): {served}{mode}",
+            markup=False,
+            soft_wrap=True,
+        )
     if r.noise_floor:
         p(r.noise_floor["sentence"], markup=False, soft_wrap=True)
     red = [d for d in r.requests if d.diverged]
@@ -240,8 +283,9 @@ def print_result(console: Console, result: ConsistencyResult, *, gates: bool = T
         p(f"  … {len(red) - MAX_SHOWN} more diverging requests in the JSON", markup=False)
     if r.fault is not None and r.server == "vllm":
         f = r.fault
+        on = "prefix-cache hit request(s)" if cache is not None else "resumed request(s)"
         p(
-            f"fault {f.name} in {f.role}: installed {f.installed}, fired on {f.restores} resumed request(s)"
+            f"fault {f.name} in {f.role}: installed {f.installed}, fired on {f.restores} {on}"
             + (f"; failed: {f.refused}" if f.refused else ""),
             markup=False,
         )

@@ -99,7 +99,20 @@ def parse_completion(payload: Any) -> Generation:
     for top in lp.get("top_logprobs") or []:
         ranked = sorted((float(v) for v in (top or {}).values() if v is not None), reverse=True)
         margins.append(ranked[0] - ranked[1] if len(ranked) >= 2 else None)
-    return Generation(tokens, logprobs, tuple(margins), str(choice.get("finish_reason") or ""))
+    return Generation(tokens, logprobs, tuple(margins), str(choice.get("finish_reason") or ""), _cached(payload))
+
+
+def _cached(payload: dict[str, Any]) -> int | None:
+    """``usage.prompt_tokens_details.cached_tokens``: the prompt tokens vLLM's prefix cache served this request
+    (only with ``--enable-prompt-tokens-details``; entrypoints/openai/completion/serving.py:453-456)."""
+    usage = payload.get("usage")
+    details = usage.get("prompt_tokens_details") if isinstance(usage, dict) else None
+    cached = details.get("cached_tokens") if isinstance(details, dict) else None
+    if cached is None:
+        return None
+    if not isinstance(cached, int) or isinstance(cached, bool) or cached < 0:
+        raise MalformedReply(f"usage.prompt_tokens_details.cached_tokens is {cached!r}, not a token count")
+    return cached
 
 
 @dataclass(frozen=True)

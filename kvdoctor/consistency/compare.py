@@ -24,6 +24,7 @@ class Generation:
     logprobs: tuple[float, ...] = ()
     margins: tuple[float | None, ...] = ()  # top-1 minus top-2 logprob per position
     finish: str = ""
+    cached_tokens: int | None = None  # prompt tokens the server's prefix cache served (vLLM usage), when it says
 
     @property
     def distinct(self) -> int:

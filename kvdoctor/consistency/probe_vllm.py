@@ -1,4 +1,5 @@
-"""How many times a vLLM server preempted a request: ``vllm:num_preemptions_total`` from ``/metrics``.
+"""How many times a vLLM server preempted a request: ``vllm:num_preemptions_total`` from ``/metrics``; and, for
+``--scenario prefix-cache``, how many prompt tokens its prefix cache served (:class:`PrefixCacheProbe`).
 
 vLLM 0.32 counts every preemption its scheduler makes in that counter (``v1/metrics/loggers.py``,
 ``PrometheusStatLogger``: ``vllm:num_preemptions``, one sample per engine, labels ``model_name`` and
@@ -10,6 +11,8 @@ guards: a sample that is no count is malformed, a count that went backwards mean
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from kvdoctor.pd.metrics import (
     CounterWentBackwards,
     RetractionCount,
@@ -19,23 +22,39 @@ from kvdoctor.pd.metrics import (
 
 COUNTER = "vllm:num_preemptions_total"
 FAMILY = COUNTER.removesuffix("_total")
+# vLLM 0.32 v1/metrics/loggers.py, PrometheusStatLogger.__init__ (counter_prefix_cache_queries / _hits, lines
+# 661-679), incremented from SchedulerStats.prefix_cache_stats in record() (1167-1171): prompt tokens looked up
+# in the prefix cache and tokens found there, for requests seen for the first time (a resumed preempted request is
+# counted apart, PrefixCacheStats.record, v1/metrics/stats.py:138-151).
+HITS = "vllm:prefix_cache_hits_total"
+QUERIES = "vllm:prefix_cache_queries_total"
+# The server's own cache config as labels of one info gauge (loggers.py:1120, log_metrics_info("cache_config")):
+# enable_prefix_caching and the mamba_cache_mode vLLM resolved (MambaModelConfig set 'align' or 'none').
+CACHE_CONFIG = "vllm:cache_config_info"
+CACHE_CONFIG_LABELS = ("enable_prefix_caching", "mamba_cache_mode")
+
+
+def counter(text: str, name: str, what: str) -> int | None:
+    """Counter NAME (``..._total``) in a vLLM ``/metrics`` page, summed over engines; None when the page has none."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    family_name = name.removesuffix("_total")
+    total = 0.0
+    found = False
+    for family in text_string_to_metric_families(text):
+        if family.name != family_name:
+            continue
+        for sample in family.samples:
+            if sample.name != name:
+                continue
+            found = True
+            total += checked_count(sample.value, name, what)
+    return int(total) if found else None
 
 
 def from_prometheus(text: str) -> int | None:
     """The preemption count in a vLLM ``/metrics`` page (summed over engines); None when the page has none."""
-    from prometheus_client.parser import text_string_to_metric_families
-
-    total = 0.0
-    found = False
-    for family in text_string_to_metric_families(text):
-        if family.name != FAMILY:
-            continue
-        for sample in family.samples:
-            if sample.name != COUNTER:
-                continue
-            found = True
-            total += checked_count(sample.value, COUNTER, "preemptions")
-    return int(total) if found else None
+    return counter(text, COUNTER, "preemptions")
 
 
 def scrape(base_url: str, timeout_s: float = 10.0) -> int | None:
@@ -63,3 +82,71 @@ class PreemptionProbe:
                 "restarted or the counter was reset, so this burst's preemptions cannot be counted"
             )
         return RetractionCount(after - self.before, "metrics")
+
+
+@dataclass(frozen=True)
+class PrefixCacheCount:
+    """A burst's prefix-cache lookups and hits in tokens (None: unknown, the page had no such counter)."""
+
+    hits: int | None
+    queries: int | None
+    source: str  # metrics, or none
+    config: dict[str, str] | None = None  # the server's cache_config_info labels (CACHE_CONFIG_LABELS), when served
+
+
+Scraped = tuple[int | None, int | None, dict[str, str] | None]
+
+
+def cache_config(text: str) -> dict[str, str] | None:
+    """The server's resolved cache config (:data:`CACHE_CONFIG_LABELS` of ``vllm:cache_config_info``), or None."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    for family in text_string_to_metric_families(text):
+        if family.name == CACHE_CONFIG.removesuffix("_info") or family.name == CACHE_CONFIG:
+            for sample in family.samples:
+                return {k: sample.labels[k] for k in CACHE_CONFIG_LABELS if k in sample.labels}
+    return None
+
+
+def prefix_cache_from_prometheus(text: str) -> Scraped:
+    """(hits, queries, cache config) in a vLLM ``/metrics`` page; a None where the page lacks one."""
+    return counter(text, HITS, "prefix-cache hits"), counter(text, QUERIES, "prefix-cache queries"), cache_config(text)
+
+
+def scrape_prefix_cache(base_url: str, timeout_s: float = 10.0) -> Scraped:
+    """(hits, queries, cache config) from ``GET {base_url}/metrics``; all None when unreachable or off."""
+    got: list[Scraped] = []
+
+    def parse(text: str) -> int | None:
+        got.append(prefix_cache_from_prometheus(text))
+        return 0
+
+    scrape_with(base_url, parse, f"{base_url}/metrics", timeout_s)
+    return got[0] if got else (None, None, None)
+
+
+class PrefixCacheProbe:
+    """Before/after a burst: the prefix-cache counters' deltas, or unknown (``none``), never a made-up 0."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.before: Scraped = (None, None, None)
+
+    def start(self, timeout_s: float = 10.0) -> None:
+        self.before = scrape_prefix_cache(self.url, timeout_s)
+
+    def finish(self, timeout_s: float = 10.0) -> PrefixCacheCount:
+        after = scrape_prefix_cache(self.url, timeout_s)
+        deltas: list[int | None] = []
+        for name, b, a in zip((HITS, QUERIES), self.before[:2], after[:2], strict=True):
+            if b is None or a is None:
+                deltas.append(None)
+                continue
+            if a < b:
+                raise CounterWentBackwards(
+                    f"{name} went backwards during the burst ({b} before it, {a} after): the server restarted or "
+                    "the counter was reset, so this burst's prefix-cache hits cannot be counted"
+                )
+            deltas.append(a - b)
+        hits, queries = deltas
+        return PrefixCacheCount(hits, queries, "metrics" if hits is not None else "none", after[2])

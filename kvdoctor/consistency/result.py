@@ -157,3 +157,23 @@ class ConsistencyResult:
         head = f"{self.identical}/{self.total} requests identical, {press if press is not None else '?'} {noun}"
         failed = [g for g in self.gates if not g.passed]
         return f"{head}; {failed[0].message}" if failed else f"{head} ({self.wall_s:.0f} s)"
+
+
+@dataclass
+class PrefixCacheResult(ConsistencyResult):
+    """``--scenario prefix-cache``: the same result plus the scenario and its prefix-cache evidence (a separate
+    class, so a preempt run's JSON, and pd-eval's that embeds one, keep exactly their keys)."""
+
+    scenario: str = "prefix-cache"
+    # workload (groups, prefix, phases), hits/queries per role from /metrics, mamba cache mode per role, the
+    # subject's cached tokens per compared request (usage.prompt_tokens_details) and per phase
+    prefix_cache: dict[str, Any] = field(default_factory=dict)
+
+    def summary_line(self) -> str:
+        if self.exit_code not in (EXIT_PASS, EXIT_GATE):
+            return super().summary_line()
+        hits = (self.prefix_cache.get("hits") or {}).get("pressured")
+        shown = hits if hits is not None else "?"
+        head = f"{self.identical}/{self.total} requests identical, {shown} prefix-cache hit tokens"
+        failed = [g for g in self.gates if not g.passed]
+        return f"{head}; {failed[0].message}" if failed else f"{head} ({self.wall_s:.0f} s)"

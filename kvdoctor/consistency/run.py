@@ -10,7 +10,9 @@ then the reference twice (the noise floor) and the pressured deployment once, ev
 ``--server vllm`` runs the same steps on two vLLM servers (:mod:`kvdoctor.consistency.deploy_vllm`): vLLM's
 completions API (``client.vllm_api``), preemptions from ``vllm:num_preemptions_total``
 (:mod:`kvdoctor.consistency.probe_vllm`), faults from kvdoctor's vLLM plugin
-(:mod:`kvdoctor.engines.vllm.server_plugin`), counted from its log.
+(:mod:`kvdoctor.engines.vllm.server_plugin`), counted from its log. ``--scenario prefix-cache``
+(:mod:`kvdoctor.consistency.prefix`) sends its phases in order to each server instead of one burst, and proves
+the subject's prefix-cache hits from ``vllm:prefix_cache_hits_total`` in place of preemptions.
 """
 
 from __future__ import annotations
@@ -25,13 +27,14 @@ from pathlib import Path
 from typing import Any
 
 from kvdoctor._exceptions import EXIT_DEPLOYMENT, EXIT_GATE, EXIT_PASS, DeploymentError, InputError, Interrupted
-from kvdoctor.consistency import attribution, checkpoint, compare, deploy, deploy_vllm, gates, runnable
+from kvdoctor.consistency import attribution, checkpoint, compare, deploy, deploy_vllm, gates, prefix, runnable
 from kvdoctor.consistency.client import SGLANG_API, generate_all, vllm_api
 from kvdoctor.consistency.compare import Generation
-from kvdoctor.consistency.probe_vllm import PreemptionProbe
-from kvdoctor.consistency.result import Burst, ConsistencyResult, FaultReport, Stopwatch
+from kvdoctor.consistency.probe_vllm import PreemptionProbe, PrefixCacheCount, PrefixCacheProbe
+from kvdoctor.consistency.result import Burst, ConsistencyResult, FaultReport, PrefixCacheResult, Stopwatch
 from kvdoctor.consistency.shrink import shrink as shrink_config
 from kvdoctor.consistency.workload import Workload, prompts
+from kvdoctor.engines.vllm.server_plugin import PREFIX_FAULTS
 from kvdoctor.pd import ports as pd_ports
 from kvdoctor.pd import rundir
 from kvdoctor.pd.deadline import Deadline
@@ -63,6 +66,7 @@ class ConsistencyOptions:
     junit_path: Path | None = None
     plan: deploy.PlanChoices | None = None  # pd-eval --oracle tokens: its deployment (pd only); None: consistency's
     server: str = "sglang"  # whose servers run: sglang, or vllm (single only)
+    scenario: str = prefix.PREEMPT  # preempt, or prefix-cache (vllm only)
 
 
 @dataclass
@@ -75,6 +79,7 @@ class Prepared:
     vocab_size: int
     prompts: list[list[int]] = field(default_factory=list)
     source: str = ""  # where the config came from (the vLLM pool sizing parses it again)
+    prefix: prefix.PrefixWorkload | None = None  # --scenario prefix-cache: its phases (prompts are the compared)
 
 
 def _has_weights(model: str) -> Path | None:
@@ -95,6 +100,7 @@ def prepare(o: ConsistencyOptions) -> Prepared:
     o.workload.check()
     if o.server not in SERVERS:
         raise InputError(f"--server must be one of {', '.join(SERVERS)}, got {o.server!r}")
+    prefix.check(o.scenario, o.server)
     if o.server == "vllm":
         return _prepare_vllm(o)
     for name, value in (("--timeout", o.timeout_s), ("--request-timeout", o.request_timeout_s)):
@@ -157,10 +163,15 @@ def _prepare_vllm(o: ConsistencyOptions) -> Prepared:
     weights = None if o.shrink else _has_weights(o.model)
     config = shrink_config(top, server="vllm") if o.shrink else top
     if o.inject:
-        deploy_vllm.check_fault(o.inject, has_recurrent=kind.has_recurrent)
+        deploy_vllm.check_fault(o.inject, has_recurrent=kind.has_recurrent, scenario=o.scenario)
     vocab = _vocab(o, config, weights, loaded.source)
     prepared = Prepared(o, config, kind, weights, False, vocab, prompts(o.workload, vocab), loaded.source)
-    deploy_vllm.pools(_vllm_options(prepared, "<model>", None))  # the sizing's refusals, before anything starts
+    planned = _vllm_options(prepared, "<model>", None)
+    deploy_vllm.check_scenario(planned)
+    sized = deploy_vllm.pools(planned)  # the sizing's refusals, before anything starts
+    if o.scenario == prefix.PREFIX_CACHE:
+        prepared.prefix = prefix.build(o.workload, vocab, sized.block_size, sized.pressured_blocks)
+        prepared.prompts = prepared.prefix.compared
     return prepared
 
 
@@ -177,6 +188,7 @@ def _vllm_options(prepared: Prepared, model_dir: str, plugin_log: str | None) ->
         inject=o.inject,
         plugin_log=plugin_log,
         shrunk=o.shrink,
+        scenario=o.scenario,
     )
 
 
@@ -230,7 +242,7 @@ def run(prepared: Prepared, *, notify: Notify | None = None) -> ConsistencyResul
     """Build or reuse the checkpoint, deploy, send, compare, tear down. Never raises for deployment trouble."""
     say = notify or (lambda _phase, _msg: None)
     o = prepared.options
-    result = ConsistencyResult(
+    result = (PrefixCacheResult if prepared.prefix is not None else ConsistencyResult)(
         model=o.model,
         family=prepared.kind.family,
         topology=o.topology,
@@ -362,11 +374,12 @@ def _read_plugin_log(run_dir: Path, result: ConsistencyResult) -> None:
         return
     f = result.fault
     f.installed = "fault-installed" in names
-    f.restores = names.count("fault-fired")  # resumed requests whose state the fault zeroed
+    f.restores = names.count("fault-fired")  # resumed (or prefix-hit) requests whose state the fault zeroed
     failed = [e[2] for e in events if len(e) > 2 and e[1] in ("fault-failed", "fault-refused")]
     f.refused = failed[0] if failed else None
     if result.exit_code in (EXIT_PASS, EXIT_GATE):
-        result.gates.append(gates.fault_fired(f.name, f.installed, f.restores, f.refused))
+        acts_on = gates.PREFIX_HIT if f.name in PREFIX_FAULTS else gates.RESUMED
+        result.gates.append(gates.fault_fired(f.name, f.installed, f.restores, f.refused, **acts_on))
         _settle(result)
 
 
@@ -414,7 +427,7 @@ def _deploy_and_compare(
     ) -> tuple[list[Generation], Burst]:
         say("send", f"{name}: {len(work)} requests, {w.concurrency} in flight, {w.max_new_tokens} new tokens each")
 
-        def send() -> list[Generation]:
+        def send_one(work: list[list[int]], w: Workload, what: str) -> list[Generation]:
             with latch.deferred():
                 return asyncio.run(
                     generate_all(
@@ -423,11 +436,21 @@ def _deploy_and_compare(
                         w,
                         request_timeout_s=o.request_timeout_s,
                         time_left_s=deadline.left(),
-                        what=f"the {name} run",
+                        what=what,
                         watchdog=watchdog,
                         api=api,
                     )
                 )
+
+        def send() -> list[Generation]:
+            if not phase or prepared.prefix is None:
+                return send_one(work, w, f"the {name} run")
+            compared: list[Generation] = []  # prefix-cache: each phase whole, in order; the compared ones kept
+            for ph in prepared.prefix.phases:
+                say("send", f"{name}: phase {ph.name}: {len(ph.prompts)} requests, {ph.max_new_tokens} new tokens each")
+                gens = send_one([list(p) for p in ph.prompts], ph.workload(w), f"the {name} run's {ph.name} phase")
+                compared += gens if ph.compared else []
+            return compared
 
         gens, measured = timed_burst(watch, name, url, send, phase=phase)
         say(
@@ -447,28 +470,102 @@ def _deploy_and_compare(
         )
         return count.value, count.source
 
+    def prefix_probes(url: str) -> PrefixCacheProbe:
+        p = PrefixCacheProbe(url)
+        deadline.call(lambda: p.start(deadline.request_timeout(PROBE_TIMEOUT_S)), what="/metrics", watchdog=watchdog)
+        return p
+
+    def cache_finish(p: PrefixCacheProbe) -> PrefixCacheCount:
+        return deadline.call(
+            lambda: p.finish(deadline.request_timeout(PROBE_TIMEOUT_S)), what="/metrics", watchdog=watchdog
+        )
+
     ref_role = "reference" if o.topology == "single" else "decode-reference"
     press_role = "pressured" if o.topology == "single" else "decode-pressured"
     warm = Workload(1, o.workload.prompt_tokens, 4, 1, o.workload.seed)
     with watch.phase("warm-up"):
         for url in (deployment.reference_url, deployment.pressured_url):  # a router may answer /health, not route
             burst("warm-up", url, prompts(warm, prepared.vocab_size)[:1], warm, phase=False)
+    cache = prefix_probes(deployment.reference_metrics) if prepared.prefix is not None else None
     ref_probe = probe(deployment.reference_metrics, ref_role)
     ref1, b1 = burst("reference", deployment.reference_url, prepared.prompts, o.workload)
     ref2, b2 = burst("reference-repeat", deployment.reference_url, prepared.prompts, o.workload)
     ref_count, ref_source = finish(ref_probe)
+    ref_cache = cache_finish(cache) if cache is not None else None
+    cache = prefix_probes(deployment.pressured_metrics) if prepared.prefix is not None else None
     press_probe = probe(deployment.pressured_metrics, press_role)
     if o.topology == "pd" and result.run_dir:  # the trace's events from here on are the pressured burst's
         attribution.mark_burst(Path(result.run_dir) / attribution.DIGEST_LOG, "pressured", time.time())
     got, b3 = burst("pressured", deployment.pressured_url, prepared.prompts, o.workload)
     press_count, press_source = finish(press_probe)
+    press_cache = cache_finish(cache) if cache is not None else None
     result.bursts = [b1, b2, b3]
     result.retractions = {"reference": ref_count, "pressured": press_count}
     result.retraction_source = press_source if press_source == ref_source else f"{ref_source}/{press_source}"
     noun = "preemptions" if o.server == "vllm" else "retractions"
     say("compare", f"{noun}: reference {ref_count}, pressured {press_count} (from {result.retraction_source})")
+    if isinstance(result, PrefixCacheResult) and prepared.prefix is not None and ref_cache and press_cache:
+        record_prefix_cache(result, prepared, ref_cache, press_cache, got)
+        hits = result.prefix_cache["hits"]
+        say("compare", f"prefix-cache hit tokens: reference {hits['reference']}, pressured {hits['pressured']}")
     with watch.phase("compare"):
-        evaluate(result, ref1, ref2, got, stand_in_used=prepared.stand_in, server=o.server)
+        evaluate(
+            result,
+            ref1,
+            ref2,
+            got,
+            stand_in_used=prepared.stand_in,
+            server=o.server,
+            prefix_hits=(ref_cache, press_cache) if ref_cache and press_cache else None,
+        )
+
+
+def record_prefix_cache(
+    result: PrefixCacheResult,
+    prepared: Prepared,
+    reference: PrefixCacheCount,
+    subject: PrefixCacheCount,
+    got: list[Generation],
+) -> None:
+    """The prefix-cache evidence into RESULT: both servers' counters, the mamba cache modes, the subject's cached
+    tokens per compared request and per phase, and a warning when the eviction wave evicted no prefix."""
+    pw = prepared.prefix
+    assert pw is not None
+    opts = _vllm_options(prepared, "<model>", None)
+    phases = pw.compared_phases
+    cached = [g.cached_tokens for g in got]
+    by_phase = prefix.cached_by_phase(phases, cached)
+    again = [c for ph, c in zip(phases, cached, strict=True) if ph == "again" and c is not None]
+    recomputed = sum(c < pw.prefix_tokens for c in again) if again else None
+    served = {"reference": reference.config, deploy_vllm.SUBJECT: subject.config}
+    modes: dict[str, str | None] = {}
+    for role, config in served.items():  # vLLM's own word (cache_config_info) over kvdoctor's prediction
+        predicted = deploy_vllm.mamba_cache_mode(opts, role)
+        said = (config or {}).get("mamba_cache_mode")
+        modes[role] = (said or predicted) if predicted is not None else None
+        if predicted is not None and said is not None and said != predicted:
+            result.warnings.append(
+                f"{role}: vLLM reports mamba_cache_mode {said!r}, kvdoctor predicted {predicted!r} "
+                f"({deploy_vllm.MAMBA_CACHE_MODE_WHERE})"
+            )
+    result.prefix_cache = {
+        "workload": pw.to_dict(),
+        "hits": {"reference": reference.hits, "pressured": subject.hits},
+        "queries": {"reference": reference.queries, "pressured": subject.queries},
+        "source": subject.source if subject.source == reference.source else f"{reference.source}/{subject.source}",
+        "mamba_cache_mode": modes,
+        "server_cache_config": served,
+        "request_phases": phases,
+        "cached_tokens": cached,
+        "by_phase": by_phase,
+        "recomputed_after_eviction": recomputed,
+    }
+    if recomputed == 0:
+        result.warnings.append(
+            "the eviction wave evicted no prefix: every request after it read its whole prefix from the cache"
+        )
+    if not any(c is not None for c in cached):
+        result.warnings.append("vLLM's replies carried no usage.prompt_tokens_details: per-request hits unknown")
 
 
 def timed_burst(
@@ -505,22 +602,31 @@ def evaluate(
     *,
     stand_in_used: bool,
     server: str = "sglang",
+    prefix_hits: tuple[PrefixCacheCount, PrefixCacheCount] | None = None,
 ) -> None:
-    """Compare, then set the gates and the outcome (pure: the unit tests drive it with made-up runs)."""
+    """Compare, then set the gates and the outcome (pure: the unit tests drive it with made-up runs).
+    PREFIX_HITS (reference, subject): ``--scenario prefix-cache``'s counts, whose gate takes the pressure
+    gate's place (nothing must preempt there; the subject's prefix cache must serve tokens)."""
     floor = compare.noise_floor(ref, repeat)
     diffs = compare.against(ref, got, floor)
     result.noise_floor = {**floor.to_dict(), "sentence": floor.sentence()}
     result.requests = diffs
     result.total = len(diffs)
     result.identical = sum(not d.diverged for d in diffs)
-    result.gates = [
-        gates.tokens(diffs, floor),
-        gates.pressure(
+    if isinstance(result, PrefixCacheResult):
+        ref_hits, subject_hits = prefix_hits or (PrefixCacheCount(None, None, "none"),) * 2
+        source = subject_hits.source if subject_hits.source == ref_hits.source else "none"
+        evidence = gates.prefix_hits(subject_hits.hits, ref_hits.hits, source)
+    else:
+        evidence = gates.pressure(
             result.retractions.get("pressured"),
             result.retractions.get("reference"),
             result.retraction_source,
             **(gates.VLLM_PRESSURE if server == "vllm" else {}),
-        ),
+        )
+    result.gates = [
+        gates.tokens(diffs, floor),
+        evidence,
         gates.sensitivity(compare.median_distinct(ref), compare.median_length(ref)),
         gates.noise(floor),
         gates.stand_in(result.stand_in.get("calls", []), stand_in_used),

@@ -8,12 +8,16 @@ wrapped: a request the scheduler resumed from preemption (``scheduled_cached_req
 step later (its recomputed KV written), its blocks zeroed in the KV cache tensors of the groups the fault names:
 
 - ``drop-kv``: every attention group (the resumed request's KV is lost);
-- ``zero-state``: every Mamba group (its recurrent conv/SSM state is lost).
+- ``zero-state``: every Mamba group (its recurrent conv/SSM state is lost);
+- ``drop-prefix`` (``--scenario prefix-cache``): a *new* request that got blocks from the prefix cache
+  (``scheduled_new_reqs`` with ``num_computed_tokens`` > 0) has its first ``num_computed_tokens // block_size``
+  blocks of every attention group zeroed in the same step, before the forward reads them (the cached prefix KV
+  it was promised is lost; the zeroed blocks stay in the cache for later hits).
 
 Each step is written to ``KVDOCTOR_VLLM_PLUGIN_LOG`` (``<pid> <event> <detail>``): ``loaded`` per process,
-``fault-installed`` when the runner is wrapped, ``fault-fired`` per resumed request hit, ``fault-failed`` if
-zeroing raised; the run counts them, so a fault that never fired cannot pass as a run that caught nothing.
-Importing this module imports no vLLM.
+``fault-installed`` when the runner is wrapped, ``fault-fired`` per resumed (or prefix-hit) request hit,
+``fault-failed`` if zeroing raised; the run counts them, so a fault that never fired cannot pass as a run that
+caught nothing. Importing this module imports no vLLM.
 """
 
 from __future__ import annotations
@@ -34,7 +38,9 @@ TARGET = "vllm.v1.worker.gpu_model_runner"  # GPUModelRunner; vLLM's CPUModelRun
 FAULTS: dict[str, tuple[bool, str]] = {
     "drop-kv": (False, "zeroes every attention KV block of a request resumed from preemption, one step later"),
     "zero-state": (True, "zeroes the recurrent (Mamba) state blocks of a request resumed from preemption"),
+    "drop-prefix": (False, "zeroes the attention KV blocks a new request got from the prefix cache, before its step"),
 }
+PREFIX_FAULTS = ("drop-prefix",)  # faults on prefix-cache hits (--scenario prefix-cache); the rest on preemption
 
 
 def _log(event: str, detail: str = "") -> None:
@@ -85,6 +91,9 @@ def _patch(module: Any, fault: str) -> None:
     runner = module.GPUModelRunner
     if getattr(runner, "_kvdoctor_fault", None):
         return
+    if fault in PREFIX_FAULTS:
+        _patch_prefix(runner, fault)
+        return
     original = runner._update_states
 
     def _update_states(self: Any, scheduler_output: Any) -> Any:
@@ -108,6 +117,47 @@ def _patch(module: Any, fault: str) -> None:
     runner._update_states = _update_states
     runner._kvdoctor_fault = fault
     _log("fault-installed", f"{fault} {runner.__module__}.{runner.__qualname__}._update_states")
+
+
+def _patch_prefix(runner: Any, fault: str) -> None:
+    """``drop-prefix``: after vLLM's ``_update_states`` registered this step's new requests (their block ids),
+    zero the prefix-cache blocks of each one that got a hit; the step's forward then reads zeros."""
+    original = runner._update_states
+
+    def _update_states(self: Any, scheduler_output: Any) -> Any:
+        out = original(self, scheduler_output)
+        for new in getattr(scheduler_output, "scheduled_new_reqs", ()) or ():
+            computed = int(getattr(new, "num_computed_tokens", 0) or 0)
+            if computed <= 0:
+                continue
+            try:
+                n = zero_prefix_blocks(self, new.block_ids, computed, fault)
+            except Exception as exc:  # the fault must never crash the server it runs in
+                _log("fault-failed", f"{new.req_id} {type(exc).__name__}: {exc}")
+                continue
+            _log("fault-fired", f"{fault} {new.req_id} cached_tokens={computed} blocks={n}")
+        return out
+
+    runner._update_states = _update_states
+    runner._kvdoctor_fault = fault
+    _log("fault-installed", f"{fault} {runner.__module__}.{runner.__qualname__}._update_states")
+
+
+def zero_prefix_blocks(runner: Any, block_ids: Sequence[Sequence[int]], computed: int, fault: str) -> int:
+    """Zero, in every attention group, the blocks holding a request's first COMPUTED (prefix-cache hit) tokens."""
+    num_blocks = runner.kv_cache_config.num_blocks
+    context = runner.compilation_config.static_forward_context
+    zeroed = 0
+    for group, ids in zip(runner.kv_cache_config.kv_cache_groups, block_ids, strict=False):
+        spec = group.kv_cache_spec
+        if not ids or not _wanted(spec, fault):
+            continue
+        hit = list(ids)[: computed // spec.block_size]
+        for layer in group.layer_names:
+            ctx = context.get(layer)
+            if ctx is not None and hit:
+                zeroed += _zero(ctx.kv_cache, hit, num_blocks)
+    return zeroed
 
 
 def _wanted(spec: Any, fault: str) -> bool:
