@@ -84,6 +84,7 @@ BENCH_COMMANDS = (
 # paused too.
 SHORT_COMMANDS = frozenset({"inspect"})
 _gc_paused = False  # True while main() holds the collector paused
+_stayed_short = False  # the last main() ended with the collector still paused: it ran short work only
 
 
 def pause_gc() -> None:
@@ -104,18 +105,22 @@ def resume_gc() -> None:
 
 def run() -> None:
     """The process's entry point (the console script and ``python -m kvdoctor``): :func:`main`, and on the way
-    out every object still alive is frozen (``gc.freeze``) before the interpreter shuts down.
+    out of a run that stayed short every object still alive is frozen (``gc.freeze``) before the interpreter
+    shuts down.
 
-    What is alive then lives as long as the process; the collector's last passes at shut-down would walk all of
-    it (modules, classes, rule tables, a command's results) to free nothing the process still needs: about a
-    fifth of ``kvdoctor inspect``'s CPU time (issue 17). Shut-down is otherwise unchanged: ``atexit`` handlers,
-    module teardown and every stream's flush run as before, and the exit code is ``main()``'s. ``main()`` itself
-    never freezes, so a caller that runs the CLI in-process keeps its collector as it was.
+    After a short run (the collector paused throughout: inspect's rule model, help, bad input) what is alive is
+    kvdoctor's own modules, classes and rule tables; the collector's last passes at shut-down would walk all of
+    it to free nothing: about a fifth of ``kvdoctor inspect``'s CPU time (issue 17). Shut-down is otherwise
+    unchanged: ``atexit`` handlers, module teardown and every stream's flush run as before, and the exit code is
+    ``main()``'s. A command that resumed the collector (torch, Triton, an installed server) is never frozen:
+    extension objects left to the last collection would be reported as leaked at exit (Triton's nanobind does).
+    ``main()`` itself never freezes, so a caller that runs the CLI in-process keeps its collector as it was.
     """
     try:
         main()
     finally:
-        gc.freeze()
+        if _stayed_short:
+            gc.freeze()
 
 
 class LazyCommands(MutableMapping[str, Any]):
@@ -268,6 +273,8 @@ def main() -> None:
             verdicts.unfinished(code, last_said())
     finally:
         record_argv(None)
+        global _stayed_short
+        _stayed_short = _gc_paused
         resume_gc()
     sys.exit(code)
 
