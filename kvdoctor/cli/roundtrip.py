@@ -186,7 +186,7 @@ def vllm_why(row: ComponentCheck, used: VllmUsed) -> str:
     if not row.ledger_ok:
         text += (
             f"; vLLM's descriptors moved {row.bytes_out:,} of its bytes out, {row.bytes_in:,} in "
-            f"(most copies of one block {row.copies_out}/{row.copies_in})"
+            f"(most descriptors over one byte {row.copies_out}/{row.copies_in})"
         )
     return text
 

@@ -55,7 +55,9 @@ def cli(*args: str):  # type: ignore[no-untyped-def]
 
 def test_every_vllm_fixture_runs_its_whole_matrix(whole: DriftReport) -> None:
     assert whole.engine.name == "vllm" and whole.engine.version == "0.33.0"
-    expected = [(m, c.name) for m in matrix.vllm_fixtures() for c in matrix.cases_for(matrix.has_mamba(m))]
+    expected = [(m, c.name) for m in matrix.vllm_fixtures() for c in matrix.cases_of(m)]
+    token_head = [r for r in whole.results if r.case in {c.name for c in matrix.token_head_cases()}]
+    assert len(token_head) == 6 * (len(matrix.vllm_fixtures()) - 1)  # every fixture but MLA deepseek-v3
     assert [(r.model, r.case) for r in whole.results] == expected
     assert all(r.fields > 0 for r in whole.results), [r for r in whole.results if not r.fields]
     assert not [r for r in whole.results if any(d.field in ("error", "refuses") for d in r.drift)]

@@ -96,6 +96,16 @@ NAMED |= {  # max_model_len (core/vllm/model_len.py) and the Mamba block it size
     "MAMBA_BLOCK_MAX_LEN": "cache_config.mamba_block_size = model_config.max_model_len",
     "MAMBA_SPEC_BLOCK": "block_size=mamba_block_size",
 }
+NAMED |= {  # per-token-head KV dtypes (rules.PER_TOKEN_HEAD): fp32 scales inside the page
+    "PER_TOKEN_HEAD_CONTENT": "content = (hs_k + hs_v) * get_dtype_size(spec.dtype) + 2 * scale_bytes",
+    "PER_TOKEN_HEAD_BACKEND": '"fp8_per_token_head",',
+    "PER_TOKEN_HEAD_CELL": "[K(hs) | K_scale(pad) | V(hs) | V_scale(pad)]",
+    "PER_TOKEN_HEAD_APPLIED": "spec = customize_attention_spec(",
+    "PER_TOKEN_HEAD_LAYOUT": "LBNHC = (0, 1, 3, 2, 4)",
+    "PER_TOKEN_HEAD_MODES": "KVQuantMode.INT4_PER_TOKEN_HEAD,",
+    "PER_TOKEN_HEAD_STORAGE": '"fp8_per_token_head": torch.uint8,',
+    "PER_TOKEN_HEAD_INT4": "hides a 4-bit zero-point in the scale's low mantissa bits",
+}
 
 
 def test_every_citation_the_rules_make_is_checked() -> None:

@@ -22,6 +22,8 @@ DENSE, HYBRID, SLIDING = "llama-3.1-8b", "nemotron-h-8b", "gemma-3-12b"
     [
         (DENSE, (), {"k", "v"}),
         (DENSE, ("--kv-cache-dtype", "fp8"), {"k", "v"}),
+        (DENSE, ("--kv-cache-dtype", "fp8_per_token_head"), {"k", "k_scale", "v", "v_scale"}),
+        (HYBRID, ("--kv-cache-dtype", "int8_per_token_head"), {"conv_state", "ssm_state", "k_scale", "v_scale"}),
         (HYBRID, (), {"conv_state", "ssm_state", "k", "v"}),
         (SLIDING, (), {"k", "v"}),
     ],
@@ -59,6 +61,49 @@ def test_reorder_blocks_turns_exactly_that_group_red(model: str) -> None:
     r = run_vllm_roundtrip(model, inject="reorder-blocks")
     assert r.failing and set(r.failing) == set(r.expected_red) == {"g0.k", "g0.v"}
     assert all(c.ledger_ok for c in r.ledger)  # the bytes all moved; they landed in the wrong blocks
+
+
+TOKEN_HEAD = ("fp8_per_token_head", "int8_per_token_head", "int4_per_token_head")
+
+
+@pytest.mark.parametrize("mode", TOKEN_HEAD)
+def test_skip_scales_turns_exactly_the_scale_rows_and_the_ledger_red(mode: str) -> None:
+    """The store copies each cell's K and V data but not its fp32 scales: the scales come back as whatever the host
+    slots held, the data byte-exact; the ledger is short by exactly the scale bytes."""
+    r = run_vllm_roundtrip(DENSE, ("--kv-cache-dtype", mode), inject="skip-scales")
+    assert set(r.failing) == set(r.expected_red) == {"g0.k_scale", "g0.v_scale", "g0.ledger"}
+    assert r.inject_matched is True
+    rows = {row.component: row for row in r.rows}
+    for side in ("k", "v"):
+        data, scale = rows[side], rows[f"{side}_scale"]
+        assert data.ok and data.bytes_out == data.bytes_in == data.bytes and (data.copies_out, data.copies_in) == (1, 1)
+        assert not scale.equal and scale.mismatched_bytes > 0 and scale.first_block in r.ledger[0].new_block_ids
+        assert (scale.bytes_out, scale.bytes_in, scale.copies_out) == (0, scale.bytes, 0)
+    (copy,) = r.ledger
+    scales = rows["k_scale"].bytes + rows["v_scale"].bytes
+    assert copy.bytes_out == copy.expected_bytes - scales and copy.bytes_in == copy.expected_bytes
+    assert scales == 2 * 4 * 8 * 16 * len(copy.block_ids) * copy.layers  # fp32 per (token, head), 8 heads, 2 sides
+
+
+def test_skip_scales_on_a_hybrid_and_a_sliding_model_reds_every_attention_group_only() -> None:
+    hybrid = run_vllm_roundtrip(HYBRID, ("--kv-cache-dtype", "fp8_per_token_head"), inject="skip-scales")
+    assert set(hybrid.failing) == set(hybrid.expected_red) == {"g7.k_scale", "g7.v_scale", "g7.ledger"}
+    assert all(row.ok for row in hybrid.rows if row.group != 7)  # the Mamba groups keep no scales: stored whole
+    sliding = run_vllm_roundtrip(SLIDING, ("--kv-cache-dtype", "int8_per_token_head"), inject="skip-scales")
+    groups = {row.group for row in sliding.rows}
+    assert len(groups) == 6 and sliding.inject_matched is True
+    assert set(sliding.failing) == {f"g{g}.{c}" for g in groups for c in ("k_scale", "v_scale", "ledger")}
+
+
+def test_a_plain_page_is_split_per_cell_as_k_then_v() -> None:
+    """vLLM 0.33's attention page is (head, slot) cells of [K | V] (content innermost in every layout): k and v
+    are one run per cell, not the page's two halves."""
+    from kvdoctor.engines.vllm.roundtrip import _components, _specs_and_groups
+
+    _, groups, _ = _specs_and_groups(DENSE, (), 1)
+    parts = dict(_components(groups[0].kv_cache_spec))
+    assert (parts["k"].start, parts["k"].length, parts["k"].period, parts["k"].count) == (0, 256, 512, 128)
+    assert (parts["v"].start, parts["v"].length, parts["v"].period, parts["v"].count) == (256, 256, 512, 128)
 
 
 def test_skip_scales_without_scales_is_exit_2() -> None:

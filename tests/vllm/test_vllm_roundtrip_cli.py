@@ -3,7 +3,8 @@ the CLI, green byte-exact per group, red under each fault with exactly its rows,
 and the one result's JSON (schema-valid), JUnit and step summary agreeing row for row.
 
 Runs in .venv-vllm/: each test is one ``.venv-vllm/bin/kvdoctor`` process (~45 s of it importing vLLM), so CI
-(``make test-vllm``) runs two (Llama clean with its reporters, Llama drop-group as a table);
+(``make test-vllm``) runs three (Llama clean with its reporters, Llama drop-group as a table, per-token-head FP8
+Llama under skip-scales);
 ``make vllm-matrix`` runs the rest (tests/vllm/test_vllm_roundtrip.py drives every fault in one process).
 """
 
@@ -104,6 +105,24 @@ def test_each_fault_turns_exactly_its_rows_red(args: list[str], fault: str, red:
         assert all(r["ledger_ok"] for r in rows.values())
         swapped = doc["used"]["groups"][0]["new_block_ids"][:2]
         assert rows["g0.k"]["first_slot"] in swapped and rows["g0.k"]["mismatched_bytes"] > 0
+
+
+def test_skip_scales_on_per_token_head_fp8_turns_exactly_the_scale_rows_red() -> None:
+    """vLLM's per-token-head FP8 keeps an fp32 scale per (token, head) and side inside each page (the vllm#48412
+    class): the store wrapped to copy only each cell's data leaves k and v byte-exact and the scales red."""
+    code, doc = report(*LLAMA, "--kv-cache-dtype", "fp8_per_token_head", "--inject", "skip-scales")
+    red = {"g0.k_scale", "g0.v_scale", "g0.ledger"}
+    assert code == 1 and doc["kv_cache_dtype"] == "fp8_per_token_head"
+    assert set(doc["failing"]) == set(doc["expected_red"]) == red and doc["inject_matched"] is True
+    rows = {c["name"]: c for c in doc["components"]}
+    assert list(rows) == ["g0.k", "g0.k_scale", "g0.v", "g0.v_scale", "g0.ledger"]
+    for side in ("g0.k", "g0.v"):
+        assert rows[side]["ok"] and rows[side]["bytes_out"] == rows[side]["bytes_in"] == rows[side]["bytes"]
+        scale = rows[f"{side}_scale"]
+        assert (scale["bytes"], scale["bytes_out"], scale["bytes_in"]) == (32 * 16 * 8 * 16 * 4, 0, scale["bytes"])
+    (group,) = doc["used"]["groups"]
+    assert group["page_bytes"] == 16 * 8 * (2 * 128 + 8)
+    assert group["bytes_out"] == group["expected_bytes"] - 2 * rows["g0.k_scale"]["bytes"]
 
 
 @pytest.mark.parametrize(

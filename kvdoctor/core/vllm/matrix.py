@@ -4,7 +4,8 @@ Pure (no torch, no vLLM). The fixtures are the bundled ones the vLLM rule model 
 ``inspect --server vllm`` answers for, :func:`vllm_fixtures`). The launch lines are the product of the
 flags that change what vLLM groups, sizes and moves: tensor parallel 1/2, a KV cache dtype (auto, fp8),
 the native offloading connector off/on, prefix caching on/off and, for a model with Mamba layers, each
-``--mamba-cache-mode``; beside the product, three ``--max-model-len`` lines (below, ``auto``, above).
+``--mamba-cache-mode``; beside the product, three ``--max-model-len`` lines (below, ``auto``, above), and for a
+model without MLA each per-token-head KV dtype (fp32 scales inside the page) alone and with the offloading connector.
 Every flag name and every choice is read from kvdoctor's generated vLLM flag table
 (``_generated/server_flags.py``) or the rule model's dtype table, never spelled here a second time as a
 value list, so a vLLM whose flags moved fails here (``MatrixError``) rather than running a stale line.
@@ -24,7 +25,7 @@ from kvdoctor.core.vllm._generated.server_flags import VLLM_FLAG_VALUES, VLLM_SE
 from kvdoctor.core.vllm.flags import BOOLEAN_SPELLINGS
 from kvdoctor.core.vllm.specs import classify
 
-__all__ = ["LaunchCase", "MatrixError", "case_names", "cases_for", "vllm_fixtures"]
+__all__ = ["LaunchCase", "MatrixError", "case_names", "cases_for", "cases_of", "token_head_cases", "vllm_fixtures"]
 
 TP = "--tensor-parallel-size"
 TP_WIDTHS = (1, 2)  # one GPU, and the smallest split (the head-count refusals start there)
@@ -43,6 +44,9 @@ MAX_LEN = "--max-model-len"
 # without prefix caching where the Mamba block is max_model_len.
 MAX_LEN_CASES = (("max-len-3k", "3k", True), ("max-len-auto", "auto", True), ("max-len-10M", "10M", False))
 BASE = "base"  # the case every other one differs from
+# Beside the product, on models without MLA (no MLA backend lists them): every per-token-head KV dtype the rule model
+# knows (rules.PER_TOKEN_HEAD), with prefix caching, alone and with the native offloading connector.
+TOKEN_HEAD_DTYPES = tuple(rules.PER_TOKEN_HEAD)
 # Families whose layers include a MambaSpec (specs._layer_kinds): the mamba cache mode applies to them.
 MAMBA_FAMILIES = frozenset({rules.Family.GDN, rules.Family.MAMBA2_HYBRID})
 
@@ -141,9 +145,31 @@ def cases_for(mamba: bool) -> tuple[LaunchCase, ...]:
     return (*cases, *_length_cases())
 
 
+def token_head_cases() -> tuple[LaunchCase, ...]:
+    """The per-token-head lines (TOKEN_HEAD_DTYPES), each alone and with the offloading connector
+    (``int8_per_token_head``, ``int8_per_token_head+offload``)."""
+    offload = (_flag(OFFLOAD_SIZE), OFFLOAD_GIB, _flag(OFFLOAD_BACKEND), _choice(OFFLOAD_BACKEND, OFFLOAD_NATIVE))
+    prefix = _switch(PREFIX_ON, "enable_prefix_caching", True)
+    cases = []
+    for dtype in TOKEN_HEAD_DTYPES:
+        if dtype not in rules.KV_DTYPE_BYTES:
+            raise MatrixError(f"drift matrix: {KV_DTYPE} {dtype} is not a dtype kvdoctor's vLLM rules model")
+        line = (_flag(KV_DTYPE), _choice(KV_DTYPE, dtype), prefix)
+        cases += [LaunchCase(dtype, line), LaunchCase(f"{dtype}+offload", (*line, *offload))]
+    return tuple(cases)
+
+
+def cases_of(model: str) -> tuple[LaunchCase, ...]:
+    """Every launch line drift runs for MODEL: :func:`cases_for` its layers, then the per-token-head lines unless
+    its attention is MLA."""
+    family = classify(load_config(model))
+    extra = () if family is rules.Family.MLA else token_head_cases()
+    return (*cases_for(family in MAMBA_FAMILIES), *extra)
+
+
 def case_names() -> tuple[str, ...]:
-    """Every case name any fixture can run (a model with Mamba layers runs all of them)."""
-    return tuple(c.name for c in cases_for(True))
+    """Every case name any fixture can run (a model with Mamba layers and without MLA runs all of them)."""
+    return tuple(c.name for c in (*cases_for(True), *token_head_cases()))
 
 
 def has_mamba(model: str) -> bool:

@@ -69,10 +69,40 @@ KV_DTYPE_BYTES: dict[str, float | None] = {
     "fp8_inc": 1,
     "nvfp4": None,
     "nvfp4_4over6": None,
+    "fp8_per_token_head": 1,  # + one fp32 scale per (token, head) and side, inline (PER_TOKEN_HEAD below)
+    "int8_per_token_head": 1,
+    "int4_per_token_head": 0.5,  # two nibbles a byte
 }
 # Block-scaled KV dtypes: packed FP4 payload + FP8 block scales per 16 elements, one byte row per side
 # (utils/torch_utils.py:542-544 nvfp4_kv_cache_full_dim, flashinfer.py:561-565 customize_spec).
 BLOCK_SCALED_KV_DTYPES = frozenset({"nvfp4", "nvfp4_4over6"})
+
+
+@dataclass(frozen=True)
+class TokenHeadMode:
+    """One per-token-head KV dtype: the element dtype kvdoctor names, and the K/V values one byte holds."""
+
+    dtype: str
+    per_byte: int
+
+
+# Per-token-head KV dtypes (CacheDType, config/cache.py:62-64; KVQuantMode.is_per_token_head and get_kv_quant_mode,
+# v1/kv_cache_interface.py:72-79, 121-133) keep one fp32 scale per (token, head) and side inside the page.
+# TritonAttentionBackend.customize_spec sets the cell's content bytes to (hs_k + hs_v) * dtype size + 2 * 4, int4
+# halving the head sizes (PER_TOKEN_HEAD_CONTENT); GPUModelRunner.get_kv_cache_spec applies the backend's
+# customize_spec to every attention spec (PER_TOKEN_HEAD_APPLIED). TritonAttentionImpl._ensure_scale_caches reads
+# each (head, slot) cell as [K(hs) | K_scale(fp32) | V(hs) | V_scale(fp32)] (PER_TOKEN_HEAD_CELL) and the content
+# axis is innermost in every layout (PER_TOKEN_HEAD_LAYOUT), so a page is whole cells of that pattern. TRITON_ATTN
+# is the only backend of vLLM 0.33 listing these modes in supported_kv_cache_dtypes (PER_TOKEN_HEAD_BACKEND); the
+# MLA backends list none of them. The cache is allocated as uint8 / int8 / uint8 (STR_DTYPE_TO_TORCH_DTYPE,
+# utils/torch_utils.py:50-52) and the FP8 halves viewed as fp8 (TritonAttentionImpl._pth_key_value_caches); INT4's
+# zero point hides in its scale's low mantissa bits (v1/attention/ops/int4_per_token_head.py:4-11): no extra bytes.
+PER_TOKEN_HEAD: dict[str, TokenHeadMode] = {
+    "fp8_per_token_head": TokenHeadMode("float8_e4m3fn", 1),
+    "int8_per_token_head": TokenHeadMode("int8", 1),
+    "int4_per_token_head": TokenHeadMode("uint8", 2),
+}
+PER_TOKEN_HEAD_SCALE_BYTES = 4  # get_dtype_size(torch.float32)
 MODEL_DTYPES = {"bfloat16": 2, "float16": 2, "float32": 4, "half": 2, "float": 4}
 STATE_DTYPES = ("auto", "float32", "bfloat16", "float16")  # MambaDType (config/cache.py)
 
@@ -110,6 +140,25 @@ LMCACHE_MP_ONE_GROUP = cite(
 NIXL_CONV = cite("distributed/kv_transfer/kv_connector/v1/nixl/base_worker.py", "conv-state transfer", 674, 712)
 CONNECTOR_REGISTRY = cite("distributed/kv_transfer/kv_connector/factory.py", "register_connector", 153, 249)
 NVFP4_PACKING = cite("utils/torch_utils.py", "nvfp4_kv_cache_full_dim", 542, 544)
+PER_TOKEN_HEAD_CONTENT = cite(
+    "v1/attention/backends/triton_attn.py", "TritonAttentionBackend.customize_spec: content = (hs_k + hs_v)", 307, 319
+)
+PER_TOKEN_HEAD_BACKEND = cite(
+    "v1/attention/backends/triton_attn.py", "TritonAttentionBackend.supported_kv_cache_dtypes", 326, 336
+)
+PER_TOKEN_HEAD_CELL = cite(
+    "v1/attention/backends/triton_attn.py",
+    "TritonAttentionImpl._ensure_scale_caches: [K | K_scale | V | V_scale]",
+    414,
+    475,
+)
+PER_TOKEN_HEAD_APPLIED = cite(
+    "v1/worker/gpu_model_runner.py", "get_kv_cache_spec: customize_attention_spec", 7108, 7116
+)
+PER_TOKEN_HEAD_LAYOUT = cite("v1/kv_cache_layout.py", "KVCacheLayout: logical [L, B, H, N, C], C last", 15, 28)
+PER_TOKEN_HEAD_MODES = cite("v1/kv_cache_interface.py", "KVQuantMode.is_per_token_head", 72, 79)
+PER_TOKEN_HEAD_STORAGE = cite("utils/torch_utils.py", "STR_DTYPE_TO_TORCH_DTYPE: *_per_token_head", 50, 52)
+PER_TOKEN_HEAD_INT4 = cite("v1/attention/ops/int4_per_token_head.py", "zero-point in the scale's mantissa", 4, 11)
 # Start-up refusals of --tensor-parallel-size (hazard KVD114, core/vllm/refusals.py), in vLLM's words:
 # ModelConfig.verify_with_parallel_config (VllmConfig.__post_init__) divides the attention heads by TP;
 # QKVParallelLinear (every attention layer's QKV projection) splits the KV heads over TP, or replicates them

@@ -24,7 +24,15 @@ from kvdoctor.core.vllm.flags import VllmFlags
 from kvdoctor.core.vllm.model_len import ModelLength, max_model_len
 
 Shape = tuple[int, ...]
-DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "uint8": 1, "float8_e4m3fn": 1, "float8_e5m2": 1}
+DTYPE_BYTES = {
+    "bfloat16": 2,
+    "float16": 2,
+    "float32": 4,
+    "uint8": 1,
+    "int8": 1,
+    "float8_e4m3fn": 1,
+    "float8_e5m2": 1,
+}
 
 
 class SpecKind(str, Enum):
@@ -51,12 +59,13 @@ class LayerSpec:
     head_size: int = 0
     head_size_v: int = 0
     dtype: str = "bfloat16"
-    state_content_bytes: int | None = None  # packed layouts (NVFP4: payload + block scales)
+    state_content_bytes: int | None = None  # packed layouts (NVFP4: payload + block scales; per-token-head: + fp32)
     sliding_window: int | None = None
     shapes: tuple[Shape, ...] = ()
     dtypes: tuple[str, ...] = ()
     page_size_padded: int | None = None
     block_scaled: bool = False
+    token_head_scales: bool = False  # each (token, head) cell carries an fp32 scale per side (rules.PER_TOKEN_HEAD)
 
     @property
     def unpadded_page_size_bytes(self) -> int:
@@ -86,6 +95,7 @@ class LayerSpec:
         if self.kind is SpecKind.MLA:
             return f"1 latent x {self.head_size} {self.dtype}"
         text = f"{self.num_kv_heads} heads x ({self.head_size}+{self.head_size_v}) {self.dtype}"
+        text += " + fp32 scale per token, head and side" if self.token_head_scales else ""
         return text + (f", window {self.sliding_window}" if self.sliding_window else "")
 
 
@@ -159,10 +169,20 @@ def kv_dtype(cfg: ModelConfig, flags: VllmFlags) -> tuple[str, bool]:
         return model_dtype(cfg, flags), False
     if flag in rules.BLOCK_SCALED_KV_DTYPES:
         return "uint8", True
+    if flag in rules.PER_TOKEN_HEAD:
+        return rules.PER_TOKEN_HEAD[flag].dtype, False
     width = rules.KV_DTYPE_BYTES.get(flag)
     if width is None:
         raise FlagError(f"--kv-cache-dtype {flag}: a packed KV layout kvdoctor's vLLM rules do not model")
     return {2: flag if flag in DTYPE_BYTES else "bfloat16", 1: "float8_e4m3fn"}[int(width)], False
+
+
+def token_head_content(flag: str, head: int, head_v: int) -> int:
+    """Bytes of one (token, head) cell under per-token-head FLAG: both sides' data and an fp32 scale each
+    (TritonAttentionBackend.customize_spec, rules.PER_TOKEN_HEAD_CONTENT; int4 packs two values a byte)."""
+    mode = rules.PER_TOKEN_HEAD[flag]
+    data = (head // mode.per_byte + head_v // mode.per_byte) * DTYPE_BYTES[mode.dtype]
+    return data + 2 * rules.PER_TOKEN_HEAD_SCALE_BYTES
 
 
 def _kv_heads(cfg: ModelConfig, tp: int) -> int:
@@ -234,19 +254,30 @@ def _mamba_spec(cfg: ModelConfig, family: rules.Family, flags: VllmFlags, dtype:
 
 def _attention_spec(cfg: ModelConfig, kind: str, family: rules.Family, flags: VllmFlags, block: int) -> LayerSpec:
     dtype, scaled = kv_dtype(cfg, flags)
+    token_head = flags.kv_cache_dtype in rules.PER_TOKEN_HEAD
     tp = flags.tensor_parallel_size
     if family is rules.Family.MLA:
         if scaled:
             raise FlagError("--kv-cache-dtype nvfp4 on an MLA model: vLLM's MLA uses nvfp4_ds_mla, not modelled")
+        if token_head:
+            raise FlagError(
+                f"--kv-cache-dtype {flags.kv_cache_dtype} on an MLA model: no MLA backend of vLLM {VLLM_VERSION} "
+                f"lists it (only TRITON_ATTN does, {rules.PER_TOKEN_HEAD_BACKEND})"
+            )
         latent = cfg.positive_int("kv_lora_rank") + int(cfg.get("qk_rope_head_dim") or 0)
         return LayerSpec(SpecKind.MLA, block, 1, latent, 0, dtype)
     head = _head_size(cfg)
-    packed = 2 * (head // 2 + head // 16) if scaled else None  # [K data | K scale | V data | V scale]
+    packed = None
+    if scaled:
+        packed = 2 * (head // 2 + head // 16)  # [K data | K scale | V data | V scale]
+    elif token_head:
+        packed = token_head_content(flags.kv_cache_dtype, head, head)  # [K | K scale | V | V scale], fp32 scales
     heads = _kv_heads(cfg, tp)
+    marks = {"block_scaled": scaled, "token_head_scales": token_head}
     if kind == "sliding":
         window = cfg.positive_int("sliding_window")
-        return LayerSpec(SpecKind.SLIDING, block, heads, head, head, dtype, packed, window, block_scaled=scaled)
-    return LayerSpec(SpecKind.FULL, block, heads, head, head, dtype, packed, block_scaled=scaled)
+        return LayerSpec(SpecKind.SLIDING, block, heads, head, head, dtype, packed, window, **marks)
+    return LayerSpec(SpecKind.FULL, block, heads, head, head, dtype, packed, **marks)
 
 
 def build_specs(cfg: ModelConfig, flags: VllmFlags) -> ModelSpecs:

@@ -76,12 +76,13 @@ def cells(fixtures: Sequence[str], cases: Sequence[str]) -> list[tuple[str, matr
     wanted = matrix.select(cases, matrix.case_names(), "vLLM launch case")
     chosen = []
     for model in models:
-        own = matrix.cases_for(matrix.has_mamba(model))
+        own = matrix.cases_of(model)
         chosen += [(model, c) for c in own if c.name in wanted]
     if not chosen:  # e.g. a mamba cache mode asked of models without Mamba layers: a pass would check nothing
         raise InputError(
             f"--case {', '.join(cases)} applies to none of {', '.join(models)} "
-            f"(the {matrix.MAMBA_MODE} cases run only on models with Mamba layers)"
+            f"(the {matrix.MAMBA_MODE} cases run only on models with Mamba layers, the per-token-head KV "
+            "cases only on models without MLA)"
         )
     return chosen
 

@@ -2,9 +2,11 @@
 
 What vLLM itself computes here, on CPU, from its own classes and functions (no model weights):
 - each layer's spec as vLLM's spec class (``FullAttentionSpec``, ``SlidingWindowSpec``,
-  ``MLAAttentionSpec``, ``MambaSpec``) and its ``page_size_bytes``; Mamba state shapes and dtypes from
-  vLLM's ``MambaStateShapeCalculator`` / ``MambaStateDtypeCalculator`` on the config's fields; the Mamba
-  block and cache mode from vLLM's ``MambaModelConfig`` (``cache_config.py`` here);
+  ``MLAAttentionSpec``, ``MambaSpec``) and its ``page_size_bytes``; for a per-token-head KV dtype the spec is
+  built without content bytes, in vLLM's own cache dtype, and vLLM's attention backend answers them
+  (``TritonAttentionBackend.customize_spec``, as ``GPUModelRunner.get_kv_cache_spec`` applies it); Mamba state
+  shapes and dtypes from vLLM's ``MambaStateShapeCalculator`` / ``MambaStateDtypeCalculator`` on the config's
+  fields; the Mamba block and cache mode from vLLM's ``MambaModelConfig`` (``cache_config.py`` here);
 - the groups, from vLLM's ``get_kv_cache_groups`` (hybrid manager on or off as decided below);
 - the connector's HMA support, from ``KVConnectorFactory.supports_hma_config`` on a real
   ``KVTransferConfig`` (which imports the connector class);
@@ -44,6 +46,8 @@ from kvdoctor.engines.vllm import _runtime as rt
 from kvdoctor.engines.vllm import cache_config
 
 OFFLOADING_CONFIG = "vllm.distributed.kv_transfer.kv_connector.v1.offloading.config"
+# The one backend of vLLM 0.33 listing the per-token-head KV dtypes (rules.PER_TOKEN_HEAD_BACKEND).
+TOKEN_HEAD_BACKEND = ("vllm.v1.attention.backends.triton_attn", "TritonAttentionBackend")
 REFUSES_CODE = "KVD114-VLLM-REFUSES"
 NONE = "none"
 
@@ -108,7 +112,10 @@ def vllm_spec(spec: LayerSpec, cache_dtype: str, mamba: tuple[tuple[Any, ...], t
     """The rule model's layer as vLLM's own spec class (Mamba shapes/dtypes from vLLM's calculators)."""
     iface = rt.load("vllm.v1.kv_cache_interface")
     quant = iface.get_kv_quant_mode(cache_dtype)
-    dtype = rt.torch_dtype(spec.dtype)
+    if spec.token_head_scales:  # vLLM's own cache dtype, and its backend answers the content bytes (below)
+        dtype, content = rt.load("vllm.utils.torch_utils").STR_DTYPE_TO_TORCH_DTYPE[cache_dtype], None
+    else:
+        dtype, content = rt.torch_dtype(spec.dtype), spec.state_content_bytes
     if spec.kind is SpecKind.MAMBA:
         assert mamba is not None
         return iface.MambaSpec(
@@ -120,13 +127,22 @@ def vllm_spec(spec: LayerSpec, cache_dtype: str, mamba: tuple[tuple[Any, ...], t
         "head_size": spec.head_size,
         "dtype": dtype,
         "kv_quant_mode": quant,
-        "state_content_bytes": spec.state_content_bytes,
+        "state_content_bytes": content,
     }
     if spec.kind is SpecKind.MLA:
         return iface.MLAAttentionSpec(**common, cache_dtype_str=cache_dtype)
     if spec.kind is SpecKind.SLIDING:
-        return iface.SlidingWindowSpec(**common, head_size_v=spec.head_size_v, sliding_window=spec.sliding_window)
-    return iface.FullAttentionSpec(**common, head_size_v=spec.head_size_v)
+        built = iface.SlidingWindowSpec(**common, head_size_v=spec.head_size_v, sliding_window=spec.sliding_window)
+    else:
+        built = iface.FullAttentionSpec(**common, head_size_v=spec.head_size_v)
+    return backend_spec(built) if spec.token_head_scales else built
+
+
+def backend_spec(spec: Any) -> Any:
+    """SPEC as vLLM's attention backend for its quant mode customizes it (``customize_spec``: the per-token-head
+    content bytes, data and an fp32 scale per side; rules.PER_TOKEN_HEAD_CONTENT)."""
+    module, name = TOKEN_HEAD_BACKEND
+    return getattr(rt.load(module), name).customize_spec(spec)
 
 
 def mamba_state(a: VllmAnalysis) -> tuple[tuple[Any, ...], tuple[Any, ...]] | None:
@@ -259,6 +275,9 @@ def beside(a: VllmAnalysis) -> VllmAnswers:
     for name, rule_spec in a.specs.layers.items():
         theirs = specs[name]
         answers.checks.append(check(f"{name} page bytes", str(rule_spec.page_size_bytes), str(theirs.page_size_bytes)))
+        if rule_spec.token_head_scales:  # the cell's bytes, as vLLM's backend packs them
+            ours, vllm = str(rule_spec.state_content_bytes), str(getattr(theirs, "state_content_bytes", None))
+            answers.checks.append(check(f"{name} content bytes per (token, head)", ours, vllm))
         if rule_spec.kind is SpecKind.MAMBA:
             ours = f"{[list(s) for s in rule_spec.shapes]} {list(rule_spec.dtypes)}"
             vllm = f"{[list(s) for s in theirs.shapes]} {[str(d).removeprefix('torch.') for d in theirs.dtypes]}"

@@ -21,6 +21,7 @@ moved each way), then one ``g<i>.ledger`` row per group (blocks x layers x page 
 
 from __future__ import annotations
 
+import bisect
 import math
 import time
 from collections.abc import Callable, Sequence
@@ -58,7 +59,7 @@ class VllmRow:
     equal: bool
     bytes_out: int = 0  # bytes of this component vLLM's store descriptors read, every layer and block
     bytes_in: int = 0  # ... and its load descriptors wrote into the fresh blocks
-    copies_out: int = 0  # the most store descriptors that covered this component of one (layer, block)
+    copies_out: int = 0  # the most store descriptors that covered one byte of this component in one (layer, block)
     copies_in: int = 0
     first_layer: int | None = None  # the first differing byte: the layer's index in the group, its name,
     first_layer_name: str | None = None  # and the fresh block id it landed in
@@ -106,32 +107,84 @@ class VllmRoundtrip:
         return None if self.injected is None else set(self.failing) == set(self.expected_red)
 
 
-def _components(spec: Any) -> list[tuple[str, int]]:
-    """The byte ranges of one block's page, in page order, named (vLLM's layouts: K then V; Mamba's states in
-    the calculator's order; whatever follows the content is scales when the quant mode has them, else padding)."""
+@dataclass(frozen=True)
+class PageBytes:
+    """A set of one page's bytes: LENGTH bytes at START, then again every PERIOD bytes, COUNT times in all."""
+
+    start: int
+    length: int
+    period: int = 0
+    count: int = 1
+
+    @property
+    def size(self) -> int:
+        return self.length * self.count
+
+    def runs(self) -> list[tuple[int, int]]:
+        """Its (offset, length) runs in page order."""
+        return [(self.start + i * self.period, self.length) for i in range(self.count)]
+
+    def mask(self, page: int) -> Any:
+        """A boolean numpy mask over the page's PAGE bytes."""
+        np = rt.load("numpy")
+        span = self.count * max(self.period, self.length)
+        mask = np.zeros(max(page, self.start + span), dtype=bool)  # room for the last period's tail
+        mask[self.start : self.start + span].reshape(self.count, -1)[:, : self.length] = True
+        return mask[:page]
+
+
+def _components(spec: Any) -> list[tuple[str, PageBytes]]:
+    """One block's page as named byte sets, in page order. vLLM's attention pages are whole (head, slot) cells of
+    ``state_content_size_bytes``: plain ``[K | V]``, per-token-head ``[K | K_scale | V | V_scale]`` (each half ends
+    in its fp32 scale: ``_ensure_scale_caches``), one run of each per cell; a packed cell (nvfp4: data and scales
+    interleaved per head slot) is not split; Mamba's states in the calculator's order; whatever follows is padding."""
     page = spec.page_size_bytes
     name = type(spec).__name__
+    mode = getattr(spec, "kv_quant_mode", None)
     packed = getattr(spec, "state_content_bytes", None)
-    if packed is not None:  # a packed cell (nvfp4: data and scales interleaved per head slot): not split here
-        parts = [("kv_packed", spec.num_heads * spec.num_states * packed)]
+    parts: list[tuple[str, PageBytes]] = []
+    if mode is not None and mode.is_per_token_head:
+        cells, half = spec.num_heads * spec.num_states, packed // 2
+        scale = rt.load("torch").float32.itemsize  # _ensure_scale_caches: get_dtype_size(torch.float32)
+        for side, at in (("k", 0), ("v", half)):
+            parts.append((side, PageBytes(at, half - scale, packed, cells)))
+            parts.append((f"{side}_scale", PageBytes(at + half - scale, scale, packed, cells)))
+    elif packed is not None:
+        parts = [("kv_packed", PageBytes(0, spec.num_heads * spec.num_states * packed))]
     elif name == "MambaSpec":
         labels = (
             ["conv_state", "ssm_state"] if len(spec.shapes) == 2 else [f"state{i}" for i in range(len(spec.shapes))]
         )
-        parts = [(lab, math.prod(s) * d.itemsize) for lab, s, d in zip(labels, spec.shapes, spec.dtypes, strict=True)]
+        at = 0
+        for lab, shape, dtype in zip(labels, spec.shapes, spec.dtypes, strict=True):
+            parts.append((lab, PageBytes(at, math.prod(shape) * dtype.itemsize)))
+            at += parts[-1][1].size
     elif name.startswith("MLA"):
-        parts = [("latent", spec.block_size * spec.num_kv_heads * spec.head_size * spec.dtype.itemsize)]
+        parts = [("latent", PageBytes(0, spec.block_size * spec.num_kv_heads * spec.head_size * spec.dtype.itemsize))]
     else:
         item = spec.dtype.itemsize
-        heads = spec.num_kv_heads * spec.block_size
-        parts = [
-            ("k", heads * spec.head_size * item),
-            ("v", heads * getattr(spec, "head_size_v", spec.head_size) * item),
-        ]
-    rest = page - sum(n for _, n in parts)
-    if rest > 0:
-        parts.append(("scales" if int(getattr(spec, "kv_quant_mode", 0) or 0) > 1 else "padding", rest))
+        k, v = spec.head_size * item, getattr(spec, "head_size_v", spec.head_size) * item
+        cells = spec.num_heads * spec.num_states
+        parts = [("k", PageBytes(0, k, k + v, cells)), ("v", PageBytes(k, v, k + v, cells))]
+    used = sum(b.size for _, b in parts)
+    if page > used:
+        parts.append(("padding", PageBytes(used, page - used)))
     return parts
+
+
+def _data_runs(spec: Any) -> list[tuple[int, int]]:
+    """The page's runs without its scales, merged where adjacent (empty: the page keeps no scales)."""
+    parts = _components(spec)
+    if not any(n.endswith("_scale") for n, _ in parts):
+        return []
+    runs = sorted(r for n, b in parts if not n.endswith("_scale") for r in b.runs())
+    merged: list[tuple[int, int]] = []
+    for at, n in runs:
+        if merged and sum(merged[-1]) == at:
+            merged[-1] = (merged[-1][0], merged[-1][1] + n)
+        else:
+            merged.append((at, n))
+    return merged
 
 
 def _blocks_for(spec: Any, tokens: int) -> int:
@@ -283,10 +336,10 @@ def _expected_red(inject: str | None, groups: list[Any], tokens: int) -> list[st
     if inject == "reorder-blocks":
         target = _reorder_group(groups, tokens)
         return [f"g{target}.{c}" for c, _ in _components(groups[target].kv_cache_spec)]
-    scaled = [f"g{i}.scales" for i, g in enumerate(groups) if "scales" in dict(_components(g.kv_cache_spec))]
+    scaled = [i for i, g in enumerate(groups) if _data_runs(g.kv_cache_spec)]
     if not scaled:
         raise InputError("--inject skip-scales: no group of this launch line carries in-page scales (try an fp8 mode)")
-    return scaled + [n.replace(".scales", ".ledger") for n in scaled]
+    return [f"g{i}.{c}" for i in scaled for c in ("k_scale", "v_scale", "ledger")]
 
 
 def _inject(inject: str | None, worker: Any, groups: list[Any]) -> None:
@@ -301,16 +354,33 @@ def _inject(inject: str | None, worker: Any, groups: list[Any]) -> None:
 
         handler._fill_group_ops = dropping
     elif inject == "skip-scales":
-        cut = {i: dict(_components(g.kv_cache_spec)).get("scales", 0) for i, g in enumerate(groups)}
+        np = rt.load("numpy")
+        runs = {i: _data_runs(g.kv_cache_spec) for i, g in enumerate(groups)}
+        widest = max(len(r) for r in runs.values())
+        estimate: Callable[..., int] = handler._estimate_max_copy_ops
+
+        def room(group_sizes: Sequence[int]) -> int:  # the descriptor buffers, sized for the split pages
+            return estimate(group_sizes) * max(widest, 1)
 
         def unscaled(g_idx: int, **kw: Any) -> tuple[int, int]:
             first = kw["op_idx"]
             end, moved = fill(g_idx, **kw)
-            if cut[g_idx]:
-                kw["all_sizes"][first:end] -= cut[g_idx]
-                moved -= cut[g_idx] * (end - first)
-            return end, moved
+            if not runs[g_idx]:
+                return end, moved
+            page = groups[g_idx].kv_cache_spec.page_size_bytes
+            sizes = kw["all_sizes"][first:end]
+            if (sizes != page).any():
+                raise InternalError(f"skip-scales: vLLM's descriptors of group {g_idx} are not whole pages")
+            offsets = np.array([at for at, _ in runs[g_idx]], dtype=np.int64)
+            lengths = np.array([n for _, n in runs[g_idx]], dtype=np.int64)
+            src, dst = kw["all_src"][first:end].copy(), kw["all_dst"][first:end].copy()
+            last = first + (end - first) * len(offsets)
+            kw["all_src"][first:last] = (src[:, None] + offsets).ravel()
+            kw["all_dst"][first:last] = (dst[:, None] + offsets).ravel()
+            kw["all_sizes"][first:last] = np.tile(lengths, end - first)
+            return last, int(lengths.sum()) * (end - first)
 
+        handler._estimate_max_copy_ops = room
         handler._fill_group_ops = unscaled
 
 
@@ -319,19 +389,27 @@ class _Moved:
     sources) and the load's writes (their destinations), as the memmove shim recorded them."""
 
     def __init__(self, tensors: list[Any], calls: list[Any], stored: int) -> None:
-        spans = [(x.data_ptr(), x.data_ptr() + x.numel(), x.shape[1]) for x in tensors]
-        self.out = self._pieces(spans, [(c.src, c.size) for c in calls[:stored]])
-        self.into = self._pieces(spans, [(c.dst, c.size) for c in calls[stored:]])
+        self._spans = sorted((x.data_ptr(), x.data_ptr() + x.numel(), x.shape[1], i) for i, x in enumerate(tensors))
+        self._starts = [lo for lo, *_ in self._spans]
+        self.out = self._pieces([(c.src, c.size) for c in calls[:stored]])
+        self.into = self._pieces([(c.dst, c.size) for c in calls[stored:]])
 
-    @staticmethod
-    def _pieces(spans: list[tuple[int, int, int]], copies: list[tuple[int, int]]) -> dict[tuple[int, int], list]:
+    def owner(self, ptr: int) -> tuple[int, int, int] | None:
+        """(tensor index, tensor start, page bytes) of the tensor PTR points into, or None."""
+        k = bisect.bisect_right(self._starts, ptr) - 1
+        if k < 0 or ptr >= self._spans[k][1]:
+            return None
+        lo, _, page, t = self._spans[k]
+        return t, lo, page
+
+    def _pieces(self, copies: list[tuple[int, int]]) -> dict[tuple[int, int], list[tuple[int, int]]]:
         """(tensor, block) -> the (start, end) page offsets each descriptor covered there."""
         out: dict[tuple[int, int], list[tuple[int, int]]] = {}
         for ptr, size in copies:
-            t = next((i for i, (lo, hi, _) in enumerate(spans) if lo <= ptr < hi), None)
-            if t is None:
+            found = self.owner(ptr)
+            if found is None:
                 continue
-            lo, _, page = spans[t]
+            t, lo, page = found
             at, end = ptr - lo, ptr - lo + size
             while at < end:  # a descriptor may span blocks: one piece per block it touches
                 block, offset = divmod(at, page)
@@ -341,17 +419,29 @@ class _Moved:
         return out
 
     @staticmethod
-    def covered(pieces: dict[tuple[int, int], list], layers: list[int], blocks: list[int], lo: int, hi: int):
-        """Bytes of page range [LO, HI) the descriptors covered over LAYERS x BLOCKS, and the most descriptors
-        that touched it in any one (layer, block) (0 when one was never touched)."""
-        total, most, least = 0, 0, None
+    def tally(
+        pieces: dict[tuple[int, int], list], layers: list[int], blocks: list[int], page: int, masks: list[Any]
+    ) -> list[tuple[int, int]]:
+        """Per byte set of the page (a boolean mask of PAGE bytes): the bytes of it the descriptors covered over
+        LAYERS x BLOCKS (a byte covered twice counts twice), and the most descriptors that covered one of its bytes
+        (0 when one of its bytes was never covered)."""
+        np = rt.load("numpy")
+        total, most, least = [0] * len(masks), [0] * len(masks), [-1] * len(masks)
         for t in layers:
             for b in blocks:
-                hits = [(max(a, lo), min(z, hi)) for a, z in pieces.get((t, b), []) if min(z, hi) > max(a, lo)]
-                total += sum(z - a for a, z in hits)
-                most = max(most, len(hits))
-                least = len(hits) if least is None else min(least, len(hits))
-        return total, (0 if least == 0 else most)
+                edges = np.zeros(page + 1, dtype=np.int32)
+                spans = pieces.get((t, b), [])
+                if spans:
+                    ends = np.array(spans, dtype=np.int64)
+                    np.add.at(edges, ends[:, 0], 1)
+                    np.add.at(edges, ends[:, 1], -1)
+                count = np.cumsum(edges[:-1])
+                for i, mask in enumerate(masks):
+                    seen = count[mask]
+                    total[i] += int(seen.sum())
+                    most[i] = max(most[i], int(seen.max()))
+                    least[i] = int(seen.min()) if least[i] < 0 else min(least[i], int(seen.min()))
+        return [(tot, 0 if low == 0 else top) for tot, top, low in zip(total, most, least, strict=True)]
 
 
 def _check_memory(groups: list[Any], tokens: int) -> None:
@@ -379,15 +469,21 @@ def _diff(
     new: list[list[int]],
     moved: _Moved,
 ) -> list[VllmRow]:
+    torch = rt.load("torch")
     rows: list[VllmRow] = []
     for gi, g in enumerate(groups):
-        offset = 0
-        for comp, size in _components(g.kv_cache_spec):
+        page = g.kv_cache_spec.page_size_bytes
+        parts = _components(g.kv_cache_spec)
+        masks = [b.mask(page) for _, b in parts]
+        outs = moved.tally(moved.out, layer_of[gi], src[gi], page, masks)
+        intos = moved.tally(moved.into, layer_of[gi], new[gi], page, masks)
+        for (comp, _), mask, (out, copies_out), (into, copies_in) in zip(parts, masks, outs, intos, strict=True):
+            picked = torch.from_numpy(mask)
             total = bad = 0
             first: tuple[int, str, int] | None = None
             for li, t in enumerate(layer_of[gi]):
-                want = before[t][src[gi], offset : offset + size]
-                got = after[t].as_subclass(type(before[t]))[new[gi], offset : offset + size]
+                want = before[t][src[gi]][:, picked]
+                got = after[t].as_subclass(type(before[t]))[new[gi]][:, picked]
                 total += want.numel()
                 differs = want != got
                 n = int(differs.sum())
@@ -395,9 +491,6 @@ def _diff(
                     block = int(differs.any(dim=1).nonzero()[0, 0])
                     first = (li, list(g.layer_names)[li], new[gi][block])
                 bad += n
-            out, copies_out = moved.covered(moved.out, layer_of[gi], src[gi], offset, offset + size)
-            into, copies_in = moved.covered(moved.into, layer_of[gi], new[gi], offset, offset + size)
-            offset += size
             rows.append(
                 VllmRow(
                     f"g{gi}.{comp}",
@@ -429,10 +522,9 @@ def _ledger(
     stored: int,
     moved: _Moved,
 ) -> list[GroupCopy]:
-    spans = {t: (x.data_ptr(), x.data_ptr() + x.numel()) for t, x in enumerate(tensors)}
-
     def owner(ptr: int) -> int | None:
-        return next((t for t, (lo, hi) in spans.items() if lo <= ptr < hi), None)
+        found = moved.owner(ptr)
+        return None if found is None else found[0]
 
     out: list[GroupCopy] = []
     for gi, g in enumerate(groups):
@@ -441,8 +533,9 @@ def _ledger(
         bytes_out = sum(c.size for c in calls[:stored] if owner(c.src) in mine)
         bytes_in = sum(c.size for c in calls[stored:] if owner(c.dst) in mine)
         expected = len(src[gi]) * len(layer_of[gi]) * page
-        _, copies_out = moved.covered(moved.out, layer_of[gi], src[gi], 0, page)
-        _, copies_in = moved.covered(moved.into, layer_of[gi], new[gi], 0, page)
+        whole = [PageBytes(0, page).mask(page)]
+        ((_, copies_out),) = moved.tally(moved.out, layer_of[gi], src[gi], page, whole)
+        ((_, copies_in),) = moved.tally(moved.into, layer_of[gi], new[gi], page, whole)
         out.append(
             GroupCopy(
                 group=gi,
