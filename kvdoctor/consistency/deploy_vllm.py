@@ -16,7 +16,9 @@ launch; ``--shrink`` keeps a Mamba2 hybrid's state small for vLLM (:data:`kvdoct
 VLLM_MAMBA_STATE`, named in the output) so its attention block stays at 32 tokens.
 
 ``--scenario prefix-cache`` (:mod:`kvdoctor.consistency.prefix`) plans the same two servers at one pool (the
-concurrent demand and one request spare: nothing must preempt) with their prefix caching the only difference: the
+concurrent demand and one request spare, so nothing preempts, or, where larger, every block the fill and hit
+phases allocate, so no prefix is evicted before it is hit: :func:`kvdoctor.consistency.prefix.pool_blocks`) with
+their prefix caching the only difference: the
 reference ``--no-enable-prefix-caching`` (every token computed), the subject (role ``pressured``)
 ``--enable-prefix-caching``; both ``--enable-prompt-tokens-details`` (each reply's ``usage`` says its cached
 tokens). A Mamba hybrid then gets vLLM's mamba cache mode 'align' on the subject and 'none' on the reference
@@ -86,6 +88,7 @@ SCENARIO_FLAGS = {
     "--enable-prefix-caching": "the scenario turns prefix caching on for the subject, off for the reference",
     "--no-enable-prefix-caching": "the scenario turns prefix caching on for the subject, off for the reference",
     "--enable-prompt-tokens-details": "the scenario asks both servers for each reply's cached tokens",
+    "--no-enable-prompt-tokens-details": "the scenario asks both servers for each reply's cached tokens",
 }
 
 
@@ -119,8 +122,9 @@ class Pools:
         return blocks * self.block_size
 
 
-def check_extra_args(args: Sequence[str]) -> None:
-    """vLLM flags after ``--`` (vLLM's spellings; an SGLang-only flag is refused naming the server)."""
+def check_extra_args(args: Sequence[str], owned: Mapping[str, str] = OWNED_FLAGS, what: str = "") -> None:
+    """vLLM flags after ``--`` (vLLM's spellings, abbreviations resolved as vLLM's parser would; an SGLang-only
+    flag is refused naming the server); one in OWNED (flag -> why) is refused, WHAT saying with what."""
     from kvdoctor.core.launch_line import scan
     from kvdoctor.core.vllm.flags import VLLM
 
@@ -131,8 +135,8 @@ def check_extra_args(args: Sequence[str]) -> None:
     if found.positionals:
         raise InputError(f"unexpected argument {found.positionals[0]!r} among the vLLM flags after --")
     for o in found.options:
-        if o.name in OWNED_FLAGS:
-            raise InputError(f"{o.name} after -- is not allowed: {OWNED_FLAGS[o.name]}")
+        if o.name in owned:
+            raise InputError(f"{o.name} after -- is not allowed{what}: {owned[o.name]}")
 
 
 def check_fault(name: str, *, has_recurrent: bool, scenario: str = prefix.PREEMPT) -> None:
@@ -154,12 +158,19 @@ def check_fault(name: str, *, has_recurrent: bool, scenario: str = prefix.PREEMP
 def check_scenario(o: VllmDeployOptions) -> None:
     """What a scenario cannot run here, refused before launch."""
     from kvdoctor.core.vllm.rules import Family
+    from kvdoctor.core.vllm.specs import SpecKind
 
     if o.scenario != prefix.PREFIX_CACHE:
         return
-    owned = [a.split("=", 1)[0] for a in o.extra_args if a.split("=", 1)[0] in SCENARIO_FLAGS]
-    if owned:
-        raise InputError(f"{owned[0]} after -- is not allowed with --scenario prefix-cache: {SCENARIO_FLAGS[owned[0]]}")
+    check_extra_args(o.extra_args, SCENARIO_FLAGS, " with --scenario prefix-cache")
+    if o.inject in PREFIX_FAULTS:  # every spec kind but Mamba is one of vLLM's AttentionSpec subclasses
+        kinds = [g.kind for g in _planned(o)[1]]
+        if all(k is SpecKind.MAMBA for k in kinds):
+            raise InputError(
+                f"--inject {o.inject} zeroes the attention KV blocks a request reads from the prefix cache, and "
+                f"vLLM plans no attention group for this model ({', '.join(sorted({k.value for k in kinds}))} "
+                "only): it would fire on nothing"
+            )
     if o.device != "cpu":
         return
     specs = _specs(o)
@@ -170,6 +181,15 @@ def check_scenario(o: VllmDeployOptions) -> None:
             f"prompt: {MAMBA2_PREFIX_CPU_FINDING}; a finding about vLLM on CPU (not kvdoctor's; a GPU is not "
             "measured): run it with --device cuda, or --scenario preempt (served without prefix caching)"
         )
+
+
+def _planned(o: VllmDeployOptions) -> tuple[VllmAnalysis, Sequence[Group]]:
+    """The subject's analysis and KV cache groups from kvdoctor's vLLM grouping model (vLLM's refusal, if it
+    would refuse)."""
+    a = _analysis(o, _server_flags(o))
+    if a.groups is None:
+        raise InputError(f"vLLM would not start with this model and these flags: {a.refusal} ({a.refusal_where})")
+    return a, a.groups
 
 
 SUBJECT = "pressured"  # the role whose server is under test (prefix-cache: the one with prefix caching on)
@@ -248,14 +268,13 @@ def pools(o: VllmDeployOptions) -> Pools:
     """(reference, pressured) ``--num-gpu-blocks-override`` from kvdoctor's vLLM grouping model."""
     from kvdoctor.core.vllm.specs import SpecKind
 
-    a = _analysis(o, _server_flags(o))
-    if a.groups is None:
-        raise InputError(f"vLLM would not start with this model and these flags: {a.refusal} ({a.refusal_where})")
+    a, groups = _planned(o)
     w = served(o)
     tokens = w.per_request_tokens
     per_request = 0
+    shared = 0  # blocks a prefix-cache hit shares with the cached prefix (whole blocks of full-attention groups)
     lines = []
-    for i, g in enumerate(a.groups):
+    for i, g in enumerate(groups):
         bs = g.spec.block_size
         if g.kind is SpecKind.MAMBA:
             blocks = 1
@@ -264,11 +283,13 @@ def pools(o: VllmDeployOptions) -> Pools:
         else:
             blocks = math.ceil(tokens / bs)
         per_request += blocks
+        if g.kind in (SpecKind.FULL, SpecKind.MLA):  # a sliding window's or Mamba's blocks: counted unshared
+            shared += min(blocks, prefix.prefix_tokens(a.specs.block_size) // bs)
         lines.append(f"group {i}: {g.kind.value}, block {bs} tokens, {len(g.layer_names)} layers, {blocks}/request")
-    if o.scenario == prefix.PREFIX_CACHE:  # one pool for both: the whole concurrent demand fits, nothing preempts
-        both = w.in_flight * per_request + per_request + 1  # + 1: BlockPool's null block
+    if o.scenario == prefix.PREFIX_CACHE:
+        both = prefix.pool_blocks(o.workload, per_request, shared)
         return Pools(both, both, per_request, a.specs.block_size, tuple(lines))
-    if not _grows(a.groups, o.workload):
+    if not _grows(groups, o.workload):
         bs = a.specs.block_size
         w = o.workload
         raise InputError(

@@ -10,7 +10,7 @@ ran (the tokens were not all SGLang's own work).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from kvdoctor.consistency.compare import NoiseFloor, RequestDiff
@@ -143,9 +143,13 @@ def fault_fired(
     return Gate("fault-fired", True, "passed", f"--inject {name} {on.format(n=fired)}")
 
 
-def prefix_hits(subject: int | None, reference: int | None, source: str) -> Gate:
+def prefix_hits(
+    subject: int | None, reference: int | None, source: str, hit_phase: Mapping[str, int | None] | None = None
+) -> Gate:
     """``--scenario prefix-cache``: the subject's prefix cache must have served tokens (vLLM's
-    ``vllm:prefix_cache_hits_total``) and the reference's none, else the comparison tested no cached state."""
+    ``vllm:prefix_cache_hits_total``) and the reference's none, else the comparison tested no cached state; and,
+    where the subject's replies said each request's cached tokens (HIT_PHASE: the hit phase's ``requests`` and
+    ``hit_requests``, None when unknown), every hit-phase request must have hit."""
     if subject is None or reference is None:
         return Gate(
             "prefix-cache",
@@ -169,8 +173,22 @@ def prefix_hits(subject: int | None, reference: int | None, source: str) -> Gate
             f"guard has no teeth: the reference hit its prefix cache for {reference} tokens; it does not compute "
             "every token",
         )
+    hit, sent = (hit_phase or {}).get("hit_requests"), (hit_phase or {}).get("requests")
+    if hit is not None and sent is not None and hit < sent:
+        return Gate(
+            "prefix-cache",
+            False,
+            "no_teeth",
+            f"guard has no teeth: {sent - hit} of the {sent} hit-phase requests read no cached tokens (usage."
+            f"prompt_tokens_details; {hit} hit), so their prefix was evicted or never cached before they came "
+            f"(the subject's prefix cache served {subject} tokens in all)",
+        )
+    every = f"; {hit}/{sent} hit-phase requests hit" if hit is not None else ""
     return Gate(
-        "prefix-cache", True, "passed", f"subject's prefix cache served {subject} tokens, the reference 0 ({source})"
+        "prefix-cache",
+        True,
+        "passed",
+        f"subject's prefix cache served {subject} tokens, the reference 0 ({source}){every}",
     )
 
 

@@ -8,9 +8,10 @@ workload's concurrency:
 
 1. ``fill``: one request per group (the prefix blocks are computed and cached);
 2. ``hit``: half of each group's other requests (their prefix blocks come from the cache: cached tokens > 0);
-3. ``evict``: unrelated unique prompts of the same length, one new token each, enough to allocate more blocks
-   than the pool holds, so vLLM's block pool evicts the cached prefixes (``BlockPool``'s free queue is LRU);
-   not compared (they exist to evict);
+3. ``evict``: unrelated unique prompts of the same length, one new token each (vLLM allocates the prompt's
+   blocks only: the request finishes on its first token), enough to allocate more blocks than the pool holds, so
+   vLLM's block pool evicts the cached prefixes (``BlockPool``'s free queue is LRU); not compared (they exist to
+   evict);
 4. ``again``: the rest of each group (a group's first request recomputes the evicted prefix, the others may hit
    it again).
 
@@ -107,9 +108,35 @@ def served(w: Workload, block_size: int) -> Workload:
 
 def evict_requests(w: Workload, block_size: int, pool_blocks: int) -> int:
     """Unique one-token requests whose blocks together exceed the pool (every older cached block is evicted),
-    plus one concurrent wave (vLLM frees a finished request's blocks to the LRU tail, where they wait)."""
-    per = math.ceil((served(w, block_size).prompt_tokens + 1) / block_size)
+    plus one concurrent wave (vLLM frees a finished request's blocks to the LRU tail, where they wait). Each holds
+    its prompt's blocks only: with one new token vLLM schedules the prompt (``allocate_slots`` for its tokens) and
+    the request finishes on the token that step samples, never allocating for it."""
+    per = math.ceil(served(w, block_size).prompt_tokens / block_size)
     return math.ceil(pool_blocks / per) + w.in_flight
+
+
+def phase_requests(w: Workload) -> dict[str, int]:
+    """How many requests fill, hit and again get (as :func:`build` splits ``--requests`` over the groups)."""
+    sizes = [w.requests // GROUPS + (g < w.requests % GROUPS) for g in range(GROUPS)]
+    hits = [_hits(n) for n in sizes]
+    return {"fill": GROUPS, "hit": sum(hits), "again": sum(n - 1 - h for n, h in zip(sizes, hits, strict=True))}
+
+
+def _hits(members: int) -> int:
+    """A group's hit-phase requests: half of those after its fill request (rounded up); the rest come again."""
+    return math.ceil((members - 1) / 2)
+
+
+def pool_blocks(w: Workload, per_request: int, shared: int) -> int:
+    """The one pool both servers get, in blocks: the larger of the concurrent demand plus one request spare (nothing
+    preempts) and every block the fill and hit phases allocate, none reused: the fill requests' whole blocks and
+    each hit request's blocks beyond the SHARED prefix blocks it reads from the cache. vLLM's ``BlockPool`` hands
+    out never-used blocks before freed ones (its free queue is LRU, a freed block joins at the tail), so no cached
+    prefix is evicted before every hit-phase request has read it, at any --concurrency. + 1: the null block."""
+    n = phase_requests(w)
+    demand = w.in_flight * per_request + per_request
+    before_again = n["fill"] * per_request + n["hit"] * (per_request - shared)
+    return max(demand, before_again) + 1
 
 
 def build(w: Workload, vocab_size: int, block_size: int, pool_blocks: int) -> PrefixWorkload:
@@ -133,7 +160,7 @@ def build(w: Workload, vocab_size: int, block_size: int, pool_blocks: int) -> Pr
         members[i % GROUPS].append(prefixes[i % GROUPS] + ids(w.prompt_tokens))
     split: dict[str, list[tuple[int, tuple[int, ...]]]] = {"fill": [], "hit": [], "again": []}
     for g, prompts in enumerate(members):
-        hit = math.ceil((len(prompts) - 1) / 2)
+        hit = _hits(len(prompts))
         split["fill"].append((g, prompts[0]))
         split["hit"] += [(g, p) for p in prompts[1 : 1 + hit]]
         split["again"] += [(g, p) for p in prompts[1 + hit :]]

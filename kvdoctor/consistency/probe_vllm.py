@@ -73,15 +73,21 @@ class PreemptionProbe:
         self.before = scrape(self.url, timeout_s)
 
     def finish(self, timeout_s: float = 10.0) -> RetractionCount:
-        after = scrape(self.url, timeout_s)
-        if self.before is None or after is None:
-            return RetractionCount(None, "none")
-        if after < self.before:
-            raise CounterWentBackwards(
-                f"{COUNTER} went backwards during the burst ({self.before} before it, {after} after): the server "
-                "restarted or the counter was reset, so this burst's preemptions cannot be counted"
-            )
-        return RetractionCount(after - self.before, "metrics")
+        delta = burst_delta(COUNTER, self.before, scrape(self.url, timeout_s), "preemptions")
+        return RetractionCount(delta, "metrics" if delta is not None else "none")
+
+
+def burst_delta(name: str, before: int | None, after: int | None, what: str) -> int | None:
+    """Counter NAME's growth over a burst (None when either side is unknown); a counter that went backwards is
+    refused (the server restarted or reset it), never read as a smaller count of WHAT."""
+    if before is None or after is None:
+        return None
+    if after < before:
+        raise CounterWentBackwards(
+            f"{name} went backwards during the burst ({before} before it, {after} after): the server restarted or "
+            f"the counter was reset, so this burst's {what} cannot be counted"
+        )
+    return after - before
 
 
 @dataclass(frozen=True)
@@ -137,16 +143,6 @@ class PrefixCacheProbe:
 
     def finish(self, timeout_s: float = 10.0) -> PrefixCacheCount:
         after = scrape_prefix_cache(self.url, timeout_s)
-        deltas: list[int | None] = []
-        for name, b, a in zip((HITS, QUERIES), self.before[:2], after[:2], strict=True):
-            if b is None or a is None:
-                deltas.append(None)
-                continue
-            if a < b:
-                raise CounterWentBackwards(
-                    f"{name} went backwards during the burst ({b} before it, {a} after): the server restarted or "
-                    "the counter was reset, so this burst's prefix-cache hits cannot be counted"
-                )
-            deltas.append(a - b)
-        hits, queries = deltas
+        hits = burst_delta(HITS, self.before[0], after[0], "prefix-cache hits")
+        queries = burst_delta(QUERIES, self.before[1], after[1], "prefix-cache queries")
         return PrefixCacheCount(hits, queries, "metrics" if hits is not None else "none", after[2])

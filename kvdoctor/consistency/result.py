@@ -152,11 +152,16 @@ class ConsistencyResult:
     def summary_line(self) -> str:
         if self.exit_code not in (EXIT_PASS, EXIT_GATE):
             return self.message.splitlines()[0] if self.message else self.exit_reason
-        press = self.retractions.get("pressured")
-        noun = "preemptions" if self.server == "vllm" else "retractions"
-        head = f"{self.identical}/{self.total} requests identical, {press if press is not None else '?'} {noun}"
+        head = f"{self.identical}/{self.total} requests identical, {self.evidence()}"
         failed = [g for g in self.gates if not g.passed]
         return f"{head}; {failed[0].message}" if failed else f"{head} ({self.wall_s:.0f} s)"
+
+    def evidence(self) -> str:
+        """What the verdict line counts beside the identical requests: the pressured server's preemptions
+        (retractions under SGLang), '?' when unknown."""
+        press = self.retractions.get("pressured")
+        noun = "preemptions" if self.server == "vllm" else "retractions"
+        return f"{press if press is not None else '?'} {noun}"
 
 
 @dataclass
@@ -169,11 +174,7 @@ class PrefixCacheResult(ConsistencyResult):
     # subject's cached tokens per compared request (usage.prompt_tokens_details) and per phase
     prefix_cache: dict[str, Any] = field(default_factory=dict)
 
-    def summary_line(self) -> str:
-        if self.exit_code not in (EXIT_PASS, EXIT_GATE):
-            return super().summary_line()
+    def evidence(self) -> str:
+        """The subject's prefix-cache hit tokens (this scenario's evidence in the preemptions' place)."""
         hits = (self.prefix_cache.get("hits") or {}).get("pressured")
-        shown = hits if hits is not None else "?"
-        head = f"{self.identical}/{self.total} requests identical, {shown} prefix-cache hit tokens"
-        failed = [g for g in self.gates if not g.passed]
-        return f"{head}; {failed[0].message}" if failed else f"{head} ({self.wall_s:.0f} s)"
+        return f"{hits if hits is not None else '?'} prefix-cache hit tokens"

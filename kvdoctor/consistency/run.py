@@ -482,10 +482,10 @@ def _deploy_and_compare(
 
     ref_role = "reference" if o.topology == "single" else "decode-reference"
     press_role = "pressured" if o.topology == "single" else "decode-pressured"
-    warm = Workload(1, o.workload.prompt_tokens, 4, 1, o.workload.seed)
+    warm, warm_prompts = warm_up(prepared)
     with watch.phase("warm-up"):
         for url in (deployment.reference_url, deployment.pressured_url):  # a router may answer /health, not route
-            burst("warm-up", url, prompts(warm, prepared.vocab_size)[:1], warm, phase=False)
+            burst("warm-up", url, warm_prompts, warm, phase=False)
     cache = prefix_probes(deployment.reference_metrics) if prepared.prefix is not None else None
     ref_probe = probe(deployment.reference_metrics, ref_role)
     ref1, b1 = burst("reference", deployment.reference_url, prepared.prompts, o.workload)
@@ -518,6 +518,14 @@ def _deploy_and_compare(
             server=o.server,
             prefix_hits=(ref_cache, press_cache) if ref_cache and press_cache else None,
         )
+
+
+def warm_up(prepared: Prepared) -> tuple[Workload, list[list[int]]]:
+    """The one short request each server gets before the compared bursts (its first request pays start-up costs
+    outside them); under ``--scenario prefix-cache`` it must cache no compared prompt's first block."""
+    w = prepared.options.workload
+    warm = Workload(1, w.prompt_tokens, 4, 1, w.seed)
+    return warm, prompts(warm, prepared.vocab_size)[:1]
 
 
 def record_prefix_cache(
@@ -564,8 +572,26 @@ def record_prefix_cache(
         result.warnings.append(
             "the eviction wave evicted no prefix: every request after it read its whole prefix from the cache"
         )
+    unknown = sum(c is None for ph, c in zip(phases, cached, strict=True) if ph == "hit")
     if not any(c is not None for c in cached):
-        result.warnings.append("vLLM's replies carried no usage.prompt_tokens_details: per-request hits unknown")
+        result.warnings.append(
+            "vLLM's replies carried no usage.prompt_tokens_details: per-request hits unknown (that every hit-phase "
+            "request hit is not gated)"
+        )
+    elif unknown:
+        result.warnings.append(
+            f"{unknown} hit-phase request(s) carried no usage.prompt_tokens_details: that every hit-phase request "
+            "hit is not gated"
+        )
+
+
+def _hit_phase(evidence: dict[str, Any]) -> dict[str, int | None] | None:
+    """The hit phase's requests and those that read cached tokens, when the subject said it for every one."""
+    rows = zip(evidence.get("request_phases") or [], evidence.get("cached_tokens") or [], strict=False)
+    hit = [c for ph, c in rows if ph == "hit"]
+    if not hit or any(c is None for c in hit):
+        return None
+    return {"requests": len(hit), "hit_requests": sum(c > 0 for c in hit)}
 
 
 def timed_burst(
@@ -616,7 +642,7 @@ def evaluate(
     if isinstance(result, PrefixCacheResult):
         ref_hits, subject_hits = prefix_hits or (PrefixCacheCount(None, None, "none"),) * 2
         source = subject_hits.source if subject_hits.source == ref_hits.source else "none"
-        evidence = gates.prefix_hits(subject_hits.hits, ref_hits.hits, source)
+        evidence = gates.prefix_hits(subject_hits.hits, ref_hits.hits, source, _hit_phase(result.prefix_cache))
     else:
         evidence = gates.pressure(
             result.retractions.get("pressured"),

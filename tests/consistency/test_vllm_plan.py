@@ -284,7 +284,7 @@ def test_drop_kv_zeroes_a_resumed_requests_blocks_one_step_later_and_logs_it(
     assert bool(module.kv[[0, 2, 4]].eq(1).all()), "no other request's block is touched"
     events = [line.split(" ", 2)[1:] for line in log.read_text().splitlines()]
     assert events[0][0] == "fault-installed"
-    assert events[1] == ["fault-fired", "drop-kv r1 blocks=2"]
+    assert events[1] == ["fault-fired", "drop-kv r1 blocks=2 layers=1"]
 
 
 def test_a_fault_that_never_fired_or_failed_turns_the_run_red(tmp_path: Path) -> None:

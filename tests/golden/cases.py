@@ -34,6 +34,7 @@ LMCACHE = '{"kv_connector":"LMCacheConnectorV1","kv_role":"kv_both"}'
 QWEN_NEXT_LMCACHE = ("qwen3-next-80b-a3b", "--server", "vllm", "--kv-transfer-config", LMCACHE)
 PRESET = ("inkling-small", "--preset", "inkling-mxfp8")
 SMALL_RUN = ("--requests", "4", "--tokens", "64", "--layers", "2")  # a small round trip: the same paths, faster
+VLLM_CPU = ("llama-3.1-8b", "--shrink", "--server", "vllm", "--device", "cpu")
 CLOSED = "http://127.0.0.1:9"  # the discard port: nothing listens there
 EXTERNAL_CLOSED = ("--prefill-url", CLOSED, "--decode-url", CLOSED, "--router-url", CLOSED)
 
@@ -185,6 +186,11 @@ CASES: tuple[Case, ...] = (
     # --- consistency: the plan and its input errors
     Case("consistency-dry-run", ("consistency", "llama-3.1-8b", "--shrink", "--topology", "pd", "--dry-run")),
     Case("consistency-bad-topology", ("consistency", "llama-3.1-8b", "--topology", "ring", "--dry-run")),
+    # --server vllm's plan: the preempt scenario byte-identical to before --scenario existed, and prefix-cache's
+    Case("consistency-vllm-dry-run", ("consistency", *VLLM_CPU, "--dry-run")),
+    Case(
+        "consistency-vllm-prefix-cache-dry-run", ("consistency", *VLLM_CPU, "--scenario", "prefix-cache", "--dry-run")
+    ),
     # --- the installed SGLang (.venv-sglang/)
     Case("drift-inkling-decode", ("drift", "--fixture", "inkling-small", "--case", "decode"), runs_in="sglang"),
     Case(

@@ -15,9 +15,11 @@ step later (its recomputed KV written), its blocks zeroed in the KV cache tensor
   it was promised is lost; the zeroed blocks stay in the cache for later hits).
 
 Each step is written to ``KVDOCTOR_VLLM_PLUGIN_LOG`` (``<pid> <event> <detail>``): ``loaded`` per process,
-``fault-installed`` when the runner is wrapped, ``fault-fired`` per resumed (or prefix-hit) request hit,
-``fault-failed`` if zeroing raised; the run counts them, so a fault that never fired cannot pass as a run that
-caught nothing. Importing this module imports no vLLM.
+``fault-installed`` when the runner is wrapped, ``fault-fired`` per resumed (or prefix-hit) request whose blocks
+were zeroed (``blocks=``: its KV cache blocks zeroed, summed over the fault's groups, each block with all its
+kernel rows; ``layers=``: the layers written), ``fault-failed`` if zeroing raised or zeroed no block; the run
+counts them, so a fault that never fired (or fired on nothing) cannot pass as a run that caught nothing.
+Importing this module imports no vLLM.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ import importlib.util
 import os
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from kvdoctor.engines import hook_log
 
@@ -88,76 +90,91 @@ class _AfterImport(importlib.abc.MetaPathFinder):
 
 
 def _patch(module: Any, fault: str) -> None:
+    """Wrap ``GPUModelRunner._update_states`` for FAULT (once per process) and log that it is installed."""
     runner = module.GPUModelRunner
     if getattr(runner, "_kvdoctor_fault", None):
         return
-    if fault in PREFIX_FAULTS:
-        _patch_prefix(runner, fault)
-        return
-    original = runner._update_states
+    wrap = _wrap_prefix if fault in PREFIX_FAULTS else _wrap_resumed
+    runner._update_states = wrap(runner._update_states, fault)
+    runner._kvdoctor_fault = fault
+    _log("fault-installed", f"{fault} {runner.__module__}.{runner.__qualname__}._update_states")
+
+
+UpdateStates = Callable[[Any, Any], Any]
+
+
+def _wrap_resumed(original: UpdateStates, fault: str) -> UpdateStates:
+    """``drop-kv`` / ``zero-state``: a request resumed from preemption is zeroed one step later (its recomputed
+    state written by then)."""
 
     def _update_states(self: Any, scheduler_output: Any) -> Any:
         pending: list[str] = getattr(self, "_kvdoctor_pending", [])
         self._kvdoctor_pending = []
         for req_id in pending:
             state = self.requests.get(req_id)
-            if state is None:
-                continue
-            try:
-                n = zero_blocks(self, state.block_ids, fault)
-            except Exception as exc:  # the fault must never crash the server it runs in
-                _log("fault-failed", f"{req_id} {type(exc).__name__}: {exc}")
-                continue
-            _log("fault-fired", f"{fault} {req_id} blocks={n}")
+            if state is not None:
+                _fire(req_id, fault, "", lambda s=state: zero_blocks(self, s.block_ids, fault))
         out = original(self, scheduler_output)
         resumed = getattr(scheduler_output.scheduled_cached_reqs, "resumed_req_ids", ()) or ()
         self._kvdoctor_pending = [r for r in resumed if r in self.requests]
         return out
 
-    runner._update_states = _update_states
-    runner._kvdoctor_fault = fault
-    _log("fault-installed", f"{fault} {runner.__module__}.{runner.__qualname__}._update_states")
+    return _update_states
 
 
-def _patch_prefix(runner: Any, fault: str) -> None:
+def _wrap_prefix(original: UpdateStates, fault: str) -> UpdateStates:
     """``drop-prefix``: after vLLM's ``_update_states`` registered this step's new requests (their block ids),
     zero the prefix-cache blocks of each one that got a hit; the step's forward then reads zeros."""
-    original = runner._update_states
 
     def _update_states(self: Any, scheduler_output: Any) -> Any:
         out = original(self, scheduler_output)
         for new in getattr(scheduler_output, "scheduled_new_reqs", ()) or ():
             computed = int(getattr(new, "num_computed_tokens", 0) or 0)
-            if computed <= 0:
-                continue
-            try:
-                n = zero_prefix_blocks(self, new.block_ids, computed, fault)
-            except Exception as exc:  # the fault must never crash the server it runs in
-                _log("fault-failed", f"{new.req_id} {type(exc).__name__}: {exc}")
-                continue
-            _log("fault-fired", f"{fault} {new.req_id} cached_tokens={computed} blocks={n}")
+            if computed > 0:
+                _fire(
+                    new.req_id,
+                    fault,
+                    f" cached_tokens={computed}",
+                    lambda n=new, c=computed: zero_prefix_blocks(self, n.block_ids, c, fault),
+                )
         return out
 
-    runner._update_states = _update_states
-    runner._kvdoctor_fault = fault
-    _log("fault-installed", f"{fault} {runner.__module__}.{runner.__qualname__}._update_states")
+    return _update_states
 
 
-def zero_prefix_blocks(runner: Any, block_ids: Sequence[Sequence[int]], computed: int, fault: str) -> int:
-    """Zero, in every attention group, the blocks holding a request's first COMPUTED (prefix-cache hit) tokens."""
-    num_blocks = runner.kv_cache_config.num_blocks
-    context = runner.compilation_config.static_forward_context
-    zeroed = 0
-    for group, ids in zip(runner.kv_cache_config.kv_cache_groups, block_ids, strict=False):
-        spec = group.kv_cache_spec
-        if not ids or not _wanted(spec, fault):
-            continue
-        hit = list(ids)[: computed // spec.block_size]
-        for layer in group.layer_names:
-            ctx = context.get(layer)
-            if ctx is not None and hit:
-                zeroed += _zero(ctx.kv_cache, hit, num_blocks)
-    return zeroed
+def _fire(req_id: str, fault: str, detail: str, zero: Callable[[], Zeroed]) -> None:
+    """Run one firing and log it: ``fault-fired`` only when it zeroed a block, ``fault-failed`` when it raised or
+    zeroed none (a firing that changed nothing must not pass the fault-fired gate)."""
+    try:
+        z = zero()
+    except Exception as exc:  # the fault must never crash the server it runs in
+        _log("fault-failed", f"{req_id} {type(exc).__name__}: {exc}")
+        return
+    if z.blocks == 0:
+        _log(
+            "fault-failed",
+            f"{req_id} {fault}{detail} zeroed 0 blocks (no layer of the fault's groups holds a KV cache tensor "
+            "indexed by these block ids)",
+        )
+        return
+    _log("fault-fired", f"{fault} {req_id}{detail} blocks={z.blocks} layers={z.layers}")
+
+
+class Zeroed(NamedTuple):
+    """What one firing zeroed: ``blocks``, the request's KV cache block ids (vLLM's manager blocks, each with all
+    its kernel rows) zeroed in at least one layer, summed over the fault's groups; ``layers``, the layers whose
+    cache tensors were written (per group, summed)."""
+
+    blocks: int
+    layers: int
+
+
+def zero_prefix_blocks(runner: Any, block_ids: Sequence[Sequence[int]], computed: int, fault: str) -> Zeroed:
+    """Zero, in the groups FAULT names, the blocks holding a request's first COMPUTED (prefix-cache hit) tokens:
+    each group's first ``COMPUTED // block_size`` block ids (vLLM caches whole blocks only)."""
+    groups = runner.kv_cache_config.kv_cache_groups
+    hit = [list(ids)[: computed // g.kv_cache_spec.block_size] for g, ids in zip(groups, block_ids, strict=False)]
+    return zero_blocks(runner, hit, fault)
 
 
 def _wanted(spec: Any, fault: str) -> bool:
@@ -166,30 +183,51 @@ def _wanted(spec: Any, fault: str) -> bool:
     return isinstance(spec, MambaSpec) if fault == "zero-state" else isinstance(spec, AttentionSpec)
 
 
-def zero_blocks(runner: Any, block_ids: Sequence[Sequence[int]], fault: str) -> int:
-    """Zero BLOCK_IDS (one list per KV cache group) in the layers of the groups FAULT names; blocks zeroed."""
+def zero_blocks(runner: Any, block_ids: Sequence[Sequence[int]], fault: str) -> Zeroed:
+    """Zero BLOCK_IDS (one list per KV cache group) in the layers of the groups FAULT names."""
     num_blocks = runner.kv_cache_config.num_blocks
     context = runner.compilation_config.static_forward_context
-    zeroed = 0
+    blocks = layers = 0
     for group, ids in zip(runner.kv_cache_config.kv_cache_groups, block_ids, strict=False):
         if not ids or not _wanted(group.kv_cache_spec, fault):
             continue
+        written = 0
         for layer in group.layer_names:
             ctx = context.get(layer)
-            if ctx is not None:
-                zeroed += _zero(ctx.kv_cache, list(ids), num_blocks)
-    return zeroed
+            if ctx is not None and _zero(ctx.kv_cache, list(ids), num_blocks):
+                written += 1
+        blocks += len(ids) if written else 0
+        layers += written
+    return Zeroed(blocks, layers)
+
+
+def _block_dim(shape: Sequence[int], num_blocks: int) -> tuple[int, int] | None:
+    """(the dimension indexed by block, kernel rows per block) of a cache tensor, or None if none is.
+
+    vLLM lays a layer's cache out as ``num_blocks * (block_size // kernel_block_size)`` rows when the attention
+    kernel's block is smaller than the KV cache block (v1/kv_cache_interface.py, compute_layer_kv_cache_shape_bytes,
+    lines 319-335), and manager block ``b`` is rows ``b * ratio`` to ``b * ratio + ratio - 1``
+    (``group_kernel_blocks``, lines 307-316: ``cache.unflatten(0, (num_blocks, -1))``). The block dimension is
+    the first or, for a (K, V)-stacked cache, the second."""
+    dims = [d for d in (0, 1) if d < len(shape)]
+    for d in dims:
+        if shape[d] == num_blocks:
+            return d, 1
+    for d in dims:
+        if num_blocks > 0 and shape[d] > num_blocks and shape[d] % num_blocks == 0:
+            return d, shape[d] // num_blocks
+    return None
 
 
 def _zero(cache: Any, ids: list[int], num_blocks: int) -> int:
+    """Zero block IDS (every kernel row of each) in CACHE, a tensor or a tuple of them; the tensors written."""
     if isinstance(cache, list | tuple):
         return sum(_zero(c, ids, num_blocks) for c in cache)
     shape = getattr(cache, "shape", None)
-    if not shape:
+    found = _block_dim(shape, num_blocks) if shape else None
+    if found is None:
         return 0
-    dim = 0 if shape[0] == num_blocks else 1 if len(shape) > 1 and shape[1] == num_blocks else None
-    if dim is None:
-        return 0
+    dim, ratio = found
     for i in ids:
-        cache.select(dim, i).zero_()
-    return len(ids)
+        cache.narrow(dim, i * ratio, ratio).zero_()
+    return 1
