@@ -61,7 +61,9 @@ def consistency(
         "preempt",
         "--scenario",
         help="preempt: forced preemption; prefix-cache (vllm): the same prefixes hit in the prefix cache, evicted, "
-        "sent again, against a server without prefix caching.",
+        "sent again, against a server without prefix caching; offload (vllm, GPU only: vLLM refuses it on CPU): "
+        "preemption with vLLM's OffloadingConnector on the pressured server, resumed requests loaded from its CPU "
+        "tier.",
     ),
     requests: RequestsOption = WORKLOAD.requests,
     prompt_tokens: PromptTokensOption = WORKLOAD.prompt_tokens,
@@ -212,12 +214,24 @@ def _print_head(console: Console, prepared: Prepared, preview: Deployment) -> No
             markup=False,
             soft_wrap=True,
         )
-    if o.inject and o.server == "vllm":
-        p(
-            f"fault: --inject {o.inject} inside pressured (kvdoctor's vllm.general_plugins plugin on "
-            "GPUModelRunner._update_states)",
-            markup=False,
+    if o.scenario == "offload":
+        gib = next(
+            (
+                s.argv[s.argv.index("--kv-offloading-size") + 1]
+                for s in preview.steps
+                if "--kv-offloading-size" in s.argv
+            ),
+            "?",
         )
+        p(
+            f"scenario: offload: pressured --kv-offloading-size {gib} --kv-offloading-backend native (vLLM's "
+            "OffloadingConnector), the reference without; loads from vllm:kv_offload_load_bytes",
+            markup=False,
+            soft_wrap=True,
+        )
+    if o.inject and o.server == "vllm":
+        on = "CPUOffloadingWorker.submit_load" if o.scenario == "offload" else "GPUModelRunner._update_states"
+        p(f"fault: --inject {o.inject} inside pressured (kvdoctor's vllm.general_plugins plugin on {on})", markup=False)
     elif o.inject:
         p(f"fault: --inject {o.inject} inside decode-pressured (site hook on Req.offload_kv_cache)", markup=False)
 
@@ -268,6 +282,18 @@ def print_result(console: Console, result: ConsistencyResult, *, gates: bool = T
             markup=False,
             soft_wrap=True,
         )
+    moved = getattr(r, "offload", None)
+    if moved:
+        row = ", ".join(
+            f"{what} reference {moved[key]['reference']}, pressured {moved[key]['pressured']}"
+            for what, key in (("loaded", "load_bytes"), ("stored", "store_bytes"))
+        )
+        p(
+            f"offload (bytes, CPU tier {moved['kv_offloading_size_gib']} GiB): {row}; external prefix-cache hit "
+            f"tokens: pressured {moved['external_prefix_cache_hits']['pressured']} (from {moved['source']})",
+            markup=False,
+            soft_wrap=True,
+        )
     if r.noise_floor:
         p(r.noise_floor["sentence"], markup=False, soft_wrap=True)
     red = [d for d in r.requests if d.diverged]
@@ -284,6 +310,7 @@ def print_result(console: Console, result: ConsistencyResult, *, gates: bool = T
     if r.fault is not None and r.server == "vllm":
         f = r.fault
         on = "prefix-cache hit request(s)" if cache is not None else "resumed request(s)"
+        on = "load(s) from the CPU tier" if moved is not None else on
         p(
             f"fault {f.name} in {f.role}: installed {f.installed}, fired on {f.restores} {on}"
             + (f"; failed: {f.refused}" if f.refused else ""),

@@ -25,6 +25,14 @@ tokens). A Mamba hybrid then gets vLLM's mamba cache mode 'align' on the subject
 (``MambaModelConfig.verify_and_update_config``); a Mamba2 hybrid on a CPU is refused before launch with the
 finding (:data:`MAMBA2_PREFIX_CPU_FINDING`).
 
+``--scenario offload`` plans preempt's two servers (the same pools: roomy reference, pressured tight) and adds
+vLLM's OffloadingConnector to the pressured one only (``--kv-offloading-size GiB --kv-offloading-backend native``:
+``VllmConfig._post_init_kv_transfer_config``, config/vllm.py:1099-1123; config/cache.py:266-275), its CPU tier sized
+(:func:`offload_gib`) to hold every in-flight request's blocks twice over, so a request resumed from preemption
+finds its blocks there and loads them instead of recomputing; proven by ``vllm:kv_offload_load_bytes``. vLLM
+refuses the connector on a CPU at start-up, so ``--device cpu`` is refused before launch with vLLM's message
+(:data:`OFFLOAD_CPU_FINDING`); on a GPU it is planned, not measured.
+
 Only ``single`` (two servers): vLLM's PD (a KV connector) is not part of this command. On a CPU kvdoctor
 names every change it makes (an *enabler*): vLLM's CPU attention wants block sizes in multiples of 32, float32
 keeps near-tied random-weight logits from flipping, and a Mamba hybrid is served without prefix caching
@@ -43,7 +51,7 @@ from kvdoctor._exceptions import FlagError, InputError
 from kvdoctor.consistency import prefix
 from kvdoctor.consistency.deploy import DEVICES, Deployment, Enabler
 from kvdoctor.consistency.workload import Workload
-from kvdoctor.engines.vllm.server_plugin import FAULTS, INJECT_ENV, LOG_ENV, PREFIX_FAULTS
+from kvdoctor.engines.vllm.server_plugin import FAULTS, INJECT_ENV, LOG_ENV, OFFLOAD_FAULTS, PREFIX_FAULTS
 from kvdoctor.pd import plan
 
 if TYPE_CHECKING:
@@ -71,6 +79,23 @@ MAMBA2_PREFIX_CPU_FINDING = (
     "IndexError: index 1 is out of bounds for dimension 0 with size 1 at "
     "model_executor/layers/mamba/mamba_mixer2.py:880 (conv_ssm_forward: varlen_states[last_chunk_indices_p])"
 )
+# vLLM 0.32 v1/kv_offload/cpu/spec.py:196-207 (0.33: 217-228), CPUOffloadingSpec.get_worker, at the worker's
+# start-up: the OffloadingConnector's CPU tier needs a CUDA-alike or XPU platform.
+OFFLOAD_CPU_MESSAGE = "CPU Offloading is currently only supported on CUDA-alike and XPU GPUs"
+OFFLOAD_CPU_WHERE = "vLLM 0.32 v1/kv_offload/cpu/spec.py:196-207, CPUOffloadingSpec.get_worker; 0.33: 217-228"
+OFFLOAD_CPU_FINDING = (
+    f"--scenario offload cannot run on a CPU: vLLM's OffloadingConnector refuses it at start-up with "
+    f'"{OFFLOAD_CPU_MESSAGE}" ({OFFLOAD_CPU_WHERE}); a finding about vLLM on CPU (not kvdoctor\'s; a GPU is not '
+    "measured): run it with --device cuda, or --scenario preempt (recompute on resume)"
+)
+OFFLOAD_HEADROOM = 2  # the CPU tier holds every in-flight request's blocks this many times over
+OFFLOAD_STEP_GIB = 0.01  # --kv-offloading-size is rounded up to this
+# Flags --scenario offload decides (the connector on the pressured server only, its CPU tier sized by kvdoctor).
+OFFLOAD_FLAGS = {
+    "--kv-offloading-size": "the scenario sizes the pressured server's CPU tier (the reference has none)",
+    "--kv-offloading-backend": "the scenario uses vLLM's native OffloadingConnector on the pressured server",
+    "--kv-transfer-config": "the scenario's connector is the OffloadingConnector --kv-offloading-size selects",
+}
 # Flags the plan decides; after -- they would change what is compared.
 OWNED_FLAGS = {
     "--num-gpu-blocks-override": "kvdoctor sizes both pools (reference roomy, pressured tight)",
@@ -105,7 +130,7 @@ class VllmDeployOptions:
     plugin_log: str | None = None
     log_env: Mapping[str, str] = field(default_factory=dict)
     shrunk: bool = False  # CONFIG is --shrink's (server="vllm"): its small Mamba state is named as an enabler
-    scenario: str = prefix.PREEMPT  # preempt, or prefix-cache (kvdoctor.consistency.prefix)
+    scenario: str = prefix.PREEMPT  # preempt, prefix-cache or offload (kvdoctor.consistency.prefix)
 
 
 @dataclass(frozen=True)
@@ -147,9 +172,13 @@ def check_fault(name: str, *, has_recurrent: bool, scenario: str = prefix.PREEMP
         )
     if FAULTS[name][0] and not has_recurrent:
         raise InputError(f"--inject {name} needs a model with recurrent state (a Mamba hybrid)")
-    wanted = prefix.PREFIX_CACHE if name in PREFIX_FAULTS else prefix.PREEMPT
+    if name in PREFIX_FAULTS:
+        wanted, what = prefix.PREFIX_CACHE, "a prefix-cache hit"
+    elif name in OFFLOAD_FAULTS:
+        wanted, what = prefix.OFFLOAD, "a load from the OffloadingConnector's CPU tier"
+    else:
+        wanted, what = prefix.PREEMPT, "a request resumed from preemption"
     if scenario != wanted:
-        what = "a prefix-cache hit" if wanted == prefix.PREFIX_CACHE else "a request resumed from preemption"
         raise InputError(
             f"--inject {name} acts on {what}: it needs --scenario {wanted} (this run is --scenario {scenario})"
         )
@@ -160,6 +189,11 @@ def check_scenario(o: VllmDeployOptions) -> None:
     from kvdoctor.core.vllm.rules import Family
     from kvdoctor.core.vllm.specs import SpecKind
 
+    if o.scenario == prefix.OFFLOAD:
+        check_extra_args(o.extra_args, OFFLOAD_FLAGS, " with --scenario offload")
+        if o.device == "cpu":
+            raise InputError(OFFLOAD_CPU_FINDING)
+        return
     if o.scenario != prefix.PREFIX_CACHE:
         return
     check_extra_args(o.extra_args, SCENARIO_FLAGS, " with --scenario prefix-cache")
@@ -197,7 +231,16 @@ SUBJECT = "pressured"  # the role whose server is under test (prefix-cache: the 
 
 def _flags(o: VllmDeployOptions, role: str = SUBJECT) -> tuple[str, ...]:
     """The flags ROLE's server gets besides the pool (the sizing model reads the subject's). Preempt: the same
-    for both; prefix-cache: the reference computes every token, the subject caches prefixes."""
+    for both; prefix-cache: the reference computes every token, the subject caches prefixes; offload: the subject
+    adds the OffloadingConnector."""
+    out = list(_base_flags(o, role))
+    if o.scenario == prefix.OFFLOAD and role == SUBJECT:
+        at = out.index("--enforce-eager")  # the connector's flags just before it, the rest as preempt's
+        out[at:at] = ["--kv-offloading-size", offload_gib(o), "--kv-offloading-backend", "native"]
+    return tuple(out)
+
+
+def _base_flags(o: VllmDeployOptions, role: str) -> tuple[str, ...]:
     out: list[str] = []
     if o.device == "cpu":
         out += ["--dtype", "float32", "--block-size", str(CPU_BLOCK_SIZE)]
@@ -214,6 +257,27 @@ def mamba_cache_mode(o: VllmDeployOptions, role: str) -> str | None:
     if not _has_mamba(o):
         return None
     return "none" if "--no-enable-prefix-caching" in _flags(o, role) else "align"
+
+
+def offload_gib(o: VllmDeployOptions) -> str:
+    """``--kv-offloading-size`` for the pressured server: every in-flight request's blocks (every group's layers'
+    pages, from the sizing model without the connector) :data:`OFFLOAD_HEADROOM` times over, in GiB rounded up to
+    :data:`OFFLOAD_STEP_GIB`, so every preempted request's blocks fit in the CPU tier."""
+    return f"{offload_bytes(o)[1] / (1 << 30):.2f}"
+
+
+def offload_bytes(o: VllmDeployOptions) -> tuple[int, float]:
+    """(bytes one request's blocks take in every group, the CPU tier's size in bytes as --kv-offloading-size says)."""
+    a = _analysis(o, (*_base_flags(o, SUBJECT), "--max-model-len", str(model_len(o.workload)), *o.extra_args))
+    if a.groups is None:
+        raise InputError(f"vLLM would not start with this model and these flags: {a.refusal} ({a.refusal_where})")
+    tokens = o.workload.per_request_tokens
+    per_request = 0
+    for g in a.groups:
+        per_request += request_blocks(g, tokens) * g.spec.page_size_bytes * len(g.layer_names)
+    need = OFFLOAD_HEADROOM * o.workload.in_flight * per_request
+    steps = max(1, math.ceil(need / (OFFLOAD_STEP_GIB * (1 << 30))))
+    return per_request, round(steps * OFFLOAD_STEP_GIB, 2) * (1 << 30)
 
 
 def _config(o: VllmDeployOptions) -> ModelConfig:
@@ -276,12 +340,7 @@ def pools(o: VllmDeployOptions) -> Pools:
     lines = []
     for i, g in enumerate(groups):
         bs = g.spec.block_size
-        if g.kind is SpecKind.MAMBA:
-            blocks = 1
-        elif g.spec.sliding_window:
-            blocks = min(math.ceil(tokens / bs), math.ceil(g.spec.sliding_window / bs) + 1)
-        else:
-            blocks = math.ceil(tokens / bs)
+        blocks = request_blocks(g, tokens)
         per_request += blocks
         if g.kind in (SpecKind.FULL, SpecKind.MLA):  # a sliding window's or Mamba's blocks: counted unshared
             shared += min(blocks, prefix.prefix_tokens(a.specs.block_size) // bs)
@@ -302,6 +361,19 @@ def pools(o: VllmDeployOptions) -> Pools:
     tight = max(per_request + 1, math.ceil(demand / PRESSURE_SHARE))
     roomy = max(ROOMY_MIN_BLOCKS, ROOMY_FACTOR * demand)
     return Pools(roomy, tight, per_request, a.specs.block_size, tuple(lines))
+
+
+def request_blocks(g: Group, tokens: int) -> int:
+    """The blocks a request of TOKENS tokens holds in group G: a full-attention group one per block of tokens, a
+    sliding-window group at most its window's (+ 1), a Mamba group one state block."""
+    from kvdoctor.core.vllm.specs import SpecKind
+
+    bs = g.spec.block_size
+    if g.kind is SpecKind.MAMBA:
+        return 1
+    if g.spec.sliding_window:
+        return min(math.ceil(tokens / bs), math.ceil(g.spec.sliding_window / bs) + 1)
+    return math.ceil(tokens / bs)
 
 
 def _grows(groups: Sequence[Group], w: Workload) -> bool:
@@ -437,5 +509,5 @@ def build(o: VllmDeployOptions, ports: Sequence[int]) -> Deployment:
         sized.tokens(sized.pressured_blocks),
         enablers(o),
         injected_role="pressured" if o.inject else None,
-        preset="consistency-vllm" if o.scenario == prefix.PREEMPT else "consistency-vllm-prefix-cache",
+        preset="consistency-vllm" if o.scenario == prefix.PREEMPT else f"consistency-vllm-{o.scenario}",
     )

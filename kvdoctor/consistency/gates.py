@@ -192,6 +192,53 @@ def prefix_hits(
     )
 
 
+def offload(subject: int | None, reference: int | None, source: str, stored: int | None = None) -> Gate:
+    """``--scenario offload``: the pressured server's OffloadingConnector must have loaded blocks from its CPU tier
+    (``vllm:kv_offload_load_bytes`` grew), else every resumed request was recomputed (or found its blocks still
+    in the GPU prefix cache) and no loaded state was compared; the reference, which runs no connector, must have
+    loaded nothing (its page has no such counter: None is its 0). Beside the pressure gate, which proves the
+    preemptions."""
+    if subject is None:
+        return Gate(
+            "offload",
+            False,
+            "no_teeth",
+            f"guard has no teeth: the bytes loaded from the CPU tier are unknown (source: {source}; no "
+            "vllm:kv_offload_load_bytes on the pressured server's /metrics); nothing proves a block was loaded",
+        )
+    if subject == 0:
+        wrote = f" (it stored {stored:,} bytes)" if stored else ""
+        return Gate(
+            "offload",
+            False,
+            "no_teeth",
+            f"guard has no teeth: the pressured server loaded 0 bytes from its CPU tier{wrote}, so every resumed "
+            "request was recomputed (or hit the GPU prefix cache) and no loaded block was compared",
+        )
+    if reference:
+        return Gate(
+            "offload",
+            False,
+            "no_teeth",
+            f"guard has no teeth: the reference loaded {reference:,} bytes from a CPU tier; it is no reference "
+            "without offloading",
+        )
+    wrote = f", stored {stored:,}" if stored is not None else ""
+    return Gate(
+        "offload",
+        True,
+        "passed",
+        f"pressured server loaded {subject:,} bytes from its CPU tier{wrote}, the reference none ({source})",
+    )
+
+
+# What drop-offload acts on, as the fault-fired gate names it.
+OFFLOAD_LOAD = {
+    "on": "completed {n} load(s) from the CPU tier without copying",
+    "absent": "the offloading worker loaded nothing",
+}
+
+
 def sensitivity(median_distinct: float, median_length: float) -> Gate:
     if median_length <= 0:
         return Gate("sensitivity", False, "degenerate", "guard has no teeth: the reference generated no tokens")

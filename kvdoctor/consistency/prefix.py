@@ -33,7 +33,8 @@ from kvdoctor.consistency.workload import FIRST_ID, Workload
 
 PREEMPT = "preempt"
 PREFIX_CACHE = "prefix-cache"
-SCENARIOS = (PREEMPT, PREFIX_CACHE)
+OFFLOAD = "offload"  # preempt's workload with the OffloadingConnector on the pressured server (deploy_vllm)
+SCENARIOS = (PREEMPT, PREFIX_CACHE, OFFLOAD)
 GROUPS = 4  # distinct prefixes
 PREFIX_BLOCKS = 4  # a prefix is this many whole vLLM blocks (128 tokens in the CPU's 32-token blocks)
 MIN_PER_GROUP = 3  # fill, hit, again
@@ -94,6 +95,11 @@ def check(scenario: str, server: str) -> None:
     if scenario == PREFIX_CACHE and server != "vllm":
         raise InputError(
             "--scenario prefix-cache runs on --server vllm only (it is proven by vLLM's prefix-cache counters)"
+        )
+    if scenario == OFFLOAD and server != "vllm":
+        raise InputError(
+            "--scenario offload runs on --server vllm only (vLLM's OffloadingConnector, proven by its "
+            "vllm:kv_offload_load_bytes counter)"
         )
 
 

@@ -146,3 +146,71 @@ class PrefixCacheProbe:
         hits = burst_delta(HITS, self.before[0], after[0], "prefix-cache hits")
         queries = burst_delta(QUERIES, self.before[1], after[1], "prefix-cache queries")
         return PrefixCacheCount(hits, queries, "metrics" if hits is not None else "none", after[2])
+
+
+# --scenario offload: vLLM's OffloadingConnector counts the bytes its worker moved (distributed/kv_transfer/
+# kv_connector/v1/offloading/metrics.py, _TransferMetricName, lines 22-30 in vLLM 0.32 (0.33: 39-47): counters
+# "vllm:kv_offload_load_bytes" (CPU -> GPU) and "vllm:kv_offload_store_bytes" (GPU -> CPU), created by
+# OffloadPromMetrics._create_metric as prometheus_client Counters, so the page says them with "_total"), fed from
+# each finished transfer's size (offloading/scheduler.py:1910-1935, update_connector_output, 0.32). The
+# scheduler's hits on the connector's tier: "vllm:external_prefix_cache_hits" / "_queries"
+# (v1/metrics/loggers.py:685-706, 0.32).
+OFFLOAD_LOAD_BYTES = "vllm:kv_offload_load_bytes_total"
+OFFLOAD_STORE_BYTES = "vllm:kv_offload_store_bytes_total"
+EXTERNAL_HITS = "vllm:external_prefix_cache_hits_total"
+EXTERNAL_QUERIES = "vllm:external_prefix_cache_queries_total"
+OFFLOAD_COUNTERS = (OFFLOAD_LOAD_BYTES, OFFLOAD_STORE_BYTES, EXTERNAL_HITS, EXTERNAL_QUERIES)
+
+
+@dataclass(frozen=True)
+class OffloadCount:
+    """A burst's OffloadingConnector traffic (None: unknown, the page had no such counter, as on a server without
+    the connector)."""
+
+    load_bytes: int | None
+    store_bytes: int | None
+    external_hits: int | None
+    external_queries: int | None
+    source: str  # metrics (the load counter was on the page before and after), or none
+
+    def to_dict(self) -> dict[str, int | None]:
+        return {
+            "load_bytes": self.load_bytes,
+            "store_bytes": self.store_bytes,
+            "external_prefix_cache_hits": self.external_hits,
+            "external_prefix_cache_queries": self.external_queries,
+        }
+
+
+def offload_from_prometheus(text: str) -> tuple[int | None, ...]:
+    """:data:`OFFLOAD_COUNTERS` in a vLLM ``/metrics`` page (summed over engines), a None where the page lacks one."""
+    return tuple(counter(text, name, name.removeprefix("vllm:")) for name in OFFLOAD_COUNTERS)
+
+
+def scrape_offload(base_url: str, timeout_s: float = 10.0) -> tuple[int | None, ...]:
+    """:func:`offload_from_prometheus` of ``GET {base_url}/metrics``; all None when unreachable or off."""
+    got: list[tuple[int | None, ...]] = []
+
+    def parse(text: str) -> int | None:
+        got.append(offload_from_prometheus(text))
+        return 0
+
+    scrape_with(base_url, parse, f"{base_url}/metrics", timeout_s)
+    return got[0] if got else (None,) * len(OFFLOAD_COUNTERS)
+
+
+class OffloadProbe:
+    """Before/after a burst: the offload counters' deltas, or unknown (``none``), never a made-up 0."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.before: tuple[int | None, ...] = (None,) * len(OFFLOAD_COUNTERS)
+
+    def start(self, timeout_s: float = 10.0) -> None:
+        self.before = scrape_offload(self.url, timeout_s)
+
+    def finish(self, timeout_s: float = 10.0) -> OffloadCount:
+        after = scrape_offload(self.url, timeout_s)
+        rows = zip(OFFLOAD_COUNTERS, self.before, after, strict=True)
+        deltas = [burst_delta(n, b, a, n.removeprefix("vllm:")) for n, b, a in rows]
+        return OffloadCount(*deltas, source="metrics" if deltas[0] is not None else "none")

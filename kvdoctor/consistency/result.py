@@ -178,3 +178,19 @@ class PrefixCacheResult(ConsistencyResult):
         """The subject's prefix-cache hit tokens (this scenario's evidence in the preemptions' place)."""
         hits = (self.prefix_cache.get("hits") or {}).get("pressured")
         return f"{hits if hits is not None else '?'} prefix-cache hit tokens"
+
+
+@dataclass
+class OffloadResult(ConsistencyResult):
+    """``--scenario offload``: preempt's result plus the scenario and the OffloadingConnector's evidence (a separate
+    class, so a preempt run's JSON keeps exactly its keys)."""
+
+    scenario: str = "offload"
+    # the pressured server's --kv-offloading-size, and per role the bytes loaded from / stored to the CPU tier and
+    # the external prefix-cache hits/queries during its bursts (deltas from /metrics; None when unknown)
+    offload: dict[str, Any] = field(default_factory=dict)
+
+    def evidence(self) -> str:
+        """The preemptions and the bytes the pressured server loaded back from its CPU tier."""
+        loaded = ((self.offload.get("load_bytes") or {}).get("pressured")) if self.offload else None
+        return f"{super().evidence()}, {f'{loaded:,}' if loaded is not None else '?'} bytes loaded from the CPU tier"

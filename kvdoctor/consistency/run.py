@@ -12,7 +12,9 @@ completions API (``client.vllm_api``), preemptions from ``vllm:num_preemptions_t
 (:mod:`kvdoctor.consistency.probe_vllm`), faults from kvdoctor's vLLM plugin
 (:mod:`kvdoctor.engines.vllm.server_plugin`), counted from its log. ``--scenario prefix-cache``
 (:mod:`kvdoctor.consistency.prefix`) sends its phases in order to each server instead of one burst, and proves
-the subject's prefix-cache hits from ``vllm:prefix_cache_hits_total`` in place of preemptions.
+the subject's prefix-cache hits from ``vllm:prefix_cache_hits_total`` in place of preemptions. ``--scenario
+offload`` is preempt's run with the OffloadingConnector on the pressured server: its loads from the CPU tier
+(``vllm:kv_offload_load_bytes``) are proven beside the preemptions (:func:`kvdoctor.consistency.gates.offload`).
 """
 
 from __future__ import annotations
@@ -30,11 +32,24 @@ from kvdoctor._exceptions import EXIT_DEPLOYMENT, EXIT_GATE, EXIT_PASS, Deployme
 from kvdoctor.consistency import attribution, checkpoint, compare, deploy, deploy_vllm, gates, prefix, runnable
 from kvdoctor.consistency.client import SGLANG_API, generate_all, vllm_api
 from kvdoctor.consistency.compare import Generation
-from kvdoctor.consistency.probe_vllm import PreemptionProbe, PrefixCacheCount, PrefixCacheProbe
-from kvdoctor.consistency.result import Burst, ConsistencyResult, FaultReport, PrefixCacheResult, Stopwatch
+from kvdoctor.consistency.probe_vllm import (
+    OffloadCount,
+    OffloadProbe,
+    PreemptionProbe,
+    PrefixCacheCount,
+    PrefixCacheProbe,
+)
+from kvdoctor.consistency.result import (
+    Burst,
+    ConsistencyResult,
+    FaultReport,
+    OffloadResult,
+    PrefixCacheResult,
+    Stopwatch,
+)
 from kvdoctor.consistency.shrink import shrink as shrink_config
 from kvdoctor.consistency.workload import Workload, prompts
-from kvdoctor.engines.vllm.server_plugin import PREFIX_FAULTS
+from kvdoctor.engines.vllm.server_plugin import OFFLOAD_FAULTS, PREFIX_FAULTS
 from kvdoctor.pd import ports as pd_ports
 from kvdoctor.pd import rundir
 from kvdoctor.pd.deadline import Deadline
@@ -66,7 +81,7 @@ class ConsistencyOptions:
     junit_path: Path | None = None
     plan: deploy.PlanChoices | None = None  # pd-eval --oracle tokens: its deployment (pd only); None: consistency's
     server: str = "sglang"  # whose servers run: sglang, or vllm (single only)
-    scenario: str = prefix.PREEMPT  # preempt, or prefix-cache (vllm only)
+    scenario: str = prefix.PREEMPT  # preempt, prefix-cache or offload (vllm only)
 
 
 @dataclass
@@ -242,7 +257,8 @@ def run(prepared: Prepared, *, notify: Notify | None = None) -> ConsistencyResul
     """Build or reuse the checkpoint, deploy, send, compare, tear down. Never raises for deployment trouble."""
     say = notify or (lambda _phase, _msg: None)
     o = prepared.options
-    result = (PrefixCacheResult if prepared.prefix is not None else ConsistencyResult)(
+    kind = PrefixCacheResult if prepared.prefix is not None else ConsistencyResult
+    result = (OffloadResult if o.scenario == prefix.OFFLOAD else kind)(
         model=o.model,
         family=prepared.kind.family,
         topology=o.topology,
@@ -379,6 +395,7 @@ def _read_plugin_log(run_dir: Path, result: ConsistencyResult) -> None:
     f.refused = failed[0] if failed else None
     if result.exit_code in (EXIT_PASS, EXIT_GATE):
         acts_on = gates.PREFIX_HIT if f.name in PREFIX_FAULTS else gates.RESUMED
+        acts_on = gates.OFFLOAD_LOAD if f.name in OFFLOAD_FAULTS else acts_on
         result.gates.append(gates.fault_fired(f.name, f.installed, f.restores, f.refused, **acts_on))
         _settle(result)
 
@@ -486,19 +503,38 @@ def _deploy_and_compare(
     with watch.phase("warm-up"):
         for url in (deployment.reference_url, deployment.pressured_url):  # a router may answer /health, not route
             burst("warm-up", url, warm_prompts, warm, phase=False)
+
+    def offload_probe(url: str) -> OffloadProbe | None:
+        if o.scenario != prefix.OFFLOAD:
+            return None
+        p = OffloadProbe(url)
+        deadline.call(lambda: p.start(deadline.request_timeout(PROBE_TIMEOUT_S)), what="/metrics", watchdog=watchdog)
+        return p
+
+    def offload_finish(p: OffloadProbe | None) -> OffloadCount | None:
+        if p is None:
+            return None
+        return deadline.call(
+            lambda: p.finish(deadline.request_timeout(PROBE_TIMEOUT_S)), what="/metrics", watchdog=watchdog
+        )
+
     cache = prefix_probes(deployment.reference_metrics) if prepared.prefix is not None else None
+    moved = offload_probe(deployment.reference_metrics)
     ref_probe = probe(deployment.reference_metrics, ref_role)
     ref1, b1 = burst("reference", deployment.reference_url, prepared.prompts, o.workload)
     ref2, b2 = burst("reference-repeat", deployment.reference_url, prepared.prompts, o.workload)
     ref_count, ref_source = finish(ref_probe)
     ref_cache = cache_finish(cache) if cache is not None else None
+    ref_moved = offload_finish(moved)
     cache = prefix_probes(deployment.pressured_metrics) if prepared.prefix is not None else None
+    moved = offload_probe(deployment.pressured_metrics)
     press_probe = probe(deployment.pressured_metrics, press_role)
     if o.topology == "pd" and result.run_dir:  # the trace's events from here on are the pressured burst's
         attribution.mark_burst(Path(result.run_dir) / attribution.DIGEST_LOG, "pressured", time.time())
     got, b3 = burst("pressured", deployment.pressured_url, prepared.prompts, o.workload)
     press_count, press_source = finish(press_probe)
     press_cache = cache_finish(cache) if cache is not None else None
+    press_moved = offload_finish(moved)
     result.bursts = [b1, b2, b3]
     result.retractions = {"reference": ref_count, "pressured": press_count}
     result.retraction_source = press_source if press_source == ref_source else f"{ref_source}/{press_source}"
@@ -508,6 +544,9 @@ def _deploy_and_compare(
         record_prefix_cache(result, prepared, ref_cache, press_cache, got)
         hits = result.prefix_cache["hits"]
         say("compare", f"prefix-cache hit tokens: reference {hits['reference']}, pressured {hits['pressured']}")
+    if isinstance(result, OffloadResult) and ref_moved is not None and press_moved is not None:
+        record_offload(result, prepared, ref_moved, press_moved)
+        say("compare", f"bytes loaded from the CPU tier: pressured {press_moved.load_bytes} ({press_moved.source})")
     with watch.phase("compare"):
         evaluate(
             result,
@@ -517,6 +556,7 @@ def _deploy_and_compare(
             stand_in_used=prepared.stand_in,
             server=o.server,
             prefix_hits=(ref_cache, press_cache) if ref_cache and press_cache else None,
+            offload_loads=(ref_moved, press_moved) if ref_moved and press_moved else None,
         )
 
 
@@ -585,6 +625,20 @@ def record_prefix_cache(
         )
 
 
+def record_offload(result: OffloadResult, prepared: Prepared, reference: OffloadCount, subject: OffloadCount) -> None:
+    """The OffloadingConnector's evidence into RESULT: the pressured server's CPU tier and both servers' counters."""
+    opts = _vllm_options(prepared, "<model>", None)
+    per_request, tier = deploy_vllm.offload_bytes(opts)
+    rows = {"reference": reference.to_dict(), "pressured": subject.to_dict()}
+    result.offload = {
+        "kv_offloading_size_gib": float(deploy_vllm.offload_gib(opts)),
+        "cpu_tier_bytes": int(tier),
+        "request_bytes": per_request,
+        **{key: {role: row[key] for role, row in rows.items()} for key in subject.to_dict()},
+        "source": subject.source if subject.source == reference.source else f"{reference.source}/{subject.source}",
+    }
+
+
 def _hit_phase(evidence: dict[str, Any]) -> dict[str, int | None] | None:
     """The hit phase's requests and those that read cached tokens, when the subject said it for every one."""
     rows = zip(evidence.get("request_phases") or [], evidence.get("cached_tokens") or [], strict=False)
@@ -629,10 +683,12 @@ def evaluate(
     stand_in_used: bool,
     server: str = "sglang",
     prefix_hits: tuple[PrefixCacheCount, PrefixCacheCount] | None = None,
+    offload_loads: tuple[OffloadCount, OffloadCount] | None = None,
 ) -> None:
     """Compare, then set the gates and the outcome (pure: the unit tests drive it with made-up runs).
     PREFIX_HITS (reference, subject): ``--scenario prefix-cache``'s counts, whose gate takes the pressure
-    gate's place (nothing must preempt there; the subject's prefix cache must serve tokens)."""
+    gate's place (nothing must preempt there; the subject's prefix cache must serve tokens). OFFLOAD_LOADS
+    (reference, subject): ``--scenario offload``'s counts, whose gate stands beside the pressure gate."""
     floor = compare.noise_floor(ref, repeat)
     diffs = compare.against(ref, got, floor)
     result.noise_floor = {**floor.to_dict(), "sentence": floor.sentence()}
@@ -657,6 +713,9 @@ def evaluate(
         gates.noise(floor),
         gates.stand_in(result.stand_in.get("calls", []), stand_in_used),
     ]
+    if isinstance(result, OffloadResult):  # beside the pressure gate: the resumed requests' blocks came from the CPU
+        ref_moved, moved = offload_loads or (OffloadCount(None, None, None, None, "none"),) * 2
+        result.gates.insert(2, gates.offload(moved.load_bytes, ref_moved.load_bytes, moved.source, moved.store_bytes))
     result.logprob_drift = compare.drift(diffs, floor)
     result.gates.insert(1, gates.logprobs(result.logprob_drift, len(diffs), floor.max_abs_dlogprob))
     _settle(result)

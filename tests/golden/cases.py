@@ -35,6 +35,7 @@ QWEN_NEXT_LMCACHE = ("qwen3-next-80b-a3b", "--server", "vllm", "--kv-transfer-co
 PRESET = ("inkling-small", "--preset", "inkling-mxfp8")
 SMALL_RUN = ("--requests", "4", "--tokens", "64", "--layers", "2")  # a small round trip: the same paths, faster
 VLLM_CPU = ("llama-3.1-8b", "--shrink", "--server", "vllm", "--device", "cpu")
+VLLM_CUDA = ("llama-3.1-8b", "--shrink", "--server", "vllm", "--device", "cuda")
 CLOSED = "http://127.0.0.1:9"  # the discard port: nothing listens there
 EXTERNAL_CLOSED = ("--prefill-url", CLOSED, "--decode-url", CLOSED, "--router-url", CLOSED)
 
@@ -191,6 +192,9 @@ CASES: tuple[Case, ...] = (
     Case(
         "consistency-vllm-prefix-cache-dry-run", ("consistency", *VLLM_CPU, "--scenario", "prefix-cache", "--dry-run")
     ),
+    # --scenario offload: planned on a GPU (both launch lines), refused on a CPU with vLLM's own message (exit 2)
+    Case("consistency-vllm-offload-dry-run", ("consistency", *VLLM_CUDA, "--scenario", "offload", "--dry-run")),
+    Case("consistency-vllm-offload-cpu-dry-run", ("consistency", *VLLM_CPU, "--scenario", "offload", "--dry-run")),
     # --- the installed SGLang (.venv-sglang/)
     Case("drift-inkling-decode", ("drift", "--fixture", "inkling-small", "--case", "decode"), runs_in="sglang"),
     Case(

@@ -13,11 +13,18 @@ step later (its recomputed KV written), its blocks zeroed in the KV cache tensor
   (``scheduled_new_reqs`` with ``num_computed_tokens`` > 0) has its first ``num_computed_tokens // block_size``
   blocks of every attention group zeroed in the same step, before the forward reads them (the cached prefix KV
   it was promised is lost; the zeroed blocks stay in the cache for later hits).
+- ``drop-offload`` (``--scenario offload``): vLLM's offloading worker (``CPUOffloadingWorker`` in
+  ``v1/kv_offload/cpu/gpu_worker.py``, the OffloadingConnector's worker: the same name in vLLM 0.32, lines
+  764-898, and 0.33, lines 793-932) has its ``submit_load`` wrapped: while it runs, the load handlers' copy
+  (``SingleDirectionOffloadingHandler._swap_blocks_batch``, the one call that moves bytes CPU -> GPU) is a no-op
+  that counts what it was asked to copy, so the load completes (its job finishes, its bytes are reported) and the
+  resumed request reads whatever its fresh GPU blocks held (vLLM does not zero a block allocated for a load).
 
 Each step is written to ``KVDOCTOR_VLLM_PLUGIN_LOG`` (``<pid> <event> <detail>``): ``loaded`` per process,
 ``fault-installed`` when the runner is wrapped, ``fault-fired`` per resumed (or prefix-hit) request whose blocks
 were zeroed (``blocks=``: its KV cache blocks zeroed, summed over the fault's groups, each block with all its
-kernel rows; ``layers=``: the layers written), ``fault-failed`` if zeroing raised or zeroed no block; the run
+kernel rows; ``layers=``: the layers written), or per load whose copies were suppressed (``copies=``, ``bytes=``),
+``fault-failed`` if zeroing raised or zeroed no block (a load that issued no copy); the run
 counts them, so a fault that never fired (or fired on nothing) cannot pass as a run that caught nothing.
 Importing this module imports no vLLM.
 """
@@ -36,13 +43,22 @@ from kvdoctor.engines import hook_log
 INJECT_ENV = "KVDOCTOR_VLLM_INJECT"
 LOG_ENV = "KVDOCTOR_VLLM_PLUGIN_LOG"
 TARGET = "vllm.v1.worker.gpu_model_runner"  # GPUModelRunner; vLLM's CPUModelRunner subclasses it
+# The OffloadingConnector's worker: v1/kv_offload/cpu/gpu_worker.py, CPUOffloadingWorker in vLLM 0.32 (class at
+# lines 764-898, submit_load 860-864, one _load_handler) and 0.33 (793-932, submit_load 883-893, a _load_handler
+# and an _expedited_load_handler); each handler's copy is its _swap_blocks_batch (0.32 line 323 set, 681 called;
+# 0.33 line 352 set, 710 called). Candidates in order, so a renamed class in another version is named here.
+OFFLOAD_TARGET = "vllm.v1.kv_offload.cpu.gpu_worker"
+OFFLOAD_WORKERS = ("CPUOffloadingWorker",)
+LOAD_HANDLERS = ("_load_handler", "_expedited_load_handler")
 # name -> (needs recurrent state, what it does)
 FAULTS: dict[str, tuple[bool, str]] = {
     "drop-kv": (False, "zeroes every attention KV block of a request resumed from preemption, one step later"),
     "zero-state": (True, "zeroes the recurrent (Mamba) state blocks of a request resumed from preemption"),
     "drop-prefix": (False, "zeroes the attention KV blocks a new request got from the prefix cache, before its step"),
+    "drop-offload": (False, "completes every CPU -> GPU load of the offloading worker without copying a byte"),
 }
 PREFIX_FAULTS = ("drop-prefix",)  # faults on prefix-cache hits (--scenario prefix-cache); the rest on preemption
+OFFLOAD_FAULTS = ("drop-offload",)  # faults on the OffloadingConnector's loads (--scenario offload)
 
 
 def _log(event: str, detail: str = "") -> None:
@@ -58,11 +74,12 @@ def register() -> None:
     if fault not in FAULTS:
         _log("fault-refused", f"unknown fault {fault!r}")
         return
-    module = sys.modules.get(TARGET)
+    target, patch = (OFFLOAD_TARGET, _patch_offload) if fault in OFFLOAD_FAULTS else (TARGET, _patch)
+    module = sys.modules.get(target)
     if module is not None:
-        _patch(module, fault)
-    elif not any(isinstance(f, _AfterImport) for f in sys.meta_path):
-        sys.meta_path.insert(0, _AfterImport(TARGET, lambda m: _patch(m, fault)))
+        patch(module, fault)
+    elif not any(isinstance(f, _AfterImport) and f.name == target for f in sys.meta_path):
+        sys.meta_path.insert(0, _AfterImport(target, lambda m: patch(m, fault)))
 
 
 class _AfterImport(importlib.abc.MetaPathFinder):
@@ -231,3 +248,65 @@ def _zero(cache: Any, ids: list[int], num_blocks: int) -> int:
     for i in ids:
         cache.narrow(dim, i * ratio, ratio).zero_()
     return 1
+
+
+def _patch_offload(module: Any, fault: str) -> None:
+    """Wrap the offloading worker's ``submit_load`` for FAULT (once per process) and log that it is installed;
+    ``fault-failed`` when this vLLM has none of :data:`OFFLOAD_WORKERS`."""
+    worker = next((getattr(module, n) for n in OFFLOAD_WORKERS if hasattr(module, n)), None)
+    if worker is None:
+        _log("fault-failed", f"{fault}: {module.__name__} has no {' or '.join(OFFLOAD_WORKERS)}")
+        return
+    if getattr(worker, "_kvdoctor_fault", None):
+        return
+    worker.submit_load = wrap_load(worker.submit_load, fault)
+    worker._kvdoctor_fault = fault
+    _log("fault-installed", f"{fault} {worker.__module__}.{worker.__qualname__}.submit_load")
+
+
+class _SuppressedCopy:
+    """Stands in for a load handler's ``_swap_blocks_batch`` during one load: copies nothing, counts the
+    (src, dst, size) triples vLLM asked it to execute and their bytes."""
+
+    def __init__(self) -> None:
+        self.copies = 0
+        self.bytes = 0
+
+    def __call__(self, src: Any, dst: Any, sizes: Any, **_: Any) -> None:
+        self.copies += len(sizes)
+        self.bytes += int(sizes.sum()) if len(sizes) else 0
+
+
+SubmitLoad = Callable[..., Any]
+_UNSET = object()
+
+
+def wrap_load(original: SubmitLoad, fault: str) -> SubmitLoad:
+    """``drop-offload``: run vLLM's ``submit_load`` with every load handler's copy suppressed; log ``fault-fired``
+    (``copies=``: the copy triples suppressed, ``bytes=``: their bytes) when it suppressed one, ``fault-failed``
+    when the load issued no copy (it changed nothing) or the worker has no load handler to wrap."""
+
+    def submit_load(self: Any, job_id: int, *args: Any, **kwargs: Any) -> Any:
+        handlers = [h for h in (getattr(self, n, None) for n in LOAD_HANDLERS) if hasattr(h, "_swap_blocks_batch")]
+        if not handlers:
+            _log("fault-failed", f"job={job_id} {fault}: no load handler ({', '.join(LOAD_HANDLERS)}) to wrap")
+            return original(self, job_id, *args, **kwargs)
+        suppressed = _SuppressedCopy()
+        saved = [(h, h.__dict__.get("_swap_blocks_batch", _UNSET)) for h in handlers]
+        for h in handlers:
+            h._swap_blocks_batch = suppressed
+        try:
+            ok = original(self, job_id, *args, **kwargs)
+        finally:
+            for h, before in saved:
+                if before is _UNSET:
+                    del h._swap_blocks_batch
+                else:
+                    h._swap_blocks_batch = before
+        if suppressed.copies:
+            _log("fault-fired", f"{fault} job={job_id} copies={suppressed.copies} bytes={suppressed.bytes}")
+        else:
+            _log("fault-failed", f"job={job_id} {fault} suppressed no copy (the load issued none)")
+        return ok
+
+    return submit_load
