@@ -95,15 +95,96 @@ def test_skip_scales_on_a_hybrid_and_a_sliding_model_reds_every_attention_group_
     assert set(sliding.failing) == {f"g{g}.{c}" for g in groups for c in ("k_scale", "v_scale", "ledger")}
 
 
-def test_a_plain_page_is_split_per_cell_as_k_then_v() -> None:
-    """vLLM 0.33's attention page is (head, slot) cells of [K | V] (content innermost in every layout): k and v
-    are one run per cell, not the page's two halves."""
+@pytest.mark.parametrize(("model", "argv"), [(DENSE, ()), (DENSE, ("--kv-cache-dtype", "fp8")), (SLIDING, ())])
+@pytest.mark.parametrize("layout", ["LBHNC", "LBNHC"])
+def test_a_plain_page_is_split_per_cell_as_k_then_v(model: str, argv: tuple[str, ...], layout: str) -> None:
+    """Every byte of a plain page labelled through the view vLLM's own FLASH_ATTN and TRITON_ATTN read it with
+    (``kv_cache.transpose(1, 2).split(head_size, dim=-1)``, flash_attn.py:1257, triton_attn.py:828), in both
+    head/slot orders: the round trip's ``k``/``v`` byte sets are exactly those (one run per (head, slot) cell, not
+    the page's two halves)."""
+    import torch
+
     from kvdoctor.engines.vllm.roundtrip import _components, _specs_and_groups
 
-    _, groups, _ = _specs_and_groups(DENSE, (), 1)
-    parts = dict(_components(groups[0].kv_cache_spec))
-    assert (parts["k"].start, parts["k"].length, parts["k"].period, parts["k"].count) == (0, 256, 512, 128)
-    assert (parts["v"].start, parts["v"].length, parts["v"].period, parts["v"].count) == (256, 256, 512, 128)
+    _, groups, _ = _specs_and_groups(model, argv, 1)
+    for group in groups:
+        spec = group.kv_cache_spec
+        heads, slots, blocks = spec.num_kv_heads, spec.block_size, 3
+        raw = torch.zeros(blocks, spec.page_size_bytes, dtype=torch.uint8)
+        typed = raw.view(spec.dtype)
+        width = spec.head_size + spec.head_size_v
+        if layout == "LBHNC":
+            cache = typed.view(blocks, heads, slots, width)
+        else:
+            cache = typed.view(blocks, slots, heads, width).transpose(1, 2)
+        key, value = cache.transpose(1, 2).split(spec.head_size, dim=-1)  # (B, H, N, 2*D) -> (B, N, H, D) twice
+        key.view(torch.uint8).fill_(1)
+        value.view(torch.uint8).fill_(2)
+        parts = _components(spec)
+        assert [n for n, _ in parts] == ["k", "v"]
+        for name, part in parts:
+            mask = torch.from_numpy(part.mask(spec.page_size_bytes))
+            assert bool((raw[:, mask] == {"k": 1, "v": 2}[name]).all()) and int(mask.sum()) == part.size, name
+        assert sum(p.size for _, p in parts) == spec.page_size_bytes and bool((raw != 0).all())
+
+
+def test_an_mla_page_is_one_latent_whatever_its_quant_mode() -> None:
+    """MLA is tested before the per-token-head split: no MLA backend lists those modes, and an MLA spec carrying one
+    is still one latent run, never cut into K/V cells it does not have."""
+    import torch
+    from vllm.v1.kv_cache_interface import KVQuantMode, MLAAttentionSpec
+
+    from kvdoctor.engines.vllm.roundtrip import _components
+
+    spec = MLAAttentionSpec(
+        block_size=16,
+        num_kv_heads=1,
+        head_size=576,
+        dtype=torch.uint8,
+        kv_quant_mode=KVQuantMode.FP8_PER_TOKEN_HEAD,
+        cache_dtype_str="fp8_per_token_head",
+    )
+    parts = _components(spec)
+    assert [n for n, _ in parts] == ["latent"] and parts[0][1].size == 16 * 576
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_the_copy_tally_is_the_byte_count_of_every_descriptor(seed: int) -> None:
+    """_Moved's tally (coverage per (layer, block) from the descriptors' intervals, met with each byte set by its
+    period) against a per-byte count: overlapping descriptors, descriptors spanning blocks, bytes never covered, and
+    descriptors outside kvdoctor's tensors (the host's), for periodic byte sets, a single run and the whole page."""
+    import random
+    import types
+
+    import numpy as np
+    import torch
+
+    from kvdoctor.engines.vllm.roundtrip import PageBytes, _Moved
+
+    rng = random.Random(seed)
+    page, blocks = 96, 5
+    tensors = [torch.zeros(blocks, page, dtype=torch.int8) for _ in range(3)]
+    host = torch.zeros(4 * page, dtype=torch.int8)
+    calls, count = [], [np.zeros(blocks * page, dtype=np.int64) for _ in tensors]
+    for _ in range(40):
+        t = rng.randrange(len(tensors))
+        at = rng.randrange(blocks * page - 1)
+        size = rng.randint(1, min(2 * page, blocks * page - at))  # up to two pages: may span blocks
+        count[t][at : at + size] += 1
+        calls.append(types.SimpleNamespace(src=tensors[t].data_ptr() + at, dst=host.data_ptr(), size=size))
+    stored = len(calls)
+    calls += [types.SimpleNamespace(src=host.data_ptr(), dst=tensors[0].data_ptr() + page, size=page)]
+    moved = _Moved(tensors, calls, stored)
+    parts = [PageBytes(3, 10, 24, 4), PageBytes(13, 11, 24, 4), PageBytes(0, page), PageBytes(40, 7)]
+    layers, chosen = [0, 2], [0, 2, 3, 4]
+    got = moved.tally(moved.out, layers, chosen, page, parts)
+    for part, (total, most) in zip(parts, got, strict=True):
+        seen = np.concatenate([count[t].reshape(blocks, page)[b][part.mask(page)] for t in layers for b in chosen])
+        assert (total, most) == (int(seen.sum()), 0 if seen.min() == 0 else int(seen.max())), part
+    assert moved.bytes_out == {t: int(c.sum()) for t, c in enumerate(count) if c.sum()}
+    assert moved.bytes_in == {0: page}
+    ((into, once),) = moved.tally(moved.into, [0], [1], page, [PageBytes(0, page)])
+    assert (into, once) == (page, 1)
 
 
 def test_skip_scales_without_scales_is_exit_2() -> None:

@@ -130,7 +130,8 @@ def test_skip_scales_on_per_token_head_fp8_turns_exactly_the_scale_rows_red() ->
     [
         (  # vLLM 0.33's plain fp8 is per-tensor: no group keeps scales in its pages
             ["--inject", "skip-scales"],
-            "--inject skip-scales: no group of this launch line carries in-page scales (try an fp8 mode)",
+            "--inject skip-scales: no group of this launch line carries in-page scales "
+            "(try --kv-cache-dtype fp8_per_token_head, int8_per_token_head or int4_per_token_head)",
         ),
         (  # 16 tokens are one block: there are no two blocks to swap
             ["--inject", "reorder-blocks", "--tokens", "16"],

@@ -45,6 +45,27 @@ def test_triton_is_the_one_backend_that_lists_the_per_token_head_dtypes() -> Non
     assert listing == {"triton_attn.py"} and TOKEN_HEAD_BACKEND[0].endswith("triton_attn")
 
 
+def vllms_per_token_head_dtypes() -> set[str]:
+    """vLLM's own per-token-head KV dtypes: every ``CacheDType`` (config/cache.py) whose ``get_kv_quant_mode`` is
+    per token and head."""
+    from typing import get_args
+
+    from vllm.config.cache import CacheDType
+    from vllm.v1.kv_cache_interface import get_kv_quant_mode
+
+    return {d for d in get_args(CacheDType) if get_kv_quant_mode(d).is_per_token_head}
+
+
+def test_the_rule_model_knows_exactly_vllms_per_token_head_dtypes() -> None:
+    """A per-token-head mode a later vLLM adds fails here (and so reaches the drift matrix, whose per-token-head
+    lines are TOKEN_HEAD_DTYPES) rather than going unchecked."""
+    from kvdoctor.core.vllm import matrix
+
+    theirs = vllms_per_token_head_dtypes()
+    assert theirs and set(rules.PER_TOKEN_HEAD) == theirs == set(matrix.TOKEN_HEAD_DTYPES)
+    assert {c.name for c in matrix.token_head_cases()} == {n for d in theirs for n in (d, f"{d}+offload")}
+
+
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("model", MODELS)
 def test_vllms_backend_packs_each_cell_as_the_rule_says(model: str, mode: str) -> None:
@@ -68,12 +89,33 @@ def test_vllms_spec_is_built_without_content_and_in_vllms_own_cache_dtype() -> N
     assert theirs.kv_quant_mode.is_per_token_head and theirs.page_size_bytes == 8 * 16 * 264
 
 
+def test_vllms_own_quant_mode_decides_its_side_not_the_rules_flag(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A rule model that forgets the per-token-head modes (rules.PER_TOKEN_HEAD emptied) models fp8_per_token_head
+    as plain fp8: a 32768 B page on llama. vLLM's side is switched by vLLM's own ``get_kv_quant_mode``, so vLLM's
+    backend still packs its 33792 B page and both the page and the content bytes drift; the round trip, built from
+    the same specs, still splits the scales out."""
+    from kvdoctor.engines.vllm.roundtrip import _components, _specs_and_groups
+
+    monkeypatch.setattr(rules, "PER_TOKEN_HEAD", {})
+    analysis, answers = _beside("llama-3.1-8b", "--kv-cache-dtype", "fp8_per_token_head")
+    layer = next(iter(analysis.specs.layers.values()))
+    assert layer.page_size_bytes == 16 * 8 * 2 * 128 and not layer.token_head_scales
+    drifting = [c for c in answers.drifts]
+    pages = {(c.kvdoctor, c.vllm) for c in drifting if c.question.endswith("page bytes")}
+    assert pages == {("32768", "33792")}, drifting
+    assert {(c.kvdoctor, c.vllm) for c in drifting if c.question.endswith(CONTENT)} == {("None", "264")}
+    _, groups, _ = _specs_and_groups("llama-3.1-8b", ["--kv-cache-dtype", "fp8_per_token_head"], 1)
+    assert [n for n, _ in _components(groups[0].kv_cache_spec)] == ["k", "k_scale", "v", "v_scale"]
+
+
 @pytest.mark.parametrize(
     ("patch", "model", "mode"),
     [
         ("PER_TOKEN_HEAD_SCALE_BYTES", "llama-3.1-8b", "fp8_per_token_head"),  # one fp16 scale, not fp32
         ("PER_TOKEN_HEAD", "llama-3.1-8b", "int4_per_token_head"),  # int4 read as a byte a value
-        ("PER_TOKEN_HEAD_SCALE_BYTES", "nemotron-h-8b", "int8_per_token_head"),  # the hybrid's block and groups too
+        # the hybrid's attention pages and groups; its block size is kvdoctor's input on both sides (vLLM's
+        # _align_hybrid_block_size needs the built model's layers: _find_non_ssm_backends, platforms/interface.py:679)
+        ("PER_TOKEN_HEAD_SCALE_BYTES", "nemotron-h-8b", "int8_per_token_head"),
     ],
 )
 def test_a_wrong_content_rule_drifts(monkeypatch: pytest.MonkeyPatch, patch: str, model: str, mode: str) -> None:

@@ -95,7 +95,13 @@ class LayerSpec:
         if self.kind is SpecKind.MLA:
             return f"1 latent x {self.head_size} {self.dtype}"
         text = f"{self.num_kv_heads} heads x ({self.head_size}+{self.head_size_v}) {self.dtype}"
-        text += " + fp32 scale per token, head and side" if self.token_head_scales else ""
+        if self.token_head_scales and self.state_content_bytes is not None:
+            data = self.state_content_bytes - 2 * rules.PER_TOKEN_HEAD_SCALE_BYTES  # both sides' data bytes
+            if data < (self.head_size + self.head_size_v) * DTYPE_BYTES[self.dtype]:  # int4: two values a byte
+                half = data // 2
+                text = f"{self.num_kv_heads} heads x ({self.head_size}+{self.head_size_v}) int4 in ({half}+{half})"
+                text += f" {self.dtype}"
+            text += " + fp32 scale per token, head and side"
         return text + (f", window {self.sliding_window}" if self.sliding_window else "")
 
 

@@ -55,6 +55,7 @@ def torch_dtype(name: str) -> Any:
         "float16": torch.float16,
         "float32": torch.float32,
         "uint8": torch.uint8,
+        "int8": torch.int8,
         "float8_e4m3fn": torch.float8_e4m3fn,
         "float8_e5m2": torch.float8_e5m2,
     }[name]

@@ -2,9 +2,10 @@
 
 What vLLM itself computes here, on CPU, from its own classes and functions (no model weights):
 - each layer's spec as vLLM's spec class (``FullAttentionSpec``, ``SlidingWindowSpec``,
-  ``MLAAttentionSpec``, ``MambaSpec``) and its ``page_size_bytes``; for a per-token-head KV dtype the spec is
-  built without content bytes, in vLLM's own cache dtype, and vLLM's attention backend answers them
-  (``TritonAttentionBackend.customize_spec``, as ``GPUModelRunner.get_kv_cache_spec`` applies it); Mamba state
+  ``MLAAttentionSpec``, ``MambaSpec``) and its ``page_size_bytes``; every attention spec is built in vLLM's own
+  cache dtype and quant mode (``get_kv_quant_mode``), without content bytes, and customized by the backend vLLM
+  selects for that mode (``customize_attention_spec``, as ``GPUModelRunner.get_kv_cache_spec`` applies it:
+  TRITON_ATTN for a per-token-head mode, FLASH_ATTN otherwise; nvfp4's packed bytes stay kvdoctor's input); Mamba state
   shapes and dtypes from vLLM's ``MambaStateShapeCalculator`` / ``MambaStateDtypeCalculator`` on the config's
   fields; the Mamba block and cache mode from vLLM's ``MambaModelConfig`` (``cache_config.py`` here);
 - the groups, from vLLM's ``get_kv_cache_groups`` (hybrid manager on or off as decided below);
@@ -48,6 +49,9 @@ from kvdoctor.engines.vllm import cache_config
 OFFLOADING_CONFIG = "vllm.distributed.kv_transfer.kv_connector.v1.offloading.config"
 # The one backend of vLLM 0.33 listing the per-token-head KV dtypes (rules.PER_TOKEN_HEAD_BACKEND).
 TOKEN_HEAD_BACKEND = ("vllm.v1.attention.backends.triton_attn", "TritonAttentionBackend")
+# The backend a plain KV dtype gets on CUDA by default (platforms/cuda.py:169-181 _get_backend_priorities: FLASH_ATTN
+# first below SM100; SM100 prefers FLASHINFER, whose module needs flashinfer, which is not installed here).
+PLAIN_BACKEND = ("vllm.v1.attention.backends.flash_attn", "FlashAttentionBackend")
 REFUSES_CODE = "KVD114-VLLM-REFUSES"
 NONE = "none"
 
@@ -109,18 +113,27 @@ class VllmAnswers:
 
 
 def vllm_spec(spec: LayerSpec, cache_dtype: str, mamba: tuple[tuple[Any, ...], tuple[Any, ...]] | None) -> Any:
-    """The rule model's layer as vLLM's own spec class (Mamba shapes/dtypes from vLLM's calculators)."""
+    """The rule model's layer as vLLM's own spec class (Mamba shapes/dtypes from vLLM's calculators).
+
+    An attention layer is built as vLLM's ``Attention.get_kv_cache_spec`` builds it: vLLM's own cache dtype
+    (``kv_cache_dtype_str_to_dtype``; ``auto`` is the model dtype the rule model resolved) and vLLM's own quant mode
+    (``get_kv_quant_mode``), no content bytes, then customized by the backend vLLM selects for that mode
+    (``customize_attention_spec``, as ``GPUModelRunner.get_kv_cache_spec`` applies it; :func:`attention_backend`).
+    Which quant mode the layer has is vLLM's answer, never the rule's flag: a rule that forgets a per-token-head
+    mode builds a plain page and drifts against vLLM's."""
     iface = rt.load("vllm.v1.kv_cache_interface")
-    quant = iface.get_kv_quant_mode(cache_dtype)
-    if spec.token_head_scales:  # vLLM's own cache dtype, and its backend answers the content bytes (below)
-        dtype, content = rt.load("vllm.utils.torch_utils").STR_DTYPE_TO_TORCH_DTYPE[cache_dtype], None
-    else:
-        dtype, content = rt.torch_dtype(spec.dtype), spec.state_content_bytes
     if spec.kind is SpecKind.MAMBA:
         assert mamba is not None
         return iface.MambaSpec(
             shapes=mamba[0], dtypes=mamba[1], block_size=spec.block_size, page_size_padded=spec.page_size_padded
         )
+    quant = iface.get_kv_quant_mode(cache_dtype)
+    model = types.SimpleNamespace(dtype=rt.torch_dtype(spec.dtype))  # read only for "auto": the model dtype
+    dtype = rt.load("vllm.utils.torch_utils").kv_cache_dtype_str_to_dtype(cache_dtype, model)
+    backend = attention_backend(cache_dtype)
+    # nvfp4 packs per FlashInfer's customize_spec, whose module needs flashinfer (not importable on CPU): the
+    # rule's packed content bytes are kvdoctor's input there (VllmAnswers.inputs says so).
+    content = spec.state_content_bytes if backend is None and quant.is_nvfp4 else None
     common = {
         "block_size": spec.block_size,
         "num_kv_heads": spec.num_kv_heads,
@@ -129,20 +142,30 @@ def vllm_spec(spec: LayerSpec, cache_dtype: str, mamba: tuple[tuple[Any, ...], t
         "kv_quant_mode": quant,
         "state_content_bytes": content,
     }
-    if spec.kind is SpecKind.MLA:
+    if spec.kind is SpecKind.MLA:  # MLA backends are not asked (none customizes a plain MLA spec's bytes here)
         return iface.MLAAttentionSpec(**common, cache_dtype_str=cache_dtype)
     if spec.kind is SpecKind.SLIDING:
         built = iface.SlidingWindowSpec(**common, head_size_v=spec.head_size_v, sliding_window=spec.sliding_window)
     else:
         built = iface.FullAttentionSpec(**common, head_size_v=spec.head_size_v)
-    return backend_spec(built) if spec.token_head_scales else built
+    if backend is None:
+        return built
+    return rt.load("vllm.v1.worker.utils").customize_attention_spec(backend, built)
 
 
-def backend_spec(spec: Any) -> Any:
-    """SPEC as vLLM's attention backend for its quant mode customizes it (``customize_spec``: the per-token-head
-    content bytes, data and an fp32 scale per side; rules.PER_TOKEN_HEAD_CONTENT)."""
-    module, name = TOKEN_HEAD_BACKEND
-    return getattr(rt.load(module), name).customize_spec(spec)
+def attention_backend(cache_dtype: str) -> Any:
+    """The attention backend class vLLM would select for CACHE_DTYPE, by vLLM's own quant mode: TRITON_ATTN for a
+    per-token-head mode (the one backend listing them, rules.PER_TOKEN_HEAD_BACKEND), FLASH_ATTN (the CUDA default)
+    for a plain one; None for nvfp4 (FlashInfer, not importable here). FLASH_ATTN's GPU-dependent kernel block sizes
+    (FA4 on SM90/SM100) are answered as this machine's platform sees them: no GPU, ``MultipleOf(16)``."""
+    quant = rt.load("vllm.v1.kv_cache_interface").get_kv_quant_mode(cache_dtype)
+    if quant.is_per_token_head:
+        module, name = TOKEN_HEAD_BACKEND
+    elif quant.is_nvfp4:
+        return None
+    else:
+        module, name = PLAIN_BACKEND
+    return getattr(rt.load(module), name)
 
 
 def mamba_state(a: VllmAnalysis) -> tuple[tuple[Any, ...], tuple[Any, ...]] | None:
@@ -265,6 +288,8 @@ def beside(a: VllmAnalysis) -> VllmAnswers:
     )
     if length.refusal is not None:
         answers.refusals.append(length.refusal)
+    if rt.load("vllm.v1.kv_cache_interface").get_kv_quant_mode(a.flags.kv_cache_dtype).is_nvfp4:
+        answers.inputs = (*answers.inputs, "nvfp4 content bytes")  # FlashInfer's customize_spec not importable
     mamba = mamba_state(a)
     specs = {name: vllm_spec(s, a.flags.kv_cache_dtype, mamba) for name, s in a.specs.layers.items()}
     if mamba is not None:  # the Mamba block and cache mode as vLLM's config code resolves them
@@ -275,7 +300,8 @@ def beside(a: VllmAnalysis) -> VllmAnswers:
     for name, rule_spec in a.specs.layers.items():
         theirs = specs[name]
         answers.checks.append(check(f"{name} page bytes", str(rule_spec.page_size_bytes), str(theirs.page_size_bytes)))
-        if rule_spec.token_head_scales:  # the cell's bytes, as vLLM's backend packs them
+        if getattr(theirs, "kv_quant_mode", None) is not None and theirs.kv_quant_mode.is_per_token_head:
+            # vLLM's own quant mode decides the question (a rule that forgot the mode answers None)
             ours, vllm = str(rule_spec.state_content_bytes), str(getattr(theirs, "state_content_bytes", None))
             answers.checks.append(check(f"{name} content bytes per (token, head)", ours, vllm))
         if rule_spec.kind is SpecKind.MAMBA:

@@ -12,7 +12,8 @@ its one state block (vLLM's ``mamba_cache_mode`` none), a full-attention group e
 Faults wrap vLLM's objects: ``drop-group`` skips the last group's descriptors in the store handler
 (``_fill_group_ops``), ``reorder-blocks`` swaps the first two fresh block ids of the first group that moves two
 blocks in the load spec,
-``skip-scales`` shortens every store descriptor of a group with in-page scales by the scale bytes.
+``skip-scales`` splits every page-sized store descriptor of a group with in-page scales (the ``*_per_token_head``
+KV dtypes) into the data runs of its (head, slot) cells, so no scale byte is stored.
 
 :func:`roundtrip_result` maps the run onto the one :class:`~kvdoctor.roundtrip.result.RoundtripResult` every
 reporter reads: one row per group component (bytes compared, and the bytes of that component vLLM's descriptors
@@ -22,6 +23,7 @@ moved each way), then one ``g<i>.ledger`` row per group (blocks x layers x page 
 from __future__ import annotations
 
 import bisect
+import itertools
 import math
 import time
 from collections.abc import Callable, Sequence
@@ -80,8 +82,8 @@ class GroupCopy(VllmGroup):
     """The copy ledger of one group, as the result carries it (:class:`VllmGroup`), and how often vLLM's
     descriptors touched the group's most-copied (layer, block): what the group's ledger row reads."""
 
-    copies_out: int = 0  # the most store descriptors that read one (layer, block) of the group
-    copies_in: int = 0
+    copies_out: int = 0  # the most store descriptors that read one byte of a (layer, block) of the group (0: a byte
+    copies_in: int = 0  # was never read); the same for the load's writes
 
 
 @dataclass(frozen=True)
@@ -134,16 +136,22 @@ class PageBytes:
 
 
 def _components(spec: Any) -> list[tuple[str, PageBytes]]:
-    """One block's page as named byte sets, in page order. vLLM's attention pages are whole (head, slot) cells of
-    ``state_content_size_bytes``: plain ``[K | V]``, per-token-head ``[K | K_scale | V | V_scale]`` (each half ends
-    in its fp32 scale: ``_ensure_scale_caches``), one run of each per cell; a packed cell (nvfp4: data and scales
-    interleaved per head slot) is not split; Mamba's states in the calculator's order; whatever follows is padding."""
+    """One block's page as named byte sets, in page order. The attention pages of the backends the specs are built
+    for (:func:`~kvdoctor.engines.vllm.inspect.attention_backend`: FLASH_ATTN, the CUDA default, and TRITON_ATTN) are
+    whole (head, slot) cells of ``state_content_size_bytes``: plain ``[K | V]`` (both read it as
+    ``kv_cache.transpose(1, 2).split(head_size, -1)``; so do FlashInfer but for nvfp4, and flex), per-token-head
+    ``[K | K_scale | V | V_scale]`` (each half ends in its fp32 scale: ``_ensure_scale_caches``), one run of each per
+    cell. Not every vLLM backend: ROCM_ATTN and B12X (``customize_spec``, ``num_head_slots=2``) lay all K, then all
+    V, and are not modelled. A packed cell (nvfp4: data and scales interleaved per head slot) is not split; MLA is one
+    latent; Mamba's states in the calculator's order; whatever follows is padding."""
     page = spec.page_size_bytes
     name = type(spec).__name__
     mode = getattr(spec, "kv_quant_mode", None)
     packed = getattr(spec, "state_content_bytes", None)
     parts: list[tuple[str, PageBytes]] = []
-    if mode is not None and mode.is_per_token_head:
+    if name.startswith("MLA"):  # before the quant modes: no MLA backend lists a per-token-head one
+        parts = [("latent", PageBytes(0, spec.block_size * spec.num_kv_heads * spec.head_size * spec.dtype.itemsize))]
+    elif mode is not None and mode.is_per_token_head:
         cells, half = spec.num_heads * spec.num_states, packed // 2
         scale = rt.load("torch").float32.itemsize  # _ensure_scale_caches: get_dtype_size(torch.float32)
         for side, at in (("k", 0), ("v", half)):
@@ -159,8 +167,6 @@ def _components(spec: Any) -> list[tuple[str, PageBytes]]:
         for lab, shape, dtype in zip(labels, spec.shapes, spec.dtypes, strict=True):
             parts.append((lab, PageBytes(at, math.prod(shape) * dtype.itemsize)))
             at += parts[-1][1].size
-    elif name.startswith("MLA"):
-        parts = [("latent", PageBytes(0, spec.block_size * spec.num_kv_heads * spec.head_size * spec.dtype.itemsize))]
     else:
         item = spec.dtype.itemsize
         k, v = spec.head_size * item, getattr(spec, "head_size_v", spec.head_size) * item
@@ -300,8 +306,9 @@ def run_vllm_roundtrip(
             raise shims.refusal(exc, skip_shims) from None
     report("diff every group's components", 3, 4)
     moved = _Moved(tensors, copier.calls, stored)
-    rows = _diff(groups, layer_of, originals, tensors, src_ids, new_ids, moved)
-    ledger = _ledger(groups, layer_of, tensors, src_ids, slots, new_ids, copier.calls, stored, moved)
+    tallies = _tallies(groups, layer_of, src_ids, new_ids, moved)  # coverage once per (layer, block), both ways
+    rows = _diff(groups, layer_of, originals, tensors, src_ids, new_ids, tallies)
+    ledger = _ledger(groups, layer_of, src_ids, slots, new_ids, moved, tallies)
     failing = [r.name for r in rows if not r.ok] + [f"g{c.group}.ledger" for c in ledger if not c.ledger_ok]
     report("done", 4, 4)
     return VllmRoundtrip(
@@ -338,7 +345,10 @@ def _expected_red(inject: str | None, groups: list[Any], tokens: int) -> list[st
         return [f"g{target}.{c}" for c, _ in _components(groups[target].kv_cache_spec)]
     scaled = [i for i, g in enumerate(groups) if _data_runs(g.kv_cache_spec)]
     if not scaled:
-        raise InputError("--inject skip-scales: no group of this launch line carries in-page scales (try an fp8 mode)")
+        raise InputError(
+            "--inject skip-scales: no group of this launch line carries in-page scales "
+            "(try --kv-cache-dtype fp8_per_token_head, int8_per_token_head or int4_per_token_head)"
+        )
     return [f"g{i}.{c}" for i in scaled for c in ("k_scale", "v_scale", "ledger")]
 
 
@@ -384,6 +394,9 @@ def _inject(inject: str | None, worker: Any, groups: list[Any]) -> None:
         handler._fill_group_ops = unscaled
 
 
+Tally = tuple[int, int]  # (bytes covered, counting a byte covered twice twice; the most descriptors over one byte)
+
+
 class _Moved:
     """What vLLM's descriptors moved, per tensor, block and byte range of the page: the store's reads (their
     sources) and the load's writes (their destinations), as the memmove shim recorded them."""
@@ -391,8 +404,10 @@ class _Moved:
     def __init__(self, tensors: list[Any], calls: list[Any], stored: int) -> None:
         self._spans = sorted((x.data_ptr(), x.data_ptr() + x.numel(), x.shape[1], i) for i, x in enumerate(tensors))
         self._starts = [lo for lo, *_ in self._spans]
-        self.out = self._pieces([(c.src, c.size) for c in calls[:stored]])
-        self.into = self._pieces([(c.dst, c.size) for c in calls[stored:]])
+        self.bytes_out: dict[int, int] = {}  # tensor -> bytes its store descriptors read
+        self.bytes_in: dict[int, int] = {}  # ... and its load descriptors wrote
+        self.out = self._pieces([c.src for c in calls[:stored]], [c.size for c in calls[:stored]], self.bytes_out)
+        self.into = self._pieces([c.dst for c in calls[stored:]], [c.size for c in calls[stored:]], self.bytes_in)
 
     def owner(self, ptr: int) -> tuple[int, int, int] | None:
         """(tensor index, tensor start, page bytes) of the tensor PTR points into, or None."""
@@ -402,46 +417,110 @@ class _Moved:
         lo, _, page, t = self._spans[k]
         return t, lo, page
 
-    def _pieces(self, copies: list[tuple[int, int]]) -> dict[tuple[int, int], list[tuple[int, int]]]:
-        """(tensor, block) -> the (start, end) page offsets each descriptor covered there."""
-        out: dict[tuple[int, int], list[tuple[int, int]]] = {}
-        for ptr, size in copies:
-            found = self.owner(ptr)
-            if found is None:
-                continue
-            t, lo, page = found
-            at, end = ptr - lo, ptr - lo + size
-            while at < end:  # a descriptor may span blocks: one piece per block it touches
-                block, offset = divmod(at, page)
-                upto = min(end, (block + 1) * page)
-                out.setdefault((t, block), []).append((offset, offset + upto - at))
-                at = upto
-        return out
+    def _pieces(self, ptrs: list[int], sizes: list[int], moved: dict[int, int]) -> dict[tuple[int, int], Any]:
+        """(tensor, block) -> the (start, end) page offsets the descriptors at PTRS (of SIZES bytes) covered there,
+        an int64 array sorted by start (a descriptor that spans blocks is one piece per block); MOVED gets each
+        tensor's bytes."""
+        np = rt.load("numpy")
+        if not ptrs:
+            return {}
+        ptr, size = np.array(ptrs, dtype=np.uint64).astype(np.int64), np.array(sizes, dtype=np.int64)
+        lo = np.array([x[0] for x in self._spans], dtype=np.uint64).astype(np.int64)
+        hi = np.array([x[1] for x in self._spans], dtype=np.uint64).astype(np.int64)
+        pages = np.array([x[2] for x in self._spans], dtype=np.int64)
+        k = np.searchsorted(lo, ptr, side="right") - 1
+        keep = (k >= 0) & (ptr < hi[np.maximum(k, 0)])  # descriptors into kvdoctor's tensors (not the host's)
+        k, ptr, size = k[keep], ptr[keep], size[keep]
+        tensor = np.array([x[3] for x in self._spans], dtype=np.int64)[k]
+        totals = np.zeros(len(self._spans), dtype=np.int64)
+        np.add.at(totals, tensor, size)
+        moved.update({t: int(n) for t, n in enumerate(totals.tolist()) if n})
+        page = pages[k]
+        at, end = ptr - lo[k], ptr - lo[k] + size
+        block, first = np.divmod(at, page)
+        spans = (end - 1) // page - block + 1  # the blocks each descriptor touches
+        if (spans > 1).any():  # split the spanning ones: one piece per block
+            reps = spans
+            idx = np.repeat(np.arange(len(at)), reps)
+            step = np.arange(len(idx)) - np.repeat(np.cumsum(reps) - reps, reps)
+            tensor, page, at, end = tensor[idx], page[idx], at[idx], end[idx]
+            block = block[idx] + step
+            first = np.maximum(at, block * page) - block * page
+            last = np.minimum(end, (block + 1) * page) - block * page
+        else:
+            last = first + size
+        order = np.lexsort((first, block, tensor))
+        tensor, block, first, last = tensor[order], block[order], first[order], last[order]
+        cuts = np.flatnonzero((np.diff(tensor) != 0) | (np.diff(block) != 0)) + 1
+        bounds = [0, *cuts.tolist(), len(tensor)]
+        pairs = np.stack([first, last], axis=1)
+        return {(int(tensor[a]), int(block[a])): pairs[a:b] for a, b in itertools.pairwise(bounds)}
 
     @staticmethod
     def tally(
-        pieces: dict[tuple[int, int], list], layers: list[int], blocks: list[int], page: int, masks: list[Any]
-    ) -> list[tuple[int, int]]:
-        """Per byte set of the page (a boolean mask of PAGE bytes): the bytes of it the descriptors covered over
-        LAYERS x BLOCKS (a byte covered twice counts twice), and the most descriptors that covered one of its bytes
-        (0 when one of its bytes was never covered)."""
+        pieces: dict[tuple[int, int], Any],
+        layers: list[int],
+        blocks: list[int],
+        page: int,
+        parts: list[PageBytes],
+    ) -> list[Tally]:
+        """Per byte set of the page: the bytes of it the descriptors covered over LAYERS x BLOCKS (a byte covered
+        twice counts twice), and the most descriptors that covered one of its bytes (0 when one of its bytes was
+        never covered). Each (layer, block)'s coverage is computed once, as constant-count segments from the
+        descriptors' intervals, and met with each byte set by its period arithmetic (:func:`_overlaps`); (layer,
+        block)s the descriptors covered alike are computed once."""
         np = rt.load("numpy")
-        total, most, least = [0] * len(masks), [0] * len(masks), [-1] * len(masks)
+        none = np.zeros((0, 2), dtype=np.int64)
+        seen: dict[bytes, tuple[Any, int]] = {}  # descriptor pattern -> its pieces, how many (layer, block)s had it
         for t in layers:
             for b in blocks:
-                edges = np.zeros(page + 1, dtype=np.int32)
-                spans = pieces.get((t, b), [])
-                if spans:
-                    ends = np.array(spans, dtype=np.int64)
-                    np.add.at(edges, ends[:, 0], 1)
-                    np.add.at(edges, ends[:, 1], -1)
-                count = np.cumsum(edges[:-1])
-                for i, mask in enumerate(masks):
-                    seen = count[mask]
-                    total[i] += int(seen.sum())
-                    most[i] = max(most[i], int(seen.max()))
-                    least[i] = int(seen.min()) if least[i] < 0 else min(least[i], int(seen.min()))
+                spans = pieces.get((t, b), none)
+                key = spans.tobytes()
+                seen[key] = (spans, seen[key][1] + 1 if key in seen else 1)
+        total, most, least = [0] * len(parts), [0] * len(parts), [-1] * len(parts)
+        for spans, times in seen.values():
+            for i, (covered, top, low) in enumerate(_overlaps(_segments(spans, page), parts)):
+                total[i] += covered * times
+                most[i] = max(most[i], top)
+                least[i] = low if least[i] < 0 else min(least[i], low)
         return [(tot, 0 if low == 0 else top) for tot, top, low in zip(total, most, least, strict=True)]
+
+
+def _segments(spans: Any, page: int) -> tuple[Any, Any, Any]:
+    """SPANS (an (n, 2) array of descriptor (start, end) page offsets, possibly overlapping) as the page's
+    constant-count segments: arrays of starts, ends and how many descriptors cover each; together they tile
+    [0, PAGE)."""
+    np = rt.load("numpy")
+    cuts = np.union1d(spans.ravel(), np.array([0, page], dtype=np.int64))
+    steps = np.zeros(len(cuts), dtype=np.int64)  # +1 where a descriptor starts, -1 where one ends
+    np.add.at(steps, np.searchsorted(cuts, spans[:, 0]), 1)
+    np.add.at(steps, np.searchsorted(cuts, spans[:, 1]), -1)
+    return cuts[:-1], cuts[1:], np.cumsum(steps)[:-1]
+
+
+def _overlaps(segments: tuple[Any, Any, Any], parts: list[PageBytes]) -> list[tuple[int, int, int]]:
+    """Per byte set: (its bytes covered, counted per descriptor; the most and the fewest descriptors over one of its
+    bytes), from the byte set's start, length, period and count: no page-sized arrays."""
+    starts, ends, count = segments
+    found = []
+    for part in parts:
+        inside = _below(part, ends) - _below(part, starts)  # the part's bytes in each segment
+        hit = inside > 0
+        if not hit.any():  # an empty byte set
+            found.append((0, 0, 0))
+            continue
+        found.append((int((inside * count).sum()), int(count[hit].max()), int(count[hit].min())))
+    return found
+
+
+def _below(part: PageBytes, x: Any) -> Any:
+    """How many of PART's bytes lie below each offset in X (an int64 array)."""
+    np = rt.load("numpy")
+    y = np.maximum(x - part.start, 0)
+    if part.count == 1:
+        return np.minimum(y, part.length)
+    full, rest = np.divmod(y, part.period)
+    return np.where(full >= part.count, part.size, full * part.length + np.minimum(rest, part.length))
 
 
 def _check_memory(groups: list[Any], tokens: int) -> None:
@@ -460,6 +539,34 @@ def _check_memory(groups: list[Any], tokens: int) -> None:
         )
 
 
+def _tallies(
+    groups: list[Any], layer_of: list[list[int]], src: list[list[int]], new: list[list[int]], moved: _Moved
+) -> list[tuple[list[Tally], list[Tally]]]:
+    """Per group, out and in: the tally of each component, then of the whole page (the group's ledger row)."""
+    found = []
+    for gi, g in enumerate(groups):
+        page = g.kv_cache_spec.page_size_bytes
+        parts = [b for _, b in _components(g.kv_cache_spec)] + [PageBytes(0, page)]
+        found.append(
+            (
+                moved.tally(moved.out, layer_of[gi], src[gi], page, parts),
+                moved.tally(moved.into, layer_of[gi], new[gi], page, parts),
+            )
+        )
+    return found
+
+
+def _per_block(differs: Any, part: PageBytes) -> Any:
+    """The differing bytes of PART in each row (block) of DIFFERS (blocks x page bools), by PART's period: views,
+    no gather."""
+    if part.count == 1:
+        return differs[:, part.start : part.start + part.length].sum(dim=1)
+    whole = part.count - 1  # every run but the last as (count - 1, period) rows; the last on its own
+    body = differs[:, part.start : part.start + whole * part.period].reshape(-1, whole, part.period)
+    last = part.start + whole * part.period
+    return body[:, :, : part.length].sum(dim=(1, 2)) + differs[:, last : last + part.length].sum(dim=1)
+
+
 def _diff(
     groups: list[Any],
     layer_of: list[list[int]],
@@ -467,45 +574,39 @@ def _diff(
     after: list[Any],
     src: list[list[int]],
     new: list[list[int]],
-    moved: _Moved,
+    tallies: list[tuple[list[Tally], list[Tally]]],
 ) -> list[VllmRow]:
-    torch = rt.load("torch")
     rows: list[VllmRow] = []
     for gi, g in enumerate(groups):
-        page = g.kv_cache_spec.page_size_bytes
         parts = _components(g.kv_cache_spec)
-        masks = [b.mask(page) for _, b in parts]
-        outs = moved.tally(moved.out, layer_of[gi], src[gi], page, masks)
-        intos = moved.tally(moved.into, layer_of[gi], new[gi], page, masks)
-        for (comp, _), mask, (out, copies_out), (into, copies_in) in zip(parts, masks, outs, intos, strict=True):
-            picked = torch.from_numpy(mask)
-            total = bad = 0
-            first: tuple[int, str, int] | None = None
-            for li, t in enumerate(layer_of[gi]):
-                want = before[t][src[gi]][:, picked]
-                got = after[t].as_subclass(type(before[t]))[new[gi]][:, picked]
-                total += want.numel()
-                differs = want != got
-                n = int(differs.sum())
-                if n and first is None:
-                    block = int(differs.any(dim=1).nonzero()[0, 0])
-                    first = (li, list(g.layer_names)[li], new[gi][block])
-                bad += n
+        outs, intos = tallies[gi]
+        bad = [0] * len(parts)
+        first: list[tuple[int, str, int] | None] = [None] * len(parts)
+        for li, t in enumerate(layer_of[gi]):
+            differs = before[t][src[gi]] != after[t].as_subclass(type(before[t]))[new[gi]]  # once per layer
+            for i, (_, part) in enumerate(parts):
+                blocks = _per_block(differs, part)
+                n = int(blocks.sum())
+                if n and first[i] is None:
+                    first[i] = (li, list(g.layer_names)[li], new[gi][int(blocks.nonzero()[0, 0])])
+                bad[i] += n
+        for i, (comp, part) in enumerate(parts):
+            (out, copies_out), (into, copies_in), where = outs[i], intos[i], first[i]
             rows.append(
                 VllmRow(
                     f"g{gi}.{comp}",
                     gi,
                     comp,
-                    total,
-                    bad,
-                    bad == 0,
+                    part.size * len(src[gi]) * len(layer_of[gi]),
+                    bad[i],
+                    bad[i] == 0,
                     bytes_out=out,
                     bytes_in=into,
                     copies_out=copies_out,
                     copies_in=copies_in,
-                    first_layer=first[0] if first else None,
-                    first_layer_name=first[1] if first else None,
-                    first_block=first[2] if first else None,
+                    first_layer=where[0] if where else None,
+                    first_layer_name=where[1] if where else None,
+                    first_block=where[2] if where else None,
                 )
             )
     return rows
@@ -514,28 +615,19 @@ def _diff(
 def _ledger(
     groups: list[Any],
     layer_of: list[list[int]],
-    tensors: list[Any],
     src: list[list[int]],
     slots: list[list[int]],
     new: list[list[int]],
-    calls: list[Any],
-    stored: int,
     moved: _Moved,
+    tallies: list[tuple[list[Tally], list[Tally]]],
 ) -> list[GroupCopy]:
-    def owner(ptr: int) -> int | None:
-        found = moved.owner(ptr)
-        return None if found is None else found[0]
-
     out: list[GroupCopy] = []
     for gi, g in enumerate(groups):
-        mine = set(layer_of[gi])
         page = g.kv_cache_spec.page_size_bytes
-        bytes_out = sum(c.size for c in calls[:stored] if owner(c.src) in mine)
-        bytes_in = sum(c.size for c in calls[stored:] if owner(c.dst) in mine)
+        bytes_out = sum(moved.bytes_out.get(t, 0) for t in layer_of[gi])
+        bytes_in = sum(moved.bytes_in.get(t, 0) for t in layer_of[gi])
         expected = len(src[gi]) * len(layer_of[gi]) * page
-        whole = [PageBytes(0, page).mask(page)]
-        ((_, copies_out),) = moved.tally(moved.out, layer_of[gi], src[gi], page, whole)
-        ((_, copies_in),) = moved.tally(moved.into, layer_of[gi], new[gi], page, whole)
+        (_, copies_out), (_, copies_in) = tallies[gi][0][-1], tallies[gi][1][-1]  # the whole page
         out.append(
             GroupCopy(
                 group=gi,

@@ -36,7 +36,8 @@ def test_llama_pages_carry_an_fp32_scale_per_token_head_and_side(mode: str, dtyp
     for s in specs:
         assert (s.dtype, s.state_content_bytes, s.token_head_scales, s.block_scaled) == (dtype, content, True, False)
         assert s.page_size_bytes == 8 * 16 * content and s.bytes_per_token == 8 * content
-        assert s.describe() == f"8 heads x (128+128) {dtype} + fp32 scale per token, head and side"
+        data = "int4 in (64+64) uint8" if mode == "int4_per_token_head" else dtype  # two nibbles a byte
+        assert s.describe() == f"8 heads x (128+128) {data} + fp32 scale per token, head and side"
     plain = attention("llama-3.1-8b", PTH, "fp8")[0]
     assert not plain.token_head_scales and plain.state_content_bytes is None  # per-tensor fp8: no scale in the page
 
