@@ -227,6 +227,7 @@ def _planned(o: VllmDeployOptions) -> tuple[VllmAnalysis, Sequence[Group]]:
 
 
 SUBJECT = "pressured"  # the role whose server is under test (prefix-cache: the one with prefix caching on)
+OFFLOAD_TRANSFER_CONFIG = json.dumps({"kv_connector_extra_config": {"offload_prompt_only": False}})
 
 
 def _flags(o: VllmDeployOptions, role: str = SUBJECT) -> tuple[str, ...]:
@@ -236,7 +237,16 @@ def _flags(o: VllmDeployOptions, role: str = SUBJECT) -> tuple[str, ...]:
     out = list(_base_flags(o, role))
     if o.scenario == prefix.OFFLOAD and role == SUBJECT:
         at = out.index("--enforce-eager")  # the connector's flags just before it, the rest as preempt's
-        out[at:at] = ["--kv-offloading-size", offload_gib(o), "--kv-offloading-backend", "native"]
+        # offload_prompt_only defaults to True (v1/kv_offload/base.py:620-622): decode KV would never reach the CPU
+        # tier; vLLM merges this extra config with --kv-offloading-size's connector (config/vllm.py:1099-1123).
+        out[at:at] = [
+            "--kv-offloading-size",
+            offload_gib(o),
+            "--kv-offloading-backend",
+            "native",
+            "--kv-transfer-config",
+            OFFLOAD_TRANSFER_CONFIG,
+        ]
     return tuple(out)
 
 
@@ -247,7 +257,9 @@ def _base_flags(o: VllmDeployOptions, role: str) -> tuple[str, ...]:
     if o.scenario == prefix.PREFIX_CACHE:
         out.append("--enable-prefix-caching" if role == SUBJECT else "--no-enable-prefix-caching")
         out.append("--enable-prompt-tokens-details")
-    elif _has_mamba(o):
+    elif _has_mamba(o) or o.scenario == prefix.OFFLOAD:
+        # offload: the GPU prefix cache is asked before the connector, and a preempted request's prompt blocks,
+        # freed last, would mostly be found there: no load from the CPU tier (both servers, for symmetry).
         out.append("--no-enable-prefix-caching")
     return (*out, "--enforce-eager")
 
@@ -457,6 +469,8 @@ def _env(o: VllmDeployOptions, *, pressured: bool) -> dict[str, str]:
         env[LOG_ENV] = o.plugin_log
     if pressured and o.inject:
         env[INJECT_ENV] = o.inject
+    if pressured and o.scenario == prefix.OFFLOAD:
+        env["VLLM_USE_SIMPLE_KV_OFFLOAD"] = "0"  # else config/vllm.py:1116 picks SimpleCPUOffloadConnector
     return env
 
 

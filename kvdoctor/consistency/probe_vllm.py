@@ -34,8 +34,10 @@ CACHE_CONFIG = "vllm:cache_config_info"
 CACHE_CONFIG_LABELS = ("enable_prefix_caching", "mamba_cache_mode")
 
 
-def counter(text: str, name: str, what: str) -> int | None:
-    """Counter NAME (``..._total``) in a vLLM ``/metrics`` page, summed over engines; None when the page has none."""
+def counter(text: str, name: str, what: str, *, declared_is_zero: bool = False) -> int | None:
+    """Counter NAME (``..._total``) in a vLLM ``/metrics`` page, summed over engines; None when the page has none.
+    DECLARED_IS_ZERO: a family the page declares (HELP/TYPE) without one sample reads 0, for a labelled counter whose
+    series vLLM creates only at its first increment (the offload counters); a page without the family stays None."""
     from prometheus_client.parser import text_string_to_metric_families
 
     family_name = name.removesuffix("_total")
@@ -44,6 +46,7 @@ def counter(text: str, name: str, what: str) -> int | None:
     for family in text_string_to_metric_families(text):
         if family.name != family_name:
             continue
+        found = found or declared_is_zero
         for sample in family.samples:
             if sample.name != name:
                 continue
@@ -184,7 +187,9 @@ class OffloadCount:
 
 def offload_from_prometheus(text: str) -> tuple[int | None, ...]:
     """:data:`OFFLOAD_COUNTERS` in a vLLM ``/metrics`` page (summed over engines), a None where the page lacks one."""
-    return tuple(counter(text, name, name.removeprefix("vllm:")) for name in OFFLOAD_COUNTERS)
+    # vLLM 0.32 offloading/metrics.py:404-424 (0.33: 475-491): the per-engine series of each offload counter is made
+    # at its first load or store, so before any the page declares the family with no sample: 0, not unknown.
+    return tuple(counter(text, n, n.removeprefix("vllm:"), declared_is_zero=True) for n in OFFLOAD_COUNTERS)
 
 
 def scrape_offload(base_url: str, timeout_s: float = 10.0) -> tuple[int | None, ...]:

@@ -56,11 +56,25 @@ def test_only_the_pressured_server_offloads_and_the_pools_are_preempts() -> None
     assert _flag(press.argv, "--kv-offloading-backend") == "native"
     preempt = run.prepare(run.ConsistencyOptions("llama-3.1-8b", shrink=True, server="vllm", device="cuda"))
     pref, ppress = run.plan_for(preempt, "/ckpt", None).steps
-    assert ref.argv == pref.argv, "the reference is preempt's roomy reference, unchanged"
+    # Both servers: preempt's plus --no-enable-prefix-caching (the GPU prefix cache, asked before the connector,
+    # would hold a preempted request's prompt blocks and no load from the CPU tier would happen).
+    nocache = list(ref.argv)
+    nocache.remove("--no-enable-prefix-caching")
+    assert tuple(nocache) == pref.argv, "the reference is preempt's roomy reference without the GPU prefix cache"
     without = list(press.argv)
+    without.remove("--no-enable-prefix-caching")
     i = without.index("--kv-offloading-size")
-    del without[i : i + 4]
+    assert without[i : i + 6] == [
+        "--kv-offloading-size",
+        _flag(press.argv, "--kv-offloading-size"),
+        "--kv-offloading-backend",
+        "native",
+        "--kv-transfer-config",
+        '{"kv_connector_extra_config": {"offload_prompt_only": false}}',
+    ], "decode KV reaches the CPU tier too (offload_prompt_only defaults to True)"
+    del without[i : i + 6]
     assert tuple(without) == ppress.argv, "the subject is preempt's pressured server plus the connector"
+    assert press.env["VLLM_USE_SIMPLE_KV_OFFLOAD"] == "0" and "VLLM_USE_SIMPLE_KV_OFFLOAD" not in ref.env
     assert int(_flag(press.argv, "--num-gpu-blocks-override")) < int(_flag(ref.argv, "--num-gpu-blocks-override"))
 
 
@@ -312,3 +326,14 @@ def test_the_terminal_names_the_offload_evidence_and_the_fault(monkeypatch: pyte
     assert "offload (bytes, CPU tier 0.01 GiB): loaded reference None, pressured 2359296" in text
     assert "fault drop-offload in pressured: installed True, fired on 3 load(s) from the CPU tier" in text
     assert "gate offload: pass: pressured server loaded 2,359,296 bytes from its CPU tier" in text
+
+
+def test_a_page_that_declares_the_offload_counters_without_a_sample_reads_0() -> None:
+    """vLLM makes each offload counter's per-engine series at its first load or store (offloading/metrics.py:404-424):
+    before any, /metrics has the HELP/TYPE lines only. That is 0, not unknown; a page without the family stays None."""
+    declared = "".join(
+        f"# HELP {n.removesuffix('_total')} bytes\n# TYPE {n.removesuffix('_total')} counter\n"
+        for n in probe_vllm.OFFLOAD_COUNTERS
+    )
+    assert probe_vllm.offload_from_prometheus(declared) == (0,) * len(probe_vllm.OFFLOAD_COUNTERS)
+    assert probe_vllm.offload_from_prometheus("") == (None,) * len(probe_vllm.OFFLOAD_COUNTERS)
