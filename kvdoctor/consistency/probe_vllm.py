@@ -11,7 +11,9 @@ guards: a sample that is no count is malformed, a count that went backwards mean
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 from kvdoctor.pd.metrics import (
     CounterWentBackwards,
@@ -104,6 +106,7 @@ class PrefixCacheCount:
 
 
 Scraped = tuple[int | None, int | None, dict[str, str] | None]
+_Read = TypeVar("_Read")  # what one reader takes from a /metrics page
 
 
 def cache_config(text: str) -> dict[str, str] | None:
@@ -122,16 +125,22 @@ def prefix_cache_from_prometheus(text: str) -> Scraped:
     return counter(text, HITS, "prefix-cache hits"), counter(text, QUERIES, "prefix-cache queries"), cache_config(text)
 
 
-def scrape_prefix_cache(base_url: str, timeout_s: float = 10.0) -> Scraped:
-    """(hits, queries, cache config) from ``GET {base_url}/metrics``; all None when unreachable or off."""
-    got: list[Scraped] = []
+def scrape_page(base_url: str, read: Callable[[str], _Read], unknown: _Read, timeout_s: float = 10.0) -> _Read:
+    """READ of ``GET {base_url}/metrics`` (the shared :func:`~kvdoctor.pd.metrics.scrape_with`: a malformed counter
+    raises naming the page); UNKNOWN when the server is unreachable, off, or the page unreadable."""
+    got: list[_Read] = []
 
     def parse(text: str) -> int | None:
-        got.append(prefix_cache_from_prometheus(text))
+        got.append(read(text))
         return 0
 
     scrape_with(base_url, parse, f"{base_url}/metrics", timeout_s)
-    return got[0] if got else (None, None, None)
+    return got[0] if got else unknown
+
+
+def scrape_prefix_cache(base_url: str, timeout_s: float = 10.0) -> Scraped:
+    """(hits, queries, cache config) from ``GET {base_url}/metrics``; all None when unreachable or off."""
+    return scrape_page(base_url, prefix_cache_from_prometheus, (None, None, None), timeout_s)
 
 
 class PrefixCacheProbe:
@@ -194,14 +203,7 @@ def offload_from_prometheus(text: str) -> tuple[int | None, ...]:
 
 def scrape_offload(base_url: str, timeout_s: float = 10.0) -> tuple[int | None, ...]:
     """:func:`offload_from_prometheus` of ``GET {base_url}/metrics``; all None when unreachable or off."""
-    got: list[tuple[int | None, ...]] = []
-
-    def parse(text: str) -> int | None:
-        got.append(offload_from_prometheus(text))
-        return 0
-
-    scrape_with(base_url, parse, f"{base_url}/metrics", timeout_s)
-    return got[0] if got else (None,) * len(OFFLOAD_COUNTERS)
+    return scrape_page(base_url, offload_from_prometheus, (None,) * len(OFFLOAD_COUNTERS), timeout_s)
 
 
 class OffloadProbe:
