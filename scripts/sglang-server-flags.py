@@ -17,6 +17,9 @@ flags whose value may be left out (``nargs`` ?) in ``SGLANG_OPTIONAL_VALUE``, so
 flag's values from a positional word that follows them.
 The metadata is read as SGLang's ``_unwrap_annotated`` reads it: the first ``Arg`` or string wins.
 
+Each option string's dest (``SGLANG_FLAG_DESTS``: the attribute its action stores into, so ``--model`` and
+``--model-path`` are one flag) is read from the same parser.
+
 Each flag's value grammar (``SGLANG_FLAG_VALUES``: the ``type`` its action converts with, its ``nargs`` and
 ``choices``) is read from SGLang's own parser (``ServerArgs.add_cli_args`` on an ``argparse`` parser), which
 the script imports; the option strings that parser registers must be the ones read from the source, or the
@@ -26,12 +29,13 @@ than the ones kvdoctor restates (``kvdoctor/core/flag_values.py``), is recorded 
 
 from __future__ import annotations
 
+import argparse
 import ast
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from table_literals import literal, values_lines  # scripts/table_literals.py, a sibling
+from table_literals import dests_lines, literal, values_lines  # scripts/table_literals.py, a sibling
 
 VALUE_ACTIONS = frozenset({"store", "append", "extend"})
 
@@ -262,14 +266,24 @@ def _type_kind(action: object) -> str:
     return f"custom:{name}"
 
 
-def value_table() -> dict[str, tuple[str, object, object]]:
-    """option string -> (type kind, nargs, choices), from SGLang's own parser."""
-    import argparse
-
+def live_parser() -> argparse.ArgumentParser:
+    """SGLang's own server parser (``ServerArgs.add_cli_args`` on argparse, as ``prepare_server_args`` builds it)."""
     from sglang.srt.server_args import ServerArgs
 
     parser = argparse.ArgumentParser(add_help=False)
     ServerArgs.add_cli_args(parser)
+    return parser
+
+
+def dest_table(parser: argparse.ArgumentParser) -> dict[str, str]:
+    """option string -> the dest its action stores into: option strings with one dest are one flag to SGLang
+    (``--model`` is ``--model-path``: arg_groups/fields/model.py ``aliases``; ``--monokernel-backend`` is a second
+    action on ``--enable-amd-monokernel``'s dest)."""
+    return {option: action.dest for option, action in parser._option_string_actions.items()}
+
+
+def value_table(parser: argparse.ArgumentParser) -> dict[str, tuple[str, object, object]]:
+    """option string -> (type kind, nargs, choices), from SGLang's own parser."""
     table: dict[str, tuple[str, object, object]] = {}
     for option, action in parser._option_string_actions.items():
         nargs = action.nargs  # argparse's own store_const/store_true actions set 0 themselves
@@ -284,7 +298,9 @@ def main(root_arg: str) -> None:
     root = Path(root_arg)
     flags = field_flags(root) + manual_flags(root)
     names = {n for f in flags for n in f.names}
-    values = value_table()
+    parser = live_parser()
+    values = value_table(parser)
+    dests = dest_table(parser)
     if set(values) != names:
         raise SystemExit(
             f"SGLang's parser and its source disagree: parser only {sorted(set(values) - names)}, "
@@ -326,6 +342,15 @@ def main(root_arg: str) -> None:
                 "kinds and their checks: kvdoctor/core/flag_values.py (custom:<name>: a converter not restated).",
             ],
             values,
+        ),
+        "",
+        *dests_lines(
+            "SGLANG_FLAG_DESTS",
+            [
+                "Each option string's dest (the attribute SGLang's parser stores it in), from SGLang's own parser:",
+                "option strings with one dest are one flag (aliases; kvdoctor.core.owned_flags owns a flag by dest).",
+            ],
+            dests,
         ),
     ]
     print("\n".join(out))

@@ -1,5 +1,5 @@
 """Literal tables as ``ruff format`` lays them out, shared by the generators that write kvdoctor's
-value grammars (``sglang-server-flags.py``, ``vllm-tables.py``): one layout, so both committed tables
+value grammars and dest tables (``sglang-server-flags.py``, ``vllm-tables.py``): one layout, so both committed tables
 regenerate byte for byte. Run from this folder (the generators import it as a sibling module)."""
 
 from __future__ import annotations
@@ -36,4 +36,13 @@ def values_lines(name: str, doc: list[str], table: dict[str, tuple[str, object, 
         else:
             lines += ["        (", *(f"            {lit(c)}," for c in choices), "        ),"]
         lines.append("    ),")
+    return [*lines, "}"]
+
+
+def dests_lines(name: str, doc: list[str], dests: dict[str, str]) -> list[str]:
+    """``NAME: dict[str, str] = {...}`` (option string -> its argparse dest), one entry a line, sorted."""
+    lines = [*(f"# {d}" for d in doc), f"{name}: dict[str, str] = {{"]
+    for option in sorted(dests):
+        one = f"    {lit(option)}: {lit(dests[option])},"
+        lines += [one] if len(one) <= 120 else [f"    {lit(option)}: (", f"        {lit(dests[option])}", "    ),"]
     return [*lines, "}"]

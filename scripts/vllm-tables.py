@@ -9,10 +9,10 @@ Usage: pip download --no-deps vllm==X -d /tmp/w && unzip -q /tmp/w/*.whl 'vllm/*
 
 ``flags``: every option string ``vllm serve``'s own parser accepts (``entrypoints/common/cli_args.py:
 make_arg_parser`` on ``FlexibleArgumentParser``, imported: run it in .venv-vllm), with its arity and value
-grammar (the ``type`` its action converts with, ``nargs``, ``choices``): the keys of the parser's
-``_option_string_actions``, so ``EnableDisableAction``'s ``--disable-x`` inverses and the hidden ``--no-``
-spellings it still accepts are all listed. A converter that is a vLLM function kvdoctor does not restate
-(``kvdoctor/core/flag_values.py``) is recorded as ``custom:<name>``.
+grammar (the ``type`` its action converts with, ``nargs``, ``choices``) and dest (``VLLM_FLAG_DESTS``): the
+keys of the parser's ``_option_string_actions``, so ``EnableDisableAction``'s ``--disable-x`` inverses and the
+hidden ``--no-`` spellings it still accepts are all listed. A converter that is a vLLM function kvdoctor does not
+restate (``kvdoctor/core/flag_values.py``) is recorded as ``custom:<name>``.
 
 ``architectures``: the keys of ``model_executor/models/registry.py:_VLLM_MODELS`` (the dicts it merges),
 the architecture names vLLM serves.
@@ -29,7 +29,7 @@ import ast
 import sys
 from pathlib import Path
 
-from table_literals import literal, values_lines  # scripts/table_literals.py, a sibling
+from table_literals import dests_lines, literal, values_lines  # scripts/table_literals.py, a sibling
 
 HELP = frozenset({"-h", "--help"})
 
@@ -101,8 +101,16 @@ def _frozenset(name: str, doc: str, values: set[str]) -> list[str]:
     return [*lines, "    }", ")"]
 
 
+def dest_table(parser: object) -> dict[str, str]:
+    """option string -> the dest its action stores into (``--enable-x``, ``--disable-x`` and ``--no-enable-x`` share
+    one): option strings with one dest are one flag to vLLM."""
+    actions = parser._option_string_actions.items()  # type: ignore[attr-defined]
+    return {option: action.dest for option, action in actions if option not in HELP}
+
+
 def flags_module(root: Path) -> list[str]:
-    table = value_table(live_parser())
+    parser = live_parser()
+    table = value_table(parser)
     names = set(table)
     by = {
         "switch": {n for n, (_, nargs, _c) in table.items() if nargs == 0},
@@ -141,6 +149,15 @@ def flags_module(root: Path) -> list[str]:
                 "kinds and their checks: kvdoctor/core/flag_values.py (custom:<name>: a converter not restated).",
             ],
             table,
+        ),
+        "",
+        *dests_lines(
+            "VLLM_FLAG_DESTS",
+            [
+                "Each option string's dest (the attribute vLLM's parser stores it in), from vLLM's own parser:",
+                "option strings with one dest are one flag (aliases; kvdoctor.core.owned_flags owns a flag by dest).",
+            ],
+            dest_table(parser),
         ),
     ]
 

@@ -26,6 +26,7 @@ from kvdoctor._exceptions import EXIT_GATE, EXIT_PASS, DeploymentError, GateFail
 from kvdoctor.consistency.result import ConsistencyResult, Span, Timeline
 from kvdoctor.core.engine_ref import EngineRef
 from kvdoctor.report.publishable import Publishable
+from kvdoctor.report.units import noun_for
 
 TARGET_S = 360.0  # issue 18 ("Speed"): both deployments of one model in under 6 minutes ...
 TARGET_CPUS = 2  # ... on 2 cores
@@ -114,7 +115,7 @@ class ConsistencyBench:
         head = (
             f"{self.total_s:.0f} s in all ({r.vs_target:.2f}x the {TARGET_S / 60:.0f}-minute target), start-up "
             f"{r.startup_share:.0%} of it; pressured {r.pressured_vs_reference:.2f}x the reference's tok/s "
-            f"with {self.retractions['pressured']} retractions"
+            f"with {self.retractions['pressured']} {noun_for(self.retractions['pressured'], 'retraction')}"
         )
         if self.exit_code != EXIT_PASS:
             return f"{head}; the consistency run FAILED: {self.consistency['message']}"

@@ -132,8 +132,9 @@ class StartupResult:
         return next(c for c in self.cases if c.name == name)
 
     def over_target(self) -> list[CaseResult]:
-        """The inspect cases whose ratio to the floor is above the target."""
-        return [c for c in self.cases if c.name.startswith("inspect") and c.vs_floor > self.target]
+        """The inspect cases whose ratio to the floor is above the target, or unknown: a floor of 0 CPU seconds
+        makes every ratio NaN, and ``nan > target`` is False, which would read as "within the target"."""
+        return [c for c in self.cases if c.name.startswith("inspect") and not c.vs_floor <= self.target]
 
     def vllm_leaks(self) -> list[CaseResult]:
         """The SGLang questions that loaded something of vLLM."""

@@ -16,7 +16,7 @@ from kvdoctor.cli.text import safe
 from kvdoctor.cli.verdict import print_verdict
 from kvdoctor.engines import Capability, Engine, GpuArch, require
 from kvdoctor.report.envelope import Verdict
-from kvdoctor.report.units import NONE
+from kvdoctor.report.units import NONE, noun_for
 from kvdoctor.state.choices import Device
 
 
@@ -27,7 +27,7 @@ def render(report: dict[str, Any]) -> None:
     console = Console()
     title = (
         f"bench roundtrip: {safe(report['model'])} | kv {report['kv_cache_dtype']} | {report['device']} | "
-        f"{report['requests']} requests x {report['tokens']} tokens | "
+        f"{report['requests']} {noun_for(report['requests'], 'request')} x {report['tokens']} tokens | "
         f"{report['bytes_per_round'] / 2**20:,.1f} MiB per round"
     )
     console.print(title, highlight=False)

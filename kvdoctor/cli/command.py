@@ -15,7 +15,15 @@ owes the user, is written once here:
    reports (JUnit, step summary, result files), in the order the command documents; it returns the
    :class:`~kvdoctor.report.publishable.Publishable` the verdict is read from;
 5. the status line, ``verdict: <word> — <detail>``, on :attr:`~CommandRun.status` (None: none);
-6. :meth:`~CommandRun.after`, then the exit with the verdict's code.
+6. :meth:`~CommandRun.after`; then a result that is no verdict says its one stderr line, as an exception
+   would (``kvdoctor.cli.errors.exit_on_error``): a run a signal stopped (its result says 130 or 143: the run
+   caught the signal to tear its servers down) ``kvdoctor: terminated``, a deployment that failed (3) or a
+   kvdoctor bug met during the run (4) ``kvdoctor: error: <detail>``; then the exit with the verdict's code.
+
+One rule for the two streams, in every command: standard output carries the report, either the human lines
+that end with the status line or, with ``--json``, the JSON object alone (its ``verdict`` is the status line's
+word, so no status line is printed then, on either stream); standard error carries only progress (a long
+run's lines as it works) and the one line of a run that ended without its verdict (README.md's exit codes).
 
 All of it runs under ``kvdoctor.cli.errors.exit_on_error``: whatever escapes a step is one stderr line and
 its exit code (``kvdoctor._exceptions``). Cheap to import: everything heavy is imported when a step runs.
@@ -53,7 +61,7 @@ class CommandRun(ABC, Generic[R, P]):
     """One run of a command. Subclasses define :meth:`work` and :meth:`deliver`, and the other steps
     they need; calling the instance runs the steps in the order the module docstring gives."""
 
-    status: Console | None = None  # where the status line goes; None: nowhere (e.g. --json on stdout)
+    status: Console | None = None  # where the status line goes (stdout); None: nowhere (--json on stdout)
 
     def check(self) -> None:
         """Check the options before anything else (nothing is written when they are wrong)."""
@@ -76,6 +84,10 @@ class CommandRun(ABC, Generic[R, P]):
     def after(self, published: P) -> None:
         """After the status line, before the exit."""
 
+    def said(self, published: P) -> bool:
+        """Whether delivering PUBLISHED already said its one stderr line (a report that could not be written)."""
+        return False
+
     def __call__(self) -> None:
         import typer
 
@@ -91,6 +103,8 @@ class CommandRun(ABC, Generic[R, P]):
             if self.status is not None:
                 print_status(self.status, published)
             self.after(published)
+            if not self.said(published):
+                say_unfinished(published)
             if published.exit_code:
                 raise typer.Exit(published.exit_code)
 
@@ -99,6 +113,24 @@ def _recorded(record: Record) -> contextlib.AbstractContextManager[None]:
     from kvdoctor.report.verdicts import errors_published
 
     return errors_published(record.suite, record.title, junit_path=record.junit_path)
+
+
+def say_unfinished(published: Publishable) -> None:
+    """The one stderr line of a result that is no verdict (README.md's exit codes): ``kvdoctor: terminated`` for
+    a run that caught a signal to tear down (128 + N), ``kvdoctor: error: <detail>`` for 2, 3 or 4; a verdict
+    (0, 1) says nothing here. With ``--json`` this line is the only place stderr names what went wrong."""
+    from kvdoctor._exceptions import EXIT_GATE, EXIT_PASS, MAX_LINE, Interrupted
+    from kvdoctor.cli.errors import say, signal_exit
+    from kvdoctor.text import printable
+
+    code = published.exit_code
+    signum = Interrupted.signal_of(code)
+    if signum is not None:
+        say(signal_exit(signum)[0])
+    elif code not in (EXIT_PASS, EXIT_GATE):
+        detail = printable(published.detail().splitlines()[0] if published.detail() else f"exit {code}")
+        line = f"kvdoctor: error: {detail}"
+        say(line if len(line) <= MAX_LINE else f"{line[: MAX_LINE - 1]}…", detail)
 
 
 def print_status(console: Console, published: Publishable) -> None:

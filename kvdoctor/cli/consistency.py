@@ -134,7 +134,8 @@ class ConsistencyRun(CommandRun["ConsistencyResult", "Publication"]):
             junit_path=self.junit_path,
             **self.settings,
         )
-        self.status = self.console = Console(stderr=self.json_out)
+        self.console = Console(stderr=self.json_out)  # with --json, stdout is the JSON alone: progress on stderr
+        self.status = None if self.json_out else self.console  # the JSON's verdict is the status line then
 
     def preflight(self) -> None:
         if not self.dry_run:

@@ -120,10 +120,6 @@ class Architectures:
             return
         if fixtures:
             raise InputError("--all-architectures generates its own configs; it cannot be combined with --fixture")
-        if server is not Server.SGLANG:
-            raise InputError(
-                "--all-architectures walks SGLang's model registry; it is not available with --server vllm"
-            )
         out = self.output_dir
         if out is not None and out.exists() and (not out.is_dir() or any(out.iterdir())):
             raise InputError(f"--output-dir {out} exists and is not an empty directory (nothing is overwritten)")
@@ -175,23 +171,31 @@ class DriftRun(CommandRun["DriftReport", "Publication"]):
         )
 
     def _all_architectures(self, title: str) -> DriftReport:
-        from kvdoctor.engines.sglang.drift import run_all_architectures  # only after require(): SGLang is here
-
-        chosen = self.architectures
-
-        def run(update: Progress | None) -> DriftReport:
-            return run_all_architectures(
-                self.cases,
-                self.gpu_arch,
-                update,
-                output_dir=chosen.output_dir,
-                model_types=chosen.model_types,
-                strict=chosen.strict,
-            )
-
+        run = self._vllm_architectures if self.server is Server.VLLM else self._sglang_architectures
         if self.json_output:
             return run(None)
         return with_progress(run, f"import {title}")
+
+    def _sglang_architectures(self, update: Progress | None) -> DriftReport:
+        from kvdoctor.engines.sglang.drift import run_all_architectures  # only after require(): SGLang is here
+
+        chosen = self.architectures
+        return run_all_architectures(
+            self.cases,
+            self.gpu_arch,
+            update,
+            output_dir=chosen.output_dir,
+            model_types=chosen.model_types,
+            strict=chosen.strict,
+        )
+
+    def _vllm_architectures(self, update: Progress | None) -> DriftReport:
+        from kvdoctor.engines.vllm.drift import run_all_architectures  # only after require(): vLLM is here
+
+        chosen = self.architectures
+        return run_all_architectures(
+            self.cases, update, output_dir=chosen.output_dir, model_types=chosen.model_types, strict=chosen.strict
+        )
 
     def deliver(self, result: DriftReport) -> Publication:
         from kvdoctor.report import publishable

@@ -246,7 +246,8 @@ class PdEvalRun(CommandRun["PdEvalResult", "Publication"]):
         )
         oracle.check(self.options)
         self.tokens = self.options.oracle == Oracle.TOKENS.value
-        self.status = self.console = Console(stderr=self.json_out)
+        self.console = Console(stderr=self.json_out)  # with --json, stdout is the JSON alone: progress on stderr
+        self.status = None if self.json_out else self.console  # the JSON's verdict is the status line then
 
     def preflight(self) -> None:
         if self.tokens and not self.dry_run:  # the GSM8K path proves its reports in kvdoctor.pd.run.prepare
@@ -315,11 +316,6 @@ class PdEvalRun(CommandRun["PdEvalResult", "Publication"]):
             result, Path(result.run_dir), junit_path=self.junit_path, json_out=self.json_out, console=self.console
         )
 
-    def after(self, published: Publication) -> None:
-        from kvdoctor._exceptions import Interrupted
-        from kvdoctor.cli.errors import say, signal_exit
-
-        run = published.result
-        signum = Interrupted.signal_of(run.exit_code)
-        if run.exit_reason == "interrupted" and signum is not None:  # teardown is done: the line every
-            say(signal_exit(signum)[0])  # command ends a signal with
+    def said(self, published: Publication) -> bool:
+        # a report that could not be written: publish.finish said its one line and made the exit 2
+        return published.exit_code != published.result.exit_code

@@ -23,7 +23,7 @@ from kvdoctor.cli.layout import fits_whole, kv_table
 from kvdoctor.cli.text import safe
 from kvdoctor.core.registry import Hazard
 from kvdoctor.core.sglang.inspect_result import ComponentRow, InspectReport
-from kvdoctor.report.units import NONE, format_bytes, human, yes_no
+from kvdoctor.report.units import NONE, format_bytes, human, noun_for, yes_no
 
 SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
 WIDE = 120  # below this many columns, rows whose cells would break mid-word are laid out vertically
@@ -144,7 +144,7 @@ def _sizing_table(r: InspectReport) -> Table:
     if f.requests_fit is None:
         fit = f"how many requests of {f.tokens_per_request:,} tokens fit is unknown (set --max-total-tokens)"
     else:
-        fit = f"{f.requests_fit:,} requests of {f.tokens_per_request:,} tokens fit"
+        fit = f"{f.requests_fit:,} {noun_for(f.requests_fit, 'request')} of {f.tokens_per_request:,} tokens fit"
     t.add_row("forecast", f"{safe(fit)}; {load}: {verdicts[f.will_retract]}")
     return t
 

@@ -26,7 +26,7 @@ from kvdoctor.cli.launch import launch_line
 from kvdoctor.cli.options import DeviceOption, GpuArchOption
 from kvdoctor.cli.progress import with_progress
 from kvdoctor.engines import Capability, Engine, GpuArch, Server, answers_for, require
-from kvdoctor.report.units import NONE, format_bytes, human, yes_no
+from kvdoctor.report.units import NONE, format_bytes, human, noun_for, yes_no
 from kvdoctor.roundtrip.faults import InjectName
 from kvdoctor.state.choices import Device
 
@@ -111,7 +111,11 @@ def _table(console: Console, result: RoundtripResult) -> None:
 def _model_used(used: ModelUsed, elapsed_s: float) -> list[tuple[str, object]]:
     layers = f"full {used.full_layers}, swa {used.swa_layers}, recurrent {used.recurrent_layers}"
     return [
-        ("run", f"{used.requests} requests ({used.retracted} retracted) up to {used.max_tokens} tokens"),
+        (
+            "run",
+            f"{used.requests} {noun_for(used.requests, 'request')} ({used.retracted} retracted) "
+            f"up to {used.max_tokens} tokens",
+        ),
         ("page size", used.page_size),
         ("seed", used.seed),
         ("layers", layers),
@@ -138,7 +142,11 @@ def _engine_used(used: EngineUsed, result: RoundtripResult) -> list[tuple[str, o
         ("pools", f"{classes} (built by SGLang's KVCacheConfigurator)"),
         ("CPU copy carries mamba", yes_no(used.cpu_copy_carries_mamba)),
         ("backup", f"{result.backend} ({used.backend_source})"),
-        ("run", f"{used.requests} requests ({used.retracted} retracted) up to {used.max_tokens} tokens"),
+        (
+            "run",
+            f"{used.requests} {noun_for(used.requests, 'request')} ({used.retracted} retracted) "
+            f"up to {used.max_tokens} tokens",
+        ),
         ("page size", used.page_size),
         ("seed", used.seed),
         ("pool tokens", used.pool_tokens),

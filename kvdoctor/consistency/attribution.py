@@ -21,23 +21,29 @@ travels, and the first disagreement names the component and the seam:
 A request with no disagreement made the round trip (``round_trip``: the proof, per component); a
 diverging request that was never retracted is named as such (``not_retracted``: the noise floor or
 another path). Every verdict of a seam carries the SGLang source that moved the bytes there; with an
-``--inject`` fault installed, a disagreement is the fault's, not SGLang's. Pure: no torch, no SGLang.
+``--inject`` fault installed, a disagreement is the fault's, not SGLang's. A fault in a server's log of a run
+*without* ``--inject`` (a leaked control variable, a user's own hook) is nobody's finding: the disagreements are
+reported without SGLang's source, and :func:`unrequested_gates` turns the verdict red and unknown. Pure: no
+torch, no SGLang.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kvdoctor.consistency import gates
 from kvdoctor.consistency.compare import RequestDiff
 from kvdoctor.core.cite import Cite
+from kvdoctor.engines import hook_log
 from kvdoctor.engines.sglang.digests import ORDER, RECURRENT, prompt_key
 
 DIGEST_LOG = "digests.jsonl"
 MAX_SHOWN = 12
+UNREQUESTED = "unrequested_fault"  # the gate's reason: a fault ran inside a server of a run without --inject
 
 OVERLAP_LOOP = Cite("sglang", "srt/disaggregation/decode.py", "get_next_disagg_decode_batch_to_run", 3189, 3218)
 OVERLAP_DROP = Cite("sglang", "srt/managers/scheduler_components/batch_result_processor.py", "is_retracted", 1021, 1026)
@@ -314,7 +320,42 @@ def _cite(issue: Issue, overlap: bool | None) -> tuple[str, tuple[Cite, ...]]:
     return issue.verdict, CITES.get(issue.verdict, ())
 
 
-def _request(d: RequestDiff, events: list[dict[str, Any]], overlap: bool | None, injected: str | None) -> RequestTrace:
+def unrequested_fault(lines: Iterable[str], injected: str | None) -> str | None:
+    """The first fault event (``EVENT DETAIL``) in a server log's LINES of a run without ``--inject``, else None."""
+    found = [] if injected else hook_log.faults(lines)
+    return found[0] if found else None
+
+
+def unrequested_gates(lines: Iterable[str], injected: str | None) -> list[gates.Gate]:
+    """A red gate when a fault ran inside the servers of a run that asked for none (INJECTED: the ``--inject``):
+    whatever diverged is then the fault's, and what the run says about the server is unknown."""
+    event = unrequested_fault(lines, injected)
+    if event is None:
+        return []
+    message = (
+        f"a fault nobody asked for ran inside the servers ({event}) in a run without --inject: the verdict is "
+        "unknown, not a finding about the server (kvdoctor sets its servers' KVDOCTOR_* variables itself; "
+        "is a hook of your own setting one?)"
+    )
+    return [gates.Gate("fault", False, UNREQUESTED, message)]
+
+
+def _note(injected: str | None, unrequested: str | None) -> str:
+    """Why a disagreement is not the server's, when it is not (a fault ran on this path)."""
+    if injected:
+        return f" (kvdoctor's --inject {injected} is installed on this path)"
+    if unrequested:
+        return f" (a fault nobody asked for ran inside the server: {unrequested})"
+    return ""
+
+
+def _request(
+    d: RequestDiff,
+    events: list[dict[str, Any]],
+    overlap: bool | None,
+    injected: str | None,
+    unrequested: str | None = None,
+) -> RequestTrace:
     cycles = _cycles(events)
     t = RequestTrace(d.index, d.diverged, d.within_noise, d.position, len(cycles), "round_trip", cycles=cycles)
     if not cycles:
@@ -324,9 +365,10 @@ def _request(d: RequestDiff, events: list[dict[str, Any]], overlap: bool | None,
     for n, cycle in enumerate(cycles, 1):
         for issue in _check(cycle, n):
             key, cites = _cite(issue, overlap)
-            detail = issue.detail + (f" (kvdoctor's --inject {injected} is installed on this path)" if injected else "")
-            why = "" if injected else EXPLAIN.get(key, "")
-            shown = [] if injected else [str(c) for c in cites]
+            note = _note(injected, unrequested)
+            detail = issue.detail + note
+            why = "" if note else EXPLAIN.get(key, "")
+            shown = [] if note else [str(c) for c in cites]
             t.issues.append({**asdict(issue), "detail": detail, "why": why, "kind": key, "cite": shown})
     first = t.issues[0] if t.issues else None  # an incomplete trace proves nothing, but a disagreement stands
     if first is not None:
@@ -349,9 +391,11 @@ def attribute(
     injected: str | None = None,
     failure: str | None = None,
     drifted: Sequence[int] = (),
+    unrequested: str | None = None,
 ) -> StateTrace:
     """Join the trace at PATH with the comparison DIFFS (one per prompt of PROMPTS, in order); DRIFTED: the
-    requests whose logprobs drift with identical tokens (``compare.drift``)."""
+    requests whose logprobs drift with identical tokens (``compare.drift``); UNREQUESTED: the fault event that
+    ran inside the server without ``--inject`` (:func:`unrequested_fault`): then nothing is SGLang's."""
     trace = StateTrace(str(path), failure=failure)
     events, bad = read_events(path)
     schedulers = [e for e in events if e.get("event") == "scheduler"]
@@ -376,17 +420,17 @@ def attribute(
     drifting = set(drifted)
     for d in diffs:
         if d.diverged or d.index in by_request or d.index in drifting:
-            t = _request(d, by_request.get(d.index, []), trace.overlap, injected)
+            t = _request(d, by_request.get(d.index, []), trace.overlap, injected, unrequested)
             if d.index in drifting and not d.diverged:
                 t.drift = d.max_abs_dlogprob
             trace.requests.append(t)
     incomplete = any(r.verdict == "incomplete" for r in trace.requests)
     trace.complete = not (failure or bad or incomplete or trace.backups != trace.restores)
-    trace.finding = _finding(trace, injected)
+    trace.finding = _finding(trace, injected, unrequested)
     return trace
 
 
-def _finding(trace: StateTrace, injected: str | None) -> dict[str, Any] | None:
+def _finding(trace: StateTrace, injected: str | None, unrequested: str | None = None) -> dict[str, Any] | None:
     """What the diverging requests share: each kind of disagreement, how many diverging (and identical
     retracted) requests show it, and SGLang's source; the most common first."""
     red = [r for r in trace.requests if (r.diverged and not r.within_noise) or r.drift is not None]
@@ -421,12 +465,17 @@ def _finding(trace: StateTrace, injected: str | None) -> dict[str, Any] | None:
         parts.append(f"{len(never)} diverging or drifting requests were never retracted (noise floor or another path)")
     if proven:
         parts.append(f"{len(proven)} diverging or drifting requests made every round trip (not in the moved bytes)")
+    if unrequested:
+        parts.insert(
+            0, f"unknown: a fault nobody asked for ran inside the server ({unrequested}); nothing here is SGLang's"
+        )
     top = ranked[0]["issue"] if ranked and ranked[0]["diverging"] else None
     return {
         "verdict": top["verdict"] if top else ("round_trip" if proven else "not_retracted"),
         "component": top["component"] if top else None,
         "requests": [r.index for r in red],
         "injected": injected,
+        "unrequested": unrequested,
         "cite": list(top["cite"]) if top else [],
         "kinds": [
             {

@@ -14,12 +14,14 @@ only here, only when a checkpoint must be built.
 
 from __future__ import annotations
 
+import contextlib
+import difflib
 import hashlib
 import json
 import os
 import shutil
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -106,26 +108,106 @@ def ensure(config: Mapping[str, Any], seed: int, root: Path) -> Checkpoint:
 
 
 def build(config: Mapping[str, Any], seed: int, out: Path) -> None:
-    """Write the model (safetensors, float32) and a WordLevel tokenizer to OUT."""
+    """Write the model (safetensors, float32) and a WordLevel tokenizer to OUT, writing nothing to stderr: the
+    output contract is kvdoctor's own lines (:func:`_quiet_transformers`)."""
     try:
         import torch
-        from transformers import AutoConfig, AutoModelForCausalLM
     except ImportError as exc:
         raise InputError(
             f"a random checkpoint needs torch and transformers ({exc}); run from .venv-server (make server-env)"
         ) from None
-    fields = {k: v for k, v in config.items() if k not in ("model_type", "architectures", "transformers_version")}
-    try:
-        hf_config = AutoConfig.for_model(str(config["model_type"]), **fields)
-    except (KeyError, ValueError) as exc:
-        raise InputError(
-            f"transformers cannot build a config for model_type {config.get('model_type')!r}: {exc}"
-        ) from None
-    hf_config.initializer_range = STD
-    torch.manual_seed(seed)
-    model = AutoModelForCausalLM.from_config(hf_config, torch_dtype=torch.float32)
-    model.save_pretrained(out, safe_serialization=True)
+    with _quiet_transformers():
+        hf_config = hf_config_of(config)
+        hf_config.initializer_range = STD
+        torch.manual_seed(seed)
+        from transformers import AutoModelForCausalLM
+
+        model = AutoModelForCausalLM.from_config(hf_config, dtype=torch.float32)
+        model.save_pretrained(out, safe_serialization=True)
     write_tokenizer(int(config["vocab_size"]), out)
+
+
+def hf_config_of(config: Mapping[str, Any]) -> Any:
+    """CONFIG as transformers' config object (``InputError`` naming the nearest model types for one it does not
+    know). The dtype goes in as ``dtype``: transformers 5 warns on ``torch_dtype`` (``configuration_utils.py``)."""
+    try:
+        from transformers import AutoConfig
+        from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+    except ImportError as exc:
+        raise InputError(
+            f"a random checkpoint needs torch and transformers ({exc}); run from .venv-server (make server-env)"
+        ) from None
+    skip = ("model_type", "architectures", "transformers_version", "torch_dtype")
+    fields = {k: v for k, v in config.items() if k not in skip}
+    if "torch_dtype" in config and "dtype" not in config:
+        fields["dtype"] = config["torch_dtype"]
+    model_type = str(config.get("model_type"))
+    if model_type not in CONFIG_MAPPING:
+        raise InputError(
+            f"transformers cannot build a config for model_type {model_type!r}: it knows no such model type"
+            f"{nearest(model_type, CONFIG_MAPPING.keys())}"
+        )
+    try:
+        return AutoConfig.for_model(model_type, **fields)
+    except Exception as exc:  # transformers' validation raises its own error types (StrictDataclass...Error)
+        why = f"{type(exc).__name__}: {_first_line(exc)}"
+        raise InputError(f"transformers cannot build a config for model_type {model_type!r}: {why}") from None
+
+
+def check_buildable(config: Mapping[str, Any], *, has_weights: bool = False) -> None:
+    """Refuse (``InputError``, exit 2) a config the checkpoint build would fail on, before any work: its model is
+    built on torch's meta device (no memory, no weights), so transformers' config validation and the model's
+    constructor run as :func:`build` runs them. Skipped where transformers is not installed (a dry run in an
+    environment without it): :func:`build` names what is missing then; and where the model brings its own weights
+    (HAS_WEIGHTS: no checkpoint is built)."""
+    import importlib.util
+
+    if has_weights or importlib.util.find_spec("transformers") is None or importlib.util.find_spec("torch") is None:
+        return
+    import torch
+
+    with _quiet_transformers():
+        hf_config = hf_config_of(config)
+        from transformers import AutoModelForCausalLM
+
+        try:
+            with torch.device("meta"):
+                AutoModelForCausalLM.from_config(hf_config, dtype=torch.float32)
+        except Exception as exc:  # any constructor failure: the build would be exit 4 after the run directory
+            raise InputError(
+                f"transformers cannot build a causal-LM model of model_type {config.get('model_type')!r} from this "
+                f"config: {type(exc).__name__}: {_first_line(exc)}"
+            ) from None
+
+
+def nearest(word: str, known: Any, n: int = 3) -> str:
+    """``; nearest: a, b, c`` for the N known names closest to WORD (never the whole list: transformers' own
+    message names all ~400 model types in one line)."""
+    close = difflib.get_close_matches(word, sorted(known), n=n, cutoff=0.5)
+    return f"; nearest: {', '.join(close)}" if close else ""
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = [x.strip() for x in str(exc).strip().splitlines() if x.strip()]
+    line = " ".join(lines[:2]) if lines and lines[0].endswith(":") else (lines[0] if lines else "")
+    return line if len(line) <= 300 else line[:297] + "..."
+
+
+@contextlib.contextmanager
+def _quiet_transformers() -> Iterator[None]:
+    """transformers' progress bars (``Writing model shards``) and its warnings off for the build, through its own
+    switches (``transformers.utils.logging``), then back as they were."""
+    from transformers.utils import logging as hf_logging
+
+    bars, verbosity = hf_logging.is_progress_bar_enabled(), hf_logging.get_verbosity()
+    hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity_error()
+    try:
+        yield
+    finally:
+        hf_logging.set_verbosity(verbosity)
+        if bars:
+            hf_logging.enable_progress_bar()
 
 
 def write_tokenizer(vocab_size: int, out: Path) -> None:

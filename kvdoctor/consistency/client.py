@@ -12,7 +12,8 @@ request through its OpenAI completions API: the prompt as token ids, ``temperatu
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+import math
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,14 +48,33 @@ def parse(payload: Any) -> Generation:
     ids = payload.get("output_ids")
     if isinstance(ids, list) and [int(t) for t in ids] != list(tokens):
         raise MalformedReply("output_ids and output_token_logprobs disagree")
-    logprobs = tuple(float(e[0]) if e[0] is not None else float("nan") for e in entries)
-    margins: list[float | None] = []
-    for top in meta.get("output_top_logprobs") or []:
-        values = sorted((float(t[0]) for t in top or [] if t and t[0] is not None), reverse=True)
-        margins.append(values[0] - values[1] if len(values) >= 2 else None)
+    logprobs = tuple(_logprob(e[0]) for e in entries)
+    margins = [_margin(t[0] for t in top or [] if t) for top in meta.get("output_top_logprobs") or []]
     finish = meta.get("finish_reason")
     kind = finish.get("type", "") if isinstance(finish, dict) else str(finish or "")
     return Generation(tokens, logprobs, tuple(margins), kind)
+
+
+def _logprob(value: Any) -> float:
+    """One token's logprob as the reply says it. A ``null`` (what SGLang's orjson writes for a NaN) becomes NaN and
+    ``NaN``/``Infinity`` stay what they are: kept, not refused here, so the comparison names the request and token
+    and the logprobs gate is red (``kvdoctor.consistency.compare``). A string or a bool is no logprob."""
+    if value is None:
+        return math.nan
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise MalformedReply(f"a logprob is {str(value)[:40]!r}, not a number")
+    return float(value)
+
+
+def _margin(values: Iterable[Any]) -> float | None:
+    """Top-1 minus top-2 of the finite numbers among VALUES (None with fewer than two): reported beside a
+    divergence, never gated; a null or NaN among them must not turn it into NaN."""
+    ranked = sorted((float(v) for v in values if _finite(v)), reverse=True)
+    return ranked[0] - ranked[1] if len(ranked) >= 2 else None
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 VLLM_PATH = "/v1/completions"
@@ -94,11 +114,8 @@ def parse_completion(payload: Any) -> Generation:
     values = lp.get("token_logprobs") or []
     if len(values) != len(tokens):
         raise MalformedReply(f"{len(tokens)} tokens but {len(values)} token_logprobs")
-    logprobs = tuple(float(v) if v is not None else float("nan") for v in values)
-    margins: list[float | None] = []
-    for top in lp.get("top_logprobs") or []:
-        ranked = sorted((float(v) for v in (top or {}).values() if v is not None), reverse=True)
-        margins.append(ranked[0] - ranked[1] if len(ranked) >= 2 else None)
+    logprobs = tuple(_logprob(v) for v in values)
+    margins = [_margin((top or {}).values()) for top in lp.get("top_logprobs") or []]
     return Generation(tokens, logprobs, tuple(margins), str(choice.get("finish_reason") or ""), _cached(payload))
 
 

@@ -9,13 +9,48 @@ The noise floor is the same comparison between two runs of the *reference*: a re
 diverges between two identical deployments cannot be blamed on retraction at or after that position.
 Everything else is a divergence above the noise floor, however small its margin: near-ties are
 reported (the reference's margin), never excused.
+
+A logprob that is not a finite number (a reply's ``null``, which SGLang's orjson writes for a NaN, a ``NaN``
+or ``Infinity``, or none at all) is a malformed reply, never a number to compare: ``max()`` over a leading
+NaN is NaN, and ``NaN > threshold`` is False, so one null would hide every later drift. Such positions are
+left out of every |Δlogprob| (which stays a finite number) and named, per run, request and token, in
+:attr:`RequestDiff.non_finite` and :attr:`NoiseFloor.non_finite`; :func:`drift` reports them and the logprobs
+gate is red (``malformed_reply``) whenever there is one.
 """
 
 from __future__ import annotations
 
+import math
 import statistics
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Sequence
+from dataclasses import InitVar, asdict, dataclass, field
+
+REFERENCE, REPEAT, PRESSURED = "reference", "repeat", "pressured"  # the runs, as a non-finite logprob names them
+RUNS = (REFERENCE, REPEAT, PRESSURED)
+NON_FINITE_SHOWN = 16  # non-finite logprobs listed in the result (all are counted)
+
+
+@dataclass(frozen=True)
+class NonFinite:
+    """A logprob that is no finite number: which run's reply, which request, which token, what it was."""
+
+    run: str
+    request: int
+    position: int
+    value: str  # "null/NaN" (the parser reads a null as NaN), "+Inf", "-Inf", or "missing" (no logprob there)
+
+    def to_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+
+def _finite(x: object) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def _spelled(x: object) -> str:
+    if isinstance(x, float) and math.isinf(x):
+        return "+Inf" if x > 0 else "-Inf"
+    return "null/NaN" if x is None or isinstance(x, float) else repr(x)[:40]
 
 
 @dataclass(frozen=True)
@@ -29,6 +64,11 @@ class Generation:
     @property
     def distinct(self) -> int:
         return len(set(self.tokens))
+
+    def malformed_logprobs(self, run: str, request: int) -> list[NonFinite]:
+        """Every token whose logprob is not a finite number (or is missing), named as RUN's REQUEST."""
+        out = [NonFinite(run, request, i, _spelled(x)) for i, x in enumerate(self.logprobs) if not _finite(x)]
+        return out + [NonFinite(run, request, i, "missing") for i in range(len(self.logprobs), len(self.tokens))]
 
 
 @dataclass(frozen=True)
@@ -44,15 +84,25 @@ class RequestDiff:
     ref_margin: float | None = None  # the reference's top-2 margin at the divergence
     max_abs_dlogprob: float = 0.0  # over the identical prefix
     within_noise: bool = False  # the reference's own repeat diverged at or before this position
+    # Each logprob of either reply that is no finite number. Not a dataclass field, so the result JSON's rows keep
+    # exactly their published keys (a finite run's JSON is unchanged); :func:`drift` reports them.
+    non_finite: InitVar[tuple[NonFinite, ...]] = ()
+
+    def __post_init__(self, non_finite: tuple[NonFinite, ...]) -> None:
+        object.__setattr__(self, "non_finite", tuple(non_finite))
 
 
-def diff(index: int, ref: Generation, got: Generation) -> RequestDiff:
+def diff(index: int, ref: Generation, got: Generation, runs: tuple[str, str] = (REFERENCE, PRESSURED)) -> RequestDiff:
+    """REF against GOT (request INDEX); RUNS name the two replies where a logprob is no finite number."""
     common = min(len(ref.tokens), len(got.tokens))
     prefix = next((i for i in range(common) if ref.tokens[i] != got.tokens[i]), common)
-    deltas = [abs(a - b) for a, b in zip(ref.logprobs[:prefix], got.logprobs[:prefix], strict=False) if a is not None]
-    worst = max(deltas, default=0.0)
+    pairs = zip(ref.logprobs[:prefix], got.logprobs[:prefix], strict=False)
+    worst = max((abs(a - b) for a, b in pairs if _finite(a) and _finite(b)), default=0.0)
+    bad = (*ref.malformed_logprobs(runs[0], index), *got.malformed_logprobs(runs[1], index))
     if prefix == len(ref.tokens) == len(got.tokens):
-        return RequestDiff(index, len(ref.tokens), len(got.tokens), prefix, False, max_abs_dlogprob=worst)
+        return RequestDiff(
+            index, len(ref.tokens), len(got.tokens), prefix, False, max_abs_dlogprob=worst, non_finite=bad
+        )
     return RequestDiff(
         index,
         len(ref.tokens),
@@ -62,15 +112,24 @@ def diff(index: int, ref: Generation, got: Generation) -> RequestDiff:
         position=prefix,
         ref_token=ref.tokens[prefix] if prefix < len(ref.tokens) else None,
         got_token=got.tokens[prefix] if prefix < len(got.tokens) else None,
-        ref_margin=ref.margins[prefix] if prefix < len(ref.margins) else None,
+        ref_margin=_margin(ref, prefix),
         max_abs_dlogprob=worst,
+        non_finite=bad,
     )
 
 
-def compare(ref: Sequence[Generation], got: Sequence[Generation]) -> list[RequestDiff]:
+def _margin(g: Generation, position: int) -> float | None:
+    """G's top-2 margin at POSITION; None when unknown (absent, or no finite number)."""
+    margin = g.margins[position] if position < len(g.margins) else None
+    return margin if _finite(margin) else None
+
+
+def compare(
+    ref: Sequence[Generation], got: Sequence[Generation], runs: tuple[str, str] = (REFERENCE, PRESSURED)
+) -> list[RequestDiff]:
     if len(ref) != len(got):
         raise ValueError(f"runs of different sizes: {len(ref)} and {len(got)} requests")
-    return [diff(i, r, g) for i, (r, g) in enumerate(zip(ref, got, strict=True))]
+    return [diff(i, r, g, runs) for i, (r, g) in enumerate(zip(ref, got, strict=True))]
 
 
 @dataclass(frozen=True)
@@ -79,7 +138,8 @@ class NoiseFloor:
 
     requests: int
     diverged: dict[int, int]  # request index -> first divergence position between the repeats
-    max_abs_dlogprob: float
+    max_abs_dlogprob: float  # over the finite logprobs only
+    non_finite: tuple[NonFinite, ...] = field(default=())  # logprobs of either run that are no finite number
 
     @property
     def count(self) -> int:
@@ -102,26 +162,30 @@ class NoiseFloor:
         )
 
     def to_dict(self) -> dict[str, object]:
-        return {
+        out: dict[str, object] = {
             "requests": self.requests,
             "diverged_requests": self.count,
             "diverged_at": {str(k): v for k, v in sorted(self.diverged.items())},
             "max_abs_dlogprob": self.max_abs_dlogprob,
         }
+        if self.non_finite:  # only then: a finite run's JSON keeps exactly its keys
+            out["non_finite_logprobs"] = len(self.non_finite)
+        return out
 
 
 def noise_floor(ref: Sequence[Generation], repeat: Sequence[Generation]) -> NoiseFloor:
-    diffs = compare(ref, repeat)
+    diffs = compare(ref, repeat, (REFERENCE, REPEAT))
     diverged = {d.index: d.position for d in diffs if d.diverged and d.position is not None}
-    return NoiseFloor(len(diffs), diverged, max((d.max_abs_dlogprob for d in diffs), default=0.0))
+    bad = tuple(x for d in diffs for x in d.non_finite)
+    return NoiseFloor(len(diffs), diverged, max((d.max_abs_dlogprob for d in diffs), default=0.0), bad)
 
 
 def against(ref: Sequence[Generation], got: Sequence[Generation], noise: NoiseFloor) -> list[RequestDiff]:
     """The pressured run against the reference, each divergence marked when the noise floor excuses it."""
     out = []
-    for d in compare(ref, got):
+    for d in compare(ref, got, (REFERENCE, PRESSURED)):
         if noise.excuses(d):
-            d = RequestDiff(**{**d.__dict__, "within_noise": True})
+            d = RequestDiff(**{**d.__dict__, "within_noise": True})  # __dict__ carries non_finite too
         out.append(d)
     return out
 
@@ -134,14 +198,28 @@ def drift(diffs: Sequence[RequestDiff], noise: NoiseFloor) -> dict[str, object]:
     """Requests whose logprobs moved on the identical prefix far beyond the reference's own repeat: the
     restored state is not bitwise the reference's (gated by ``gates.logprobs``). Measured: LFM2 over PD under
     retraction 1e-4 to 3e-3 against a floor of 5e-7; a dense Llama under 19 PD retractions 1e-6; LFM2 on one
-    server (recompute) 6e-6."""
+    server (recompute) 6e-6.
+
+    Every |Δlogprob| here is over finite logprobs only; the logprobs that are no finite number (in the reference,
+    its repeat or the pressured run) are counted and the first few named under ``non_finite`` (present only
+    then), which turns the logprobs gate red: a malformed reply proves nothing about the restored state."""
     threshold = DRIFT_FACTOR * max(noise.max_abs_dlogprob, DRIFT_MIN)
-    drifted = [d.index for d in diffs if d.max_abs_dlogprob > threshold]
-    return {
+    drifted = [d.index for d in diffs if not d.max_abs_dlogprob <= threshold]  # an overflowed delta drifts too
+    out: dict[str, object] = {
         "threshold": threshold,
         "requests": drifted,
         "max": max((d.max_abs_dlogprob for d in diffs), default=0.0),
     }
+    bad = _ordered([*noise.non_finite, *(x for d in diffs for x in d.non_finite)])
+    if bad:
+        out["non_finite"] = {"count": len(bad), "first": [x.to_dict() for x in bad[:NON_FINITE_SHOWN]]}
+    return out
+
+
+def _ordered(found: Iterable[NonFinite]) -> list[NonFinite]:
+    """FOUND once each (the reference's own appear in both comparisons), by request, token, then run."""
+    rank = {name: i for i, name in enumerate(RUNS)}
+    return sorted(set(found), key=lambda x: (x.request, x.position, rank.get(x.run, len(RUNS)), x.run))
 
 
 def median_distinct(run: Sequence[Generation]) -> float:

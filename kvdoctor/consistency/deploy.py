@@ -68,13 +68,28 @@ CPU_DROPPED = {
     ),
     "--base-gpu-id": (True, "decodes", "GPU placement (decode on the GPUs after prefill's); a CPU has no GPU ids"),
 }
-# Flags the plan decides; after -- they would change what is compared.
+# Flags the plan decides; after -- they would change what is compared. Each is held by its dest, so every alias
+# and unique prefix SGLang reads as it is refused too (``-- --model PATH`` is --model-path: kvdoctor.core.owned_flags),
+# and each says why in consistency's own terms: consistency has no --host, --tp or port options. A superset of
+# pd-eval's ``plan.PLAN_FLAGS`` (whose messages name pd-eval's options), so a consistency run never shows those.
 OWNED_FLAGS = {
+    "--model-path": (
+        "kvdoctor serves MODEL's checkpoint (a seeded random one when MODEL has no weights), the one the report names "
+        "with its sha256"
+    ),
     "--max-total-tokens": "kvdoctor sizes both pools (reference roomy, pressured tight)",
-    "--model-path": "the model is the positional MODEL (its random checkpoint when it has no weights)",
     "--load-format": "dummy weights give degenerate output (a two-token cycle); kvdoctor writes a seeded checkpoint",
     "--schedule-conservativeness": "the pressured deployment needs 0.05 to retract",
     "--enable-metrics": "kvdoctor turns it on (retractions are read from /metrics)",
+    "--port": "kvdoctor picks a free port for every server",
+    "--host": "kvdoctor binds every server to 127.0.0.1, where its client and health checks go",
+    "--tp-size": "consistency runs every server at TP 1 (pd-eval --oracle tokens --tp plans TP per role)",
+    "--base-gpu-id": "consistency places every server itself (pd-eval --oracle tokens --tp places TP per role)",
+    "--disaggregation-mode": "--topology pd sets prefill and decode itself (--topology single disaggregates nothing)",
+    "--disaggregation-bootstrap-port": "kvdoctor picks a free bootstrap port for prefill and both decodes",
+    "--disaggregation-transfer-backend": "kvdoctor picks mooncake (mooncake_tcp on a CPU) for --topology pd",
+    # SGLang puts a config file's flags first (srt/utils/server_args_config_parser.py:75-105): it could set any of these
+    "--config": "a config file may set a flag kvdoctor owns, and kvdoctor does not read it: give its flags after --",
 }
 
 
@@ -172,10 +187,14 @@ def pools(w: Workload) -> tuple[int, int]:
 
 
 def check_extra_args(args: Sequence[str]) -> None:
-    names = plan.check_extra_args(args)  # SGLang's spellings: an abbreviation of an owned flag is caught too
-    for flag, why in OWNED_FLAGS.items():
-        if flag in names:
-            raise InputError(f"{flag} after -- is not allowed: {why}")
+    """SGLang flags after ``--`` (SGLang's spellings and values, ``plan.server_flag_names``); one SGLang reads as a
+    flag in OWNED_FLAGS (itself, an alias, a unique prefix) is refused naming what was typed and the flag."""
+    from kvdoctor.core.sglang.flags import owned_word
+
+    plan.server_flag_names(args)
+    hit = owned_word(args, OWNED_FLAGS)
+    if hit is not None:
+        raise InputError(f"{hit.typed} after -- is not allowed{hit.reading('SGLang')}: {OWNED_FLAGS[hit.flag]}")
 
 
 def enablers(o: DeployOptions) -> tuple[Enabler, ...]:

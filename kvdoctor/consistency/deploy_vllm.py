@@ -104,8 +104,10 @@ OWNED_FLAGS = {
     "--max-num-seqs": "the workload's --concurrency decides it",
     "--seed": "both deployments run with --seed 0",
     "--port": "kvdoctor picks free ports",
-    "--host": "kvdoctor's --host",
+    "--host": "kvdoctor binds both servers to 127.0.0.1, where its client and health checks go",
     "--served-model-name": "kvdoctor's client names the model it serves",
+    # vLLM puts a config file's flags first (utils/argparse_utils.py, _pull_args_from_config): it could set any of these
+    "--config": "a config file may set a flag kvdoctor owns, and kvdoctor does not read it: give its flags after --",
 }
 # Flags --scenario prefix-cache decides (the reference without prefix caching, the subject with it, both with
 # per-request cached tokens).
@@ -149,19 +151,24 @@ class Pools:
 
 def check_extra_args(args: Sequence[str], owned: Mapping[str, str] = OWNED_FLAGS, what: str = "") -> None:
     """vLLM flags after ``--`` (vLLM's spellings, abbreviations resolved as vLLM's parser would; an SGLang-only
-    flag is refused naming the server); one in OWNED (flag -> why) is refused, WHAT saying with what."""
+    flag is refused naming the server); one vLLM reads as a flag in OWNED (flag -> why: itself, an alias or
+    inverse, a unique prefix, underscores for dashes; ``kvdoctor.core.owned_flags``) is refused, WHAT saying with
+    what."""
     from kvdoctor.core.launch_line import scan
-    from kvdoctor.core.vllm.flags import VLLM
+    from kvdoctor.core.vllm.flags import VLLM, owned_word
 
     try:
         found = scan(args, VLLM)
     except FlagError as exc:
         raise InputError(f"--server vllm: {exc} (flags after -- go to vLLM)") from None
     if found.positionals:
-        raise InputError(f"unexpected argument {found.positionals[0]!r} among the vLLM flags after --")
-    for o in found.options:
-        if o.name in owned:
-            raise InputError(f"{o.name} after -- is not allowed{what}: {owned[o.name]}")
+        raise InputError(
+            f"unexpected argument {found.positionals[0]!r} among the vLLM flags after --: vLLM's parser takes a "
+            "word that is no flag's value as its model_tag, and kvdoctor sets the model (--model)"
+        )
+    hit = owned_word(args, owned)
+    if hit is not None:
+        raise InputError(f"{hit.typed} after -- is not allowed{what}{hit.reading('vLLM')}: {owned[hit.flag]}")
 
 
 def check_fault(name: str, *, has_recurrent: bool, scenario: str = prefix.PREEMPT) -> None:
@@ -186,7 +193,7 @@ def check_fault(name: str, *, has_recurrent: bool, scenario: str = prefix.PREEMP
 
 def check_scenario(o: VllmDeployOptions) -> None:
     """What a scenario cannot run here, refused before launch."""
-    from kvdoctor.core.vllm.rules import Family
+    from kvdoctor.core.vllm.rules import MAMBA2_FAMILIES
     from kvdoctor.core.vllm.specs import SpecKind
 
     if o.scenario == prefix.OFFLOAD:
@@ -208,7 +215,7 @@ def check_scenario(o: VllmDeployOptions) -> None:
     if o.device != "cpu":
         return
     specs = _specs(o)
-    if specs.has_mamba and specs.family is Family.MAMBA2_HYBRID:
+    if specs.has_mamba and specs.family in MAMBA2_FAMILIES:
         raise InputError(
             f"--scenario prefix-cache cannot run a Mamba2 hybrid on a CPU: with prefix caching on vLLM 0.32 serves "
             f"it in mamba cache mode 'align' ({MAMBA_CACHE_MODE_WHERE}) and its CPU path crashes on the first "

@@ -6,10 +6,15 @@ retracted nothing, the reference retracted something (it is no unpressured refer
 retraction count is unknown, the reference output is degenerate (a model that barely depends on its
 input cannot show lost state), the reference does not even agree with itself, or a stand-in function
 ran (the tokens were not all SGLang's own work).
+
+Every number a gate reads is checked to be one before it is compared: a NaN compares False with everything,
+so ``nan > threshold``, ``nan == 0`` and ``nan > 0`` would each read as a pass. A logprob that is no finite
+number is a malformed reply (``malformed_reply``); a count that is none is an unknown count (``no_teeth``).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -26,7 +31,7 @@ MAX_NOISY_SHARE = 0.25
 class Gate:
     name: str
     passed: bool
-    reason: str  # "passed" or why not (diverged, no_teeth, degenerate, noisy_reference, stand_in_called)
+    reason: str  # "passed" or why not (diverged, logprob_drift, malformed_reply, no_teeth, degenerate, ...)
     message: str
 
 
@@ -52,7 +57,33 @@ def logprobs(drift: dict[str, object], total: int, noise_max: float) -> Gate:
     """Bitwise-equal logprobs, as vLLM's preemption test requires: a restored state that moves the logprobs
     of identical tokens far beyond the reference's own repeat is not the reference's state (measured: a
     ShortConv state dropped from LFM2's backup moves them by 1.5e-3 and flips no token, its conv window being
-    two tokens)."""
+    two tokens).
+
+    Unknown, so red (``malformed_reply``), when a reply carried a logprob that is no finite number (DRIFT's
+    ``non_finite``: a null, NaN or infinity, or none at all), or when the deltas themselves are none."""
+    bad = drift.get("non_finite")
+    if isinstance(bad, dict) and bad.get("count"):
+        first = bad["first"][0]
+        more = f" and {bad['count'] - 1} more" if bad["count"] > 1 else ""
+        seen = len(drift["requests"])  # type: ignore[arg-type]
+        also = f" (the finite ones drift in {seen}/{total} requests too)" if seen else ""
+        return Gate(
+            "logprobs",
+            False,
+            "malformed_reply",
+            f"logprobs unknown: {bad['count']} logprob(s) in the replies are no finite number: the "
+            f"{first['run']} run's request {first['request']} at token {first['position']} ({first['value']})"
+            f"{more}; a malformed reply cannot show that the restored state is the reference's{also}",
+        )
+    numbers = {"max |Δlogprob|": drift["max"], "threshold": drift["threshold"], "noise floor": noise_max}
+    broken = [f"{name} {value}" for name, value in numbers.items() if not _finite(value)]
+    if broken:
+        return Gate(
+            "logprobs",
+            False,
+            "malformed_reply",
+            f"logprobs unknown: no finite number ({', '.join(broken)}), so no delta can be compared",
+        )
     drifted = list(drift["requests"])  # type: ignore[call-overload]
     if not drifted:
         return Gate("logprobs", True, "passed", f"max |Δlogprob| {drift['max']:.2g} within {drift['threshold']:.2g}")
@@ -84,12 +115,14 @@ def pressure(
     verb: str = SGLANG_PRESSURE["verb"],
     consequence: str = SGLANG_PRESSURE["consequence"],
 ) -> Gate:
-    if pressured is None or reference is None:
+    not_counts = _not_counts(pressured=pressured, reference=reference)
+    if pressured is None or reference is None or not_counts:
         return Gate(
             "pressure",
             False,
             "no_teeth",
-            f"guard has no teeth: the {noun} count is unknown (source: {source}); nothing proves a {noun} ran",
+            f"guard has no teeth: the {noun} count is unknown (source: {source}{not_counts}); nothing proves a "
+            f"{noun} ran",
         )
     if pressured == 0:
         return Gate(
@@ -133,12 +166,12 @@ def fault_fired(
         return Gate(
             "fault-fired", False, "no_teeth", f"guard has no teeth: --inject {name} was never installed in the server"
         )
-    if fired == 0:
+    if not (_count(fired) and fired > 0):  # a NaN count is no firing
         return Gate(
             "fault-fired",
             False,
             "no_teeth",
-            f"guard has no teeth: --inject {name} never fired ({absent})",
+            f"guard has no teeth: --inject {name} never fired ({absent}{_not_counts(fired=fired)})",
         )
     return Gate("fault-fired", True, "passed", f"--inject {name} {on.format(n=fired)}")
 
@@ -150,13 +183,15 @@ def prefix_hits(
     ``vllm:prefix_cache_hits_total``) and the reference's none, else the comparison tested no cached state; and,
     where the subject's replies said each request's cached tokens (HIT_PHASE: the hit phase's ``requests`` and
     ``hit_requests``, None when unknown), every hit-phase request must have hit."""
-    if subject is None or reference is None:
+    hit, sent = (hit_phase or {}).get("hit_requests"), (hit_phase or {}).get("requests")
+    not_counts = _not_counts(subject=subject, reference=reference, hit_requests=hit, requests=sent)
+    if subject is None or reference is None or not_counts:
         return Gate(
             "prefix-cache",
             False,
             "no_teeth",
-            f"guard has no teeth: the prefix-cache hit count is unknown (source: {source}); nothing proves a "
-            "request read cached blocks",
+            f"guard has no teeth: the prefix-cache hit count is unknown (source: {source}{not_counts}); nothing "
+            "proves a request read cached blocks",
         )
     if subject == 0:
         return Gate(
@@ -173,7 +208,6 @@ def prefix_hits(
             f"guard has no teeth: the reference hit its prefix cache for {reference} tokens; it does not compute "
             "every token",
         )
-    hit, sent = (hit_phase or {}).get("hit_requests"), (hit_phase or {}).get("requests")
     if hit is not None and sent is not None and hit < sent:
         return Gate(
             "prefix-cache",
@@ -198,13 +232,15 @@ def offload(subject: int | None, reference: int | None, source: str, stored: int
     in the GPU prefix cache) and no loaded state was compared; the reference, which runs no connector, must have
     loaded nothing (its page has no such counter: None is its 0). Beside the pressure gate, which proves the
     preemptions."""
-    if subject is None:
+    not_counts = _not_counts(subject=subject, reference=reference, stored=stored)
+    if subject is None or not_counts:
+        why = not_counts.removeprefix("; ") or "no vllm:kv_offload_load_bytes on the pressured server's /metrics"
         return Gate(
             "offload",
             False,
             "no_teeth",
-            f"guard has no teeth: the bytes loaded from the CPU tier are unknown (source: {source}; no "
-            "vllm:kv_offload_load_bytes on the pressured server's /metrics); nothing proves a block was loaded",
+            f"guard has no teeth: the bytes loaded from the CPU tier are unknown (source: {source}; {why}); "
+            "nothing proves a block was loaded",
         )
     if subject == 0:
         wrote = f" (it stored {stored:,} bytes)" if stored else ""
@@ -240,11 +276,11 @@ OFFLOAD_LOAD = {
 
 
 def sensitivity(median_distinct: float, median_length: float) -> Gate:
-    if median_length <= 0:
+    if not median_length > 0:  # NaN too
         return Gate("sensitivity", False, "degenerate", "guard has no teeth: the reference generated no tokens")
     share = median_distinct / median_length
     text = f"reference median {median_distinct:g} distinct tokens in {median_length:g}"
-    if share < MIN_DISTINCT_SHARE:
+    if not share >= MIN_DISTINCT_SHARE:  # a NaN share is no sensitivity
         return Gate(
             "sensitivity",
             False,
@@ -276,6 +312,22 @@ def stand_in(calls: Sequence[str], used: bool) -> Gate:
         )
     text = "no sgl_kernel stand-in function was called" if used else "no stand-in in use"
     return Gate("stand-in-unused", True, "passed", text)
+
+
+def _finite(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _not_counts(**values: object) -> str:
+    """What the gate's message adds for each of VALUES that is given but no finite number >= 0 (empty when none is):
+    a NaN count compares False with 0, so it would pass every gate that asks "none?". None is unknown, which
+    each gate already says."""
+    bad = [f"{name} is {value!r}" for name, value in values.items() if value is not None and not _count(value)]
+    return f"; {', '.join(bad)}, not a count" if bad else ""
+
+
+def _count(value: object) -> bool:
+    return _finite(value) and value >= 0  # type: ignore[operator]
 
 
 def _tok(token: int | None) -> str:

@@ -54,7 +54,7 @@ def counter(text: str, name: str, what: str, *, declared_is_zero: bool = False) 
                 continue
             found = True
             total += checked_count(sample.value, name, what)
-    return int(total) if found else None
+    return int(checked_count(total, name, what)) if found else None  # finite samples can add up to +Inf
 
 
 def from_prometheus(text: str) -> int | None:

@@ -12,6 +12,7 @@ from typing import Any
 from kvdoctor._exceptions import EXIT_DEPLOYMENT, EXIT_GATE, EXIT_PASS
 from kvdoctor.consistency.compare import RequestDiff
 from kvdoctor.consistency.gates import Gate
+from kvdoctor.report.units import noun_for
 
 
 @dataclass(frozen=True)
@@ -160,7 +161,7 @@ class ConsistencyResult:
         """What the verdict line counts beside the identical requests: the pressured server's preemptions
         (retractions under SGLang), '?' when unknown."""
         press = self.retractions.get("pressured")
-        noun = "preemptions" if self.server == "vllm" else "retractions"
+        noun = noun_for(press, "preemption" if self.server == "vllm" else "retraction")
         return f"{press if press is not None else '?'} {noun}"
 
 

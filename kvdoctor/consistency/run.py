@@ -28,8 +28,27 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kvdoctor._exceptions import EXIT_DEPLOYMENT, EXIT_GATE, EXIT_PASS, DeploymentError, InputError, Interrupted
-from kvdoctor.consistency import attribution, checkpoint, compare, deploy, deploy_vllm, gates, prefix, runnable
+from kvdoctor._exceptions import (
+    EXIT_DEPLOYMENT,
+    EXIT_GATE,
+    EXIT_INTERNAL,
+    EXIT_PASS,
+    DeploymentError,
+    InputError,
+    Interrupted,
+)
+from kvdoctor.consistency import (
+    attribution,
+    checkpoint,
+    compare,
+    context_limit,
+    deploy,
+    deploy_vllm,
+    footprint,
+    gates,
+    prefix,
+    runnable,
+)
 from kvdoctor.consistency.client import SGLANG_API, generate_all, vllm_api
 from kvdoctor.consistency.compare import Generation
 from kvdoctor.consistency.probe_vllm import (
@@ -62,6 +81,8 @@ HOOK_LOG = "site-hook.log"
 PROBE_TIMEOUT_S = 10.0
 MAX_UNSHRUNK_HIDDEN = 1024  # a random checkpoint of a config wider than this is too big to write
 SERVERS = ("sglang", "vllm")
+WARM_UP_TOKENS = 4  # new tokens of the warm-up request (at most the workload's own)
+CUDA_PROBE_TIMEOUT_S = 120.0
 
 
 @dataclass(frozen=True)
@@ -108,7 +129,9 @@ def stand_in_needed(device: str) -> bool:
 
 
 def prepare(o: ConsistencyOptions) -> Prepared:
-    """Everything decided before anything starts; ``InputError`` (exit 2) for what the user must fix."""
+    """Everything decided before anything starts; ``InputError`` (exit 2) for what the user must fix. The counts
+    are bounded (cheap arithmetic: the model's context, then what the plan and this machine hold) before a single
+    prompt is generated."""
     from kvdoctor.core.config import load_config
     from kvdoctor.engines.sglang import live_faults
 
@@ -138,7 +161,17 @@ def prepare(o: ConsistencyOptions) -> Prepared:
         if o.topology != "pd":
             deploy.build(_deploy_options(o, kind, "<model>", False, {}), [0] * 6)  # raises the InputError
     vocab = _vocab(o, config, weights, loaded.source)
-    return Prepared(o, config, kind, weights, stand_in_needed(o.device), vocab, prompts(o.workload, vocab))
+    checkpoint.check_buildable(config, has_weights=weights is not None)  # before any work: exit 2, not 4
+    w = o.workload
+    context_limit.check(context_limit.sglang(config, str(loaded.source), o.extra_args), *_request(w), "sglang")
+    prepared = Prepared(o, config, kind, weights, stand_in_needed(o.device), vocab, [], str(loaded.source))
+    check_footprint(prepared, plan_for(prepared, "<model>", None))
+    prepared.prompts = prompts(w, vocab)
+    return prepared
+
+
+def _request(w: Workload) -> tuple[int, int]:
+    return w.prompt_tokens, w.max_new_tokens
 
 
 def _vocab(o: ConsistencyOptions, config: dict[str, Any], weights: Path | None, source: object) -> int:
@@ -153,6 +186,57 @@ def _vocab(o: ConsistencyOptions, config: dict[str, Any], weights: Path | None, 
             "seeded random checkpoint, or a model directory with its weights"
         )
     return vocab
+
+
+def footprint_of(prepared: Prepared, deployment: deploy.Deployment) -> footprint.Footprint:
+    """What the run will hold (:mod:`kvdoctor.consistency.footprint`): the checkpoint it must build (none when the
+    model directory brings its weights or the cache holds it), every server of DEPLOYMENT with its pool, and
+    kvdoctor's prompts and replies (a prefix-cache run's eviction phase included)."""
+    o = prepared.options
+    w = o.workload
+    cache = checkpoint.cache_dir(o.output_dir, prepared.config, w.seed)
+    loaded = prepared.real_weights or (cache if (cache / checkpoint.DIGEST_FILE).is_file() else None)
+    weights = footprint.safetensors_weights(loaded) if loaded is not None else None
+    servers = [footprint.Server(s.role, _pool_of(deployment, s.role)) for s in deployment.steps]
+    requests = w.requests
+    if prepared.prefix is not None:
+        requests += sum(len(ph.prompts) for ph in prepared.prefix.phases if not ph.compared)
+    return footprint.estimate(
+        prepared.config,
+        servers,
+        weights=weights,
+        build=weights is None,
+        device=o.device,
+        requests=requests,
+        prompt_tokens=w.prompt_tokens + (prepared.prefix.prefix_tokens if prepared.prefix is not None else 0),
+        max_new_tokens=w.max_new_tokens,
+    )
+
+
+def _pool_of(deployment: deploy.Deployment, role: str) -> int:
+    """The pool tokens ROLE's server holds: a router none, the pressured server (or decode) the tight pool, every
+    other server (reference, its decode, the shared prefill) the roomy one."""
+    if role.startswith("router"):
+        return 0
+    return deployment.pressured_pool if role.endswith("pressured") else deployment.reference_pool
+
+
+def check_footprint(prepared: Prepared, deployment: deploy.Deployment) -> None:
+    """Refuse (exit 2, the numbers) a run this machine cannot hold: connections, memory, disk."""
+    o = prepared.options
+    footprint.check_connections(o.workload.in_flight, footprint.open_files())
+    hint = ""
+    if prepared.real_weights is None and not o.shrink:
+        hint = ": pass --shrink for a tiny seeded random checkpoint, or a model directory with its weights"
+    elif o.shrink:
+        hint = ": lower --requests, --concurrency, --prompt-tokens or --max-new-tokens"
+    footprint.check(
+        footprint_of(prepared, deployment),
+        memory=footprint.available_memory(),
+        disk=footprint.free_disk(o.output_dir),
+        output_dir=o.output_dir,
+        hint=hint,
+    )
 
 
 def _prepare_vllm(o: ConsistencyOptions) -> Prepared:
@@ -180,14 +264,39 @@ def _prepare_vllm(o: ConsistencyOptions) -> Prepared:
     if o.inject:
         deploy_vllm.check_fault(o.inject, has_recurrent=kind.has_recurrent, scenario=o.scenario)
     vocab = _vocab(o, config, weights, loaded.source)
-    prepared = Prepared(o, config, kind, weights, False, vocab, prompts(o.workload, vocab), loaded.source)
+    checkpoint.check_buildable(config, has_weights=weights is not None)  # before any work: exit 2, not 4
+    prepared = Prepared(o, config, kind, weights, False, vocab, [], loaded.source)
     planned = _vllm_options(prepared, "<model>", None)
     deploy_vllm.check_scenario(planned)
+    w, served = o.workload, deploy_vllm.served(planned)
+    limit = context_limit.vllm(config, str(loaded.source), o.extra_args)
+    context_limit.check(limit, *_request(w), "vllm", served.prompt_tokens - w.prompt_tokens)
+    own = deploy_vllm.model_len(served)
+    context_limit.check_own_vllm(limit, own, served.per_request_tokens, o.extra_args)
     sized = deploy_vllm.pools(planned)  # the sizing's refusals, before anything starts
     if o.scenario == prefix.PREFIX_CACHE:
-        prepared.prefix = prefix.build(o.workload, vocab, sized.block_size, sized.pressured_blocks)
+        evict = prefix.evict_requests(w, sized.block_size, sized.pressured_blocks)
+        check_footprint_counts(prepared, requests=w.requests + evict, prompt_tokens=served.prompt_tokens)
+        prepared.prefix = prefix.build(w, vocab, sized.block_size, sized.pressured_blocks)
+        check_footprint(prepared, plan_for(prepared, "<model>", None))
         prepared.prompts = prepared.prefix.compared
+    else:
+        check_footprint(prepared, plan_for(prepared, "<model>", None))
+        prepared.prompts = prompts(w, vocab)
     return prepared
+
+
+def check_footprint_counts(prepared: Prepared, *, requests: int, prompt_tokens: int) -> None:
+    """kvdoctor's own share alone (prompts and replies), before a workload's prompts are built."""
+    w = prepared.options.workload
+    need = footprint.client_bytes(requests, prompt_tokens, w.max_new_tokens)
+    memory = footprint.available_memory()
+    if need > memory:
+        raise InputError(
+            f"{requests:,} prompts of {prompt_tokens:,} tokens with {w.max_new_tokens:,} new tokens each would hold "
+            f"~{footprint.gib(need)} in kvdoctor alone, and {footprint.gib(memory)} is available "
+            f"({footprint.MEMORY_WHERE}): lower --requests, --prompt-tokens or --max-new-tokens"
+        )
 
 
 def _vllm_options(prepared: Prepared, model_dir: str, plugin_log: str | None) -> deploy_vllm.VllmDeployOptions:
@@ -253,8 +362,54 @@ def plan_for(prepared: Prepared, model_dir: str, run_dir: Path | None) -> deploy
 Notify = Callable[[str, str], None]
 
 
+def preflight(prepared: Prepared) -> None:
+    """What only a real run needs of this machine, checked before its run directory exists (a dry run of a GPU plan
+    on a CPU box still prints it): ``--device cuda`` needs CUDA where the servers run (:func:`check_cuda`)."""
+    if prepared.options.device == "cuda":
+        check_cuda()
+
+
+def check_cuda(python: str = "python") -> None:
+    """``--device cuda`` without CUDA: both servers would die at start-up after the checkpoint was built (exit 3);
+    exit 2 before any work. First torch-free: no NVIDIA device node (``/dev/nvidia*``, WSL's ``/dev/dxg``) or
+    ``CUDA_VISIBLE_DEVICES`` hiding every device means no server can see a GPU, whatever it imports. With a device
+    node, the servers' own interpreter (PYTHON from PATH: the launchers' ``python -m ...``, not necessarily kvdoctor's)
+    answers ``torch.cuda.is_available()``: a driver without a CUDA build of torch (this repository's CPU install)
+    is what kills them. That costs an import of torch in a child, only on a machine with a GPU driver."""
+    import glob
+    import shutil
+    import subprocess
+
+    hidden = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if hidden is not None and hidden.strip() in ("", "-1"):
+        raise InputError(f"--device cuda: CUDA_VISIBLE_DEVICES={hidden!r} hides every GPU from the servers")
+    if not (glob.glob("/dev/nvidia[0-9]*") or os.path.exists("/dev/dxg")):
+        raise InputError(
+            "--device cuda: this machine has no NVIDIA GPU (no /dev/nvidia0 device node); use --device cpu"
+        )
+    exe = shutil.which(python)
+    if exe is None:
+        raise InputError(f"--device cuda: no {python!r} on PATH to run the servers")
+    probe = "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 3)"
+    try:
+        done = subprocess.run(
+            [exe, "-c", probe], capture_output=True, text=True, timeout=CUDA_PROBE_TIMEOUT_S, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise InputError(f"--device cuda: cannot ask {exe} whether torch sees CUDA: {exc}") from None
+    if done.returncode != 0:
+        why = (
+            "torch.cuda.is_available() is False"
+            if done.returncode == 3
+            else (done.stderr.strip().splitlines() or ["torch does not import"])[-1]
+        )
+        raise InputError(f"--device cuda: the servers' interpreter {exe} cannot use CUDA ({why}); use --device cpu")
+
+
 def run(prepared: Prepared, *, notify: Notify | None = None) -> ConsistencyResult:
-    """Build or reuse the checkpoint, deploy, send, compare, tear down. Never raises for deployment trouble."""
+    """Build or reuse the checkpoint, deploy, send, compare, tear down. Never raises for deployment trouble (exit 3)
+    or a kvdoctor bug there (exit 4, ``internal_error``: the result is still returned, for result.json); raises
+    ``InputError`` only before the run directory exists (:func:`preflight`)."""
     say = notify or (lambda _phase, _msg: None)
     o = prepared.options
     kind = PrefixCacheResult if prepared.prefix is not None else ConsistencyResult
@@ -269,6 +424,7 @@ def run(prepared: Prepared, *, notify: Notify | None = None) -> ConsistencyResul
     )
     watch = Stopwatch()  # every timing the run reports is read from this one clock (result.timeline)
     result.timeline = watch.timeline
+    preflight(prepared)
     run_dir = rundir.create(o.output_dir)
     result.run_dir = str(run_dir)
     say("prepare", f"run directory: {run_dir}")
@@ -306,9 +462,11 @@ def run(prepared: Prepared, *, notify: Notify | None = None) -> ConsistencyResul
         signum = exc.signum if isinstance(exc, Interrupted) else 2
         result.passed, result.exit_code, result.exit_reason = False, Interrupted.exit_code_for(signum), "interrupted"
         result.message = f"interrupted by {exc or 'SIGINT'}; every started process was stopped"
-    except Exception as exc:  # CI must get result.json and exit 3, never a traceback
-        result.passed, result.exit_code, result.exit_reason = False, EXIT_DEPLOYMENT, "internal_error"
+    except Exception as exc:  # a kvdoctor bug: CI must get result.json and exit 4 (the README's), never a traceback
+        result.passed, result.exit_code, result.exit_reason = False, EXIT_INTERNAL, "internal_error"
         result.message = f"kvdoctor failed during the run: {type(exc).__name__}: {exc}"
+    if supervisor is not None:
+        result.warnings += supervisor.warnings  # inherited KVDOCTOR_* control variables it did not pass on
     if supervisor is not None and supervisor.survivors:
         result.survivors = list(supervisor.survivors)
         result.message += f"; still running after teardown (stop them by hand): {', '.join(supervisor.survivors)}"
@@ -339,6 +497,7 @@ def _trace(prepared: Prepared, run_dir: Path, result: ConsistencyResult, say: No
         injected=prepared.options.inject,
         failure=failed[0] if failed else None,
         drifted=list((result.logprob_drift or {}).get("requests", [])),
+        unrequested=attribution.unrequested_fault(lines, prepared.options.inject),
     )
     result.state_trace = trace.to_dict()
     for line in trace.lines():
@@ -376,6 +535,8 @@ def _read_hook_logs(run_dir: Path, result: ConsistencyResult) -> None:
             result.gates.append(
                 gates.Gate("site-hook", False, "site_hook_failed", f"kvdoctor's site hook failed: {failed[0]}")
             )
+        # first: what diverged is then the fault's, so the verdict's reason is the fault nobody asked for
+        result.gates[:0] = attribution.unrequested_gates(map(" ".join, events), result.fault and result.fault.name)
         _settle(result)
 
 
@@ -383,10 +544,14 @@ def _read_plugin_log(run_dir: Path, result: ConsistencyResult) -> None:
     """What kvdoctor's vLLM plugin recorded: a fault asked for that never installed, never fired or failed is
     red (a fault run that hit nothing proves nothing)."""
     path = run_dir / deploy_vllm.PLUGIN_LOG
-    events = [line.split(" ", 2) for line in path.read_text(encoding="utf-8").splitlines()] if path.exists() else []
+    lines = path.read_text(encoding="utf-8").splitlines() if path.exists() else []
+    events = [line.split(" ", 2) for line in lines]
     names = [e[1] for e in events if len(e) > 1]
     result.stand_in["vllm_plugin"] = {"log": str(path), "loaded": names.count("loaded")}
     if result.fault is None:
+        if result.exit_code in (EXIT_PASS, EXIT_GATE) and (stray := attribution.unrequested_gates(lines, None)):
+            result.gates[:0] = stray  # first: a fault nobody asked for makes the verdict unknown
+            _settle(result)
         return
     f = result.fault
     f.installed = "fault-installed" in names
@@ -564,7 +729,7 @@ def warm_up(prepared: Prepared) -> tuple[Workload, list[list[int]]]:
     """The one short request each server gets before the compared bursts (its first request pays start-up costs
     outside them); under ``--scenario prefix-cache`` it must cache no compared prompt's first block."""
     w = prepared.options.workload
-    warm = Workload(1, w.prompt_tokens, 4, 1, w.seed)
+    warm = Workload(1, w.prompt_tokens, min(WARM_UP_TOKENS, w.max_new_tokens), 1, w.seed)  # never past the context
     return warm, prompts(warm, prepared.vocab_size)[:1]
 
 

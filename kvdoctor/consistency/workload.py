@@ -13,6 +13,8 @@ from dataclasses import asdict, dataclass
 from kvdoctor._exceptions import InputError
 
 FIRST_ID = 4
+SEED_MAX = 2**63 - 1  # torch.manual_seed takes up to 2**64 - 1 (then "Overflow when unpacking long long"); int64 is
+# what every reader of the JSON can hold
 
 
 @dataclass(frozen=True)
@@ -25,6 +27,8 @@ class Workload:
     top_logprobs: int = 2  # the reference's top-2 margin at a divergence needs two
 
     def check(self) -> None:
+        """Each count at least 1 and the seed in range: cheap arithmetic, before any prompt exists (the bounds by
+        what the plan and the machine hold come after the config is read: ``kvdoctor.consistency.run.prepare``)."""
         for name, value in (
             ("--requests", self.requests),
             ("--prompt-tokens", self.prompt_tokens),
@@ -33,6 +37,10 @@ class Workload:
         ):
             if value < 1:
                 raise InputError(f"{name} must be >= 1, got {value}")
+        if not 0 <= self.seed <= SEED_MAX:
+            raise InputError(
+                f"--seed must be within 0..{SEED_MAX} (it seeds torch.manual_seed for the checkpoint), got {self.seed}"
+            )
 
     @property
     def in_flight(self) -> int:

@@ -113,7 +113,7 @@ class FlagVocabulary:
                 f"{word} is kvdoctor's own option: put it before '--' (what follows '--' goes to {self.server})"
             )
         if self.abbreviations and word.startswith("--"):
-            matches = sorted(f for f in self.known if f.startswith(word))
+            matches = sorted(f for f in self.known if f.startswith(name))  # vLLM: dashes first, then the prefix
             if len(matches) == 1:
                 return matches[0]
             if matches:

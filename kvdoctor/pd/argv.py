@@ -7,8 +7,9 @@ the command every word it did not recognise *and* every word after ``--`` in one
 the real argv, at the first ``--`` that is not an option's value (``split``): every word before it is
 kvdoctor's, and one Click did not take (an unknown option, a unique prefix, a second positional) is
 refused with a did-you-mean (``check_own_words``, exit 2); only the words after it may reach a server.
-Those are checked as server flags the way pd-eval always checked them (the plan's own flags refused,
-``kvdoctor.pd.plan.check_extra_args``; SGLang's argparse refuses what it does not know), plus
+Those are checked as server flags the way pd-eval always checked them (the plan's own flags refused as SGLang
+reads them, aliases and prefixes too, ``kvdoctor.pd.plan.check_extra_args``; SGLang's argparse refuses what it
+does not know), plus
 ``check_server_words``: an option only kvdoctor defines is refused there too, as ``inspect`` does.
 """
 
@@ -87,20 +88,35 @@ def check_server_words(words: Sequence[str], own_options: Collection[str]) -> No
     """After ``--``: an option only kvdoctor defines (``-- --threshold 0.99``) would go to SGLang, which
     does not have it (or, worse, reads it as the flag it abbreviates: ``--api`` as ``--api-key``); it is
     kvdoctor's, so it belongs before ``--``. Options SGLang spells exactly (``--host``) are SGLang's here,
-    and those the plan sets (``--tp``) are left to ``plan.check_extra_args``, which names kvdoctor's own.
-    Every other word is held to SGLang's flags and their values (``plan.server_flag_names``)."""
+    and those SGLang reads as a flag the plan sets (``--tp``, a prefix of ``--tp-size``) are refused by
+    ``plan.check_extra_args`` here, before any mode's work, naming pd-eval's own option (``--oracle tokens``
+    then never reaches consistency's check with them). Every other word is held to SGLang's flags and their
+    values (``plan.server_flag_names``)."""
     from kvdoctor.core.sglang._generated.server_flags import SGLANG_SERVER_FLAGS
-    from kvdoctor.pd.plan import PLAN_FLAGS, server_flag_names
+    from kvdoctor.pd.plan import check_extra_args
 
+    plan_words = {o for o in own_options if _read_as_plan_flag(o)}
     for word in words:
         name = word.partition("=")[0]
-        if is_option(word) and name in own_options and name not in SGLANG_SERVER_FLAGS and name not in PLAN_FLAGS:
+        if is_option(word) and name in own_options and name not in SGLANG_SERVER_FLAGS and name not in plan_words:
             raise InputError(
                 f"{shown(name)} after '--' is kvdoctor's own option: put it before '--' "
                 f"(what follows '--' goes to the servers; {USAGE})"
             )
     # SGLang's flags and values, did-you-mean over both sides; the plan's own (``--tp``) are named by the plan
-    server_flag_names(words, tuple(o for o in own_options if o not in PLAN_FLAGS))
+    check_extra_args(words, tuple(o for o in own_options if o not in plan_words))
+
+
+def _read_as_plan_flag(option: str) -> bool:
+    """Whether SGLang's parser reads OPTION (one of pd-eval's own) as a flag the plan sets (``--tp``, ``--host``)."""
+    from kvdoctor._exceptions import FlagError
+    from kvdoctor.core.sglang.flags import owned_word
+    from kvdoctor.pd.plan import PLAN_FLAGS
+
+    try:
+        return owned_word([option], PLAN_FLAGS) is not None
+    except FlagError:  # not an SGLang flag, nor a unique prefix of one
+        return False
 
 
 READ_FROM_SERVER_WORDS = ("--served-model-name",)  # what the requests name as the model, even against running servers

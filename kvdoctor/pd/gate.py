@@ -6,6 +6,7 @@ exercising none of the state-restoring code the run exists to guard.
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
 
 from kvdoctor.pd.metrics import RetractionCount
@@ -29,8 +30,9 @@ class GateResult:
 
 
 def accuracy(score: float, threshold: float) -> GateResult:
-    """Pass when ``score >= threshold`` (SGLang's gate uses ``>=`` too)."""
-    ok = score >= threshold
+    """Pass when ``score >= threshold`` (SGLang's gate uses ``>=`` too), both finite: an infinite score would pass
+    any floor (a score is a share of questions, so one that is no finite number is no score)."""
+    ok = math.isfinite(score) and math.isfinite(threshold) and score >= threshold
     relation = ">=" if ok else "<"
     return GateResult(
         "accuracy",
@@ -41,10 +43,17 @@ def accuracy(score: float, threshold: float) -> GateResult:
 
 
 def retraction(count: RetractionCount, *, allow_none: bool) -> GateResult:
-    """Pass when the decode server retracted at least one request during the eval."""
-    if count.value is not None and count.value > 0:
-        return GateResult("retraction", PASSED, f"{count.value} requests retracted on decode (from {count.source})", "")
-    if count.value is None:
+    """Pass when the decode server retracted at least one request during the eval. A value that is no finite count
+    (``kvdoctor.pd.metrics`` refuses such a sample; this gate does not rely on it) is an unknown count: ``inf > 0``
+    would pass, and ``nan > 0`` would read as "no retraction", which ``--allow-no-retraction`` lets through (it
+    allows none, not a malformed count: red either way)."""
+    value = count.value
+    if value is not None and not _count(value):
+        message = f"retraction count unknown: decode's count is {value!r} (from {count.source}), not a count"
+        return GateResult("retraction", FAILED, message, "retraction_unknown")
+    if value is not None and value > 0:
+        return GateResult("retraction", PASSED, f"{value} requests retracted on decode (from {count.source})", "")
+    if value is None:
         message = (
             "retraction count unknown: decode /metrics lacks sglang:num_retracted_requests"
             "_total and no decode log was available (start decode with --enable-metrics)"
@@ -59,3 +68,7 @@ def retraction(count: RetractionCount, *, allow_none: bool) -> GateResult:
     if allow_none:
         return GateResult("retraction", SKIPPED, message + "; allowed by --allow-no-retraction", "")
     return GateResult("retraction", FAILED, message, reason)
+
+
+def _count(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value >= 0

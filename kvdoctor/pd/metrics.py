@@ -104,7 +104,8 @@ def from_prometheus(text: str) -> int | None:
             groups[key] = max(groups[key], value)
     if not found and not sglang_page:
         return None
-    return int(sum(groups.values()))
+    # Finite samples can still add up to +Inf (two DP groups at 1e308), which ``int()`` refuses with OverflowError.
+    return int(checked_count(sum(groups.values()), COUNTER, "retractions"))
 
 
 def checked_count(value: float, name: str, what: str) -> float:

@@ -20,17 +20,21 @@ ROLES = ("prefill", "decode", "router")
 # fan /health_generate out to every worker; the Rust router has a real /readiness.
 MINI_LB_READY = "/health_generate"
 RUST_ROUTER_READY = "/readiness"
-# Server flags the plan sets per role; after ``--`` they would contradict it (the last value wins
-# in SGLang's argparse), e.g. ``--tp-size 4`` beside the plan's ``--tp 1`` and overlapping GPUs.
+# Server flags the plan sets per role; after ``--`` they would contradict it (the last value wins in SGLang's
+# argparse), e.g. ``--tp-size 4`` beside the plan's ``--tp 1`` and overlapping GPUs. Each is held by its dest,
+# so every alias and unique prefix SGLang reads as it is refused too (``-- --model PATH`` is ``--model-path``:
+# ``kvdoctor.core.owned_flags``); the value says what pd-eval offers instead, naming pd-eval's own options.
 PLAN_FLAGS: Mapping[str, str] = {
-    "--tp": "--tp",
-    "--tp-size": "--tp",
-    "--tensor-parallel-size": "--tp",
-    "--base-gpu-id": "--tp (decode's first GPU follows prefill's)",
-    "--port": "--prefill-port / --decode-port",
-    "--host": "--host",
-    "--disaggregation-mode": "nothing (kvdoctor sets prefill and decode itself)",
-    "--disaggregation-bootstrap-port": "--bootstrap-port",
+    "--model-path": "the model is pd-eval's MODEL",
+    "--tp-size": "use pd-eval's --tp instead",
+    "--base-gpu-id": "use pd-eval's --tp instead (decode's first GPU follows prefill's)",
+    "--port": "use pd-eval's --prefill-port / --decode-port instead",
+    "--host": "use pd-eval's --host instead",
+    "--disaggregation-mode": "kvdoctor sets prefill and decode itself",
+    "--disaggregation-bootstrap-port": "use pd-eval's --bootstrap-port instead",
+    "--disaggregation-transfer-backend": "use pd-eval's --transfer-backend instead",
+    # SGLang puts a config file's flags first (srt/utils/server_args_config_parser.py:75-105): it could set any of these
+    "--config": "a config file may set what the plan sets, and kvdoctor does not read it: give its flags after --",
 }
 
 
@@ -132,12 +136,17 @@ def server_flag_names(args: Sequence[str], own_options: Sequence[str] = ()) -> f
 
 
 def check_extra_args(args: Sequence[str], own_options: Sequence[str] = ()) -> frozenset[str]:
-    """Reject server flags after ``--`` that SGLang refuses or that the plan already sets (abbreviated
-    too: ``--disaggregation-mo``), naming the option to use; returns the flags ARGS set."""
+    """Reject server flags after ``--`` that SGLang refuses or that the plan already sets (as SGLang reads them:
+    an alias, ``--model``, or a unique prefix, ``--disaggregation-mo``), naming pd-eval's option to use; returns
+    the flags ARGS set."""
+    from kvdoctor.core.sglang.flags import owned_word
+
     names = server_flag_names(args, own_options)
-    for flag, instead in PLAN_FLAGS.items():
-        if flag in names:
-            raise InputError(f"{flag} after -- would contradict the launch plan; use kvdoctor's {instead} instead")
+    hit = owned_word(args, PLAN_FLAGS)
+    if hit is not None:
+        raise InputError(
+            f"{hit.typed} after -- would contradict the launch plan{hit.reading('SGLang')}; {PLAN_FLAGS[hit.flag]}"
+        )
     return names
 
 

@@ -56,14 +56,17 @@ class Prediction:
         peak = f"predicted peak demand {self.peak_tokens:,} tokens"
         if self.capacity_tokens is None:
             return f"{peak}; decode pool capacity unknown (no --max-total-tokens, no sizing)"
-        ratio = self.peak_tokens / self.capacity_tokens
+        # A pool of 0 tokens (``-- --max-total-tokens 0``) has no ratio: it once raised ZeroDivisionError (exit 4).
+        ratio = f"{self.peak_tokens / self.capacity_tokens:.1f}x, " if self.capacity_tokens > 0 else ""
         backup = f"; retraction backup: {self.backup_backend}" if self.backup_backend else ""
-        head = f"{peak} vs decode pool {self.capacity_tokens:,} tokens ({ratio:.1f}x, from {self.capacity_source})"
+        head = f"{peak} vs decode pool {self.capacity_tokens:,} tokens ({ratio}from {self.capacity_source})"
         return f"{head}: {self._verdict()}{backup}"
 
     def _verdict(self) -> str:
         unlikely = "retraction is unlikely: the guard will probably fail"
         if self.requests_fit is None:
+            if (self.capacity_tokens or 0) < self.per_request_tokens:
+                return self._none_fits("")
             return "retraction expected" if self.retraction_expected else f"pool large enough that {unlikely}"
         if self.requests_fit >= self.concurrency:
             return f"all {self.concurrency} requests in flight fit at once, so {unlikely}"
@@ -76,11 +79,14 @@ class Prediction:
                 f"the limit is {self._other_pools()})"
             )
         if self.requests_fit == 0:
-            return (
-                f"not even one request of {self.per_request_tokens:,} tokens fits{limit}: decode cannot "
-                "hold a single request, so the eval cannot run as planned (raise --max-total-tokens)"
-            )
+            return self._none_fits(limit)
         return f"{fit}{limit}: retraction expected"
+
+    def _none_fits(self, limit: str) -> str:
+        return (
+            f"not even one request of {self.per_request_tokens:,} tokens fits{limit}: decode cannot "
+            "hold a single request, so the eval cannot run as planned (raise --max-total-tokens)"
+        )
 
     def _other_pools(self) -> str:
         pools = []

@@ -23,7 +23,7 @@ from kvdoctor.core.sglang.rules import RULES_REVISION
 from kvdoctor.pd.gate import FAILED, PASSED, SKIPPED
 from kvdoctor.pd.result import DryRunReport, PdEvalReport, PdEvalResult, TokensDryRunReport
 from kvdoctor.report import envelope, github, junit, publishable, records, serialize
-from kvdoctor.report.units import NONE, human
+from kvdoctor.report.units import NONE, human, noun_for
 
 COMMAND = "pd-eval"
 SUITE = "kvdoctor pd-eval"
@@ -185,8 +185,10 @@ def verdict_detail(result: PdEvalResult, exit_code: int | None = None) -> str:
         return result.tokens.summary_line()  # "16/16 requests identical, 7 retractions (301 s)"
     if code == EXIT_PASS and s is not None:
         # Short enough to stay one line at 80 columns: the numbers a person checks first.
-        retracted = f"{human(result.retractions)} retractions" if result.retractions else "retraction guard skipped"
-        return f"accuracy {s.accuracy:.3f} ≥ {result.threshold:.3f}, {retracted}, {human(s.num_questions)} questions"
+        n, asked = result.retractions, s.num_questions
+        retracted = f"{human(n)} {noun_for(n, 'retraction')}" if n else "retraction guard skipped"
+        asked_line = f"{human(asked)} {noun_for(asked, 'question')}"
+        return f"accuracy {s.accuracy:.3f} ≥ {result.threshold:.3f}, {retracted}, {asked_line}"
     if code == EXIT_GATE:
         return "; ".join(g.message for g in result.gates if g.status == FAILED) or result.message
     if code == result.exit_code:

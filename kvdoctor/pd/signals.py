@@ -5,7 +5,9 @@ instant. In plain code that is what we want (the ``with`` blocks unwind and tear
 asyncio event loop it is not: asyncio's transports catch ``BaseException`` around socket writes
 and report it as a "fatal write error", swallowing the signal (seen in the SIGTERM test under
 load). So while an event loop runs, the handler only records the signal and the eval's watchdog
-raises it at its next tick (every 0.1 s).
+raises it at its next tick (every 0.1 s). The same holds while a server is forked (``held``): Python runs
+at-fork hooks (logging's ``_releaseLock``) around ``fork``, and an exception raised inside one is printed as
+"Exception ignored" with a traceback instead of unwinding.
 """
 
 from __future__ import annotations
@@ -42,6 +44,19 @@ class SignalLatch:
             raise Interrupted(self.signum)
 
     @contextlib.contextmanager
+    def held(self) -> Iterator[None]:
+        """While the block runs, a signal is only recorded; it is raised when the block has finished (inside a
+        ``deferred`` block, at the next ``check()`` as before). The block's own exception goes first."""
+        before = self._deferring
+        self._deferring = True
+        try:
+            yield
+        finally:
+            self._deferring = before
+        if not before:
+            self.check()
+
+    @contextlib.contextmanager
     def deferred(self) -> Iterator[None]:
         """While the block (an event loop) runs, signals wait for ``check()``."""
         self.check()
@@ -73,7 +88,11 @@ def _handlers(handler: signal.Handlers | Callable[[int, Any], None]) -> Iterator
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = {sig: signal.signal(sig, handler) for sig in SIGNALS}
+    previous = {
+        sig: signal.signal(sig, handler)
+        for sig in SIGNALS
+        if handler is signal.SIG_IGN or signal.getsignal(sig) is not signal.SIG_IGN
+    }  # a signal ignored from the start (a background shell's ``&`` ignores SIGINT) stays ignored, as Python's rule is
     try:
         yield
     finally:

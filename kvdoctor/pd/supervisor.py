@@ -14,6 +14,15 @@ parent-death signal, so a SIGKILLed kvdoctor takes its servers with it.
 
 Health counts only for the process we started: a 200 from a port whose listener is not in our
 process tree (a foreign server on a pinned or raced port) is not "healthy".
+
+kvdoctor owns the variables its in-server code reads (``hook_log.CONTROL_ENV``: the fault to inject, the
+patches, the logs): a server gets only those its step sets. One inherited from kvdoctor's own environment
+(``KVDOCTOR_INJECT`` exported in a shell or a CI job) is dropped and named in ``warnings``; passed on, it would
+install a fault nobody asked for in every server and the run would blame the server for it.
+
+A signal that arrives while ``Popen`` forks is held until the child is started and recorded: raised there, the
+latch's exception lands in whatever runs at that instant, such as logging's at-fork hook, which prints it as
+"Exception ignored" with a traceback (and the output contract is one line).
 """
 
 from __future__ import annotations
@@ -36,6 +45,7 @@ import httpx
 import psutil
 
 from kvdoctor._exceptions import ForeignServer, ServerExited, ServerUnhealthy
+from kvdoctor.engines.hook_log import CONTROL_ENV
 from kvdoctor.pd import reaper
 from kvdoctor.pd.http import verify_for
 from kvdoctor.pd.signals import SignalLatch, signals_ignored
@@ -101,7 +111,9 @@ class Supervisor(contextlib.AbstractContextManager["Supervisor"]):
         self.latch = latch
         self.grace_s = grace_s
         self.run_id = uuid.uuid4().hex
-        self.base_env = dict(os.environ if base_env is None else base_env)
+        inherited = dict(os.environ if base_env is None else base_env)
+        self.dropped_env = sorted(k for k in inherited if k in CONTROL_ENV)  # never passed on: see the docstring
+        self.base_env = {k: v for k, v in inherited.items() if k not in CONTROL_ENV}
         self.procs: list[Managed] = []
         self.survivors: list[str] = []  # "role (pid N)" / "escaped pid N (name)" alive after teardown
         self.adopted: dict[int, float] = {}  # orphans reparented to us (pid -> create_time)
@@ -109,6 +121,17 @@ class Supervisor(contextlib.AbstractContextManager["Supervisor"]):
         self._started_at = time.time()
         self._children_before: set[tuple[int, float]] = set()
         self._stack = contextlib.ExitStack()
+
+    @property
+    def warnings(self) -> list[str]:
+        """What the user must hear about this run's processes: the inherited control variables dropped."""
+        if not self.dropped_env:
+            return []
+        names = ", ".join(self.dropped_env)
+        return [
+            f"ignored {names} from kvdoctor's environment: kvdoctor sets its servers' control variables itself "
+            "(a fault is injected only with --inject)"
+        ]
 
     def __enter__(self) -> Supervisor:
         self._started_at = time.time()
@@ -125,21 +148,22 @@ class Supervisor(contextlib.AbstractContextManager["Supervisor"]):
         log_file.flush()
         child_env = {**self.base_env, **env, RUN_MARKER_ENV: self.run_id}
         preexec = reaper.die_with_parent(PARENT_DEATH_SIGNAL) if PARENT_DEATH_SIGNAL else None
-        try:
-            popen = subprocess.Popen(
-                resolve_argv(argv),
-                stdin=subprocess.DEVNULL,
-                stdout=log_file,
-                stderr=subprocess.STDOUT,
-                env=child_env,
-                start_new_session=True,
-                preexec_fn=preexec,
-            )
-        except OSError as exc:
-            log_file.close()
-            raise ServerExited(f"{role}: cannot start {shlex.join(argv)}: {exc}") from exc
-        managed = Managed(role, popen, log_path, log_file)
-        self.procs.append(managed)
+        with self.latch.held() if self.latch is not None else contextlib.nullcontext():
+            try:
+                popen = subprocess.Popen(
+                    resolve_argv(argv),
+                    stdin=subprocess.DEVNULL,
+                    stdout=log_file,
+                    stderr=subprocess.STDOUT,
+                    env=child_env,
+                    start_new_session=True,
+                    preexec_fn=preexec,
+                )
+            except OSError as exc:
+                log_file.close()
+                raise ServerExited(f"{role}: cannot start {shlex.join(argv)}: {exc}") from exc
+            managed = Managed(role, popen, log_path, log_file)
+            self.procs.append(managed)  # recorded before a held signal is raised: teardown stops it
         return managed
 
     def check_alive(self) -> None:

@@ -39,3 +39,10 @@ def human(value: object) -> str:
     if isinstance(value, (list, tuple, set, frozenset)):
         return ", ".join(human(v) for v in value) or NONE
     return str(value)
+
+
+def noun_for(count: object, singular: str, plural: str | None = None) -> str:
+    """SINGULAR when COUNT is one, else PLURAL (SINGULAR + ``s`` by default): ``f"{n} {noun_for(n, 'retraction')}"``
+    reads ``1 retraction`` and ``7 retractions``, never ``1 retractions``. A count that is not a number (``?``,
+    ``–``: unknown) takes the plural, as a person writes "? retractions"."""
+    return singular if count == 1 and not isinstance(count, bool) else (plural or f"{singular}s")

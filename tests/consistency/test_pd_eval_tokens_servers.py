@@ -28,18 +28,21 @@ TIMEOUT_S = 900
 def pd_eval(out: Path, *args: str) -> tuple[int, dict[str, Any], str]:
     kvdoctor = Path(sys.executable).with_name("kvdoctor")
     argv = [str(kvdoctor), "pd-eval", "llama-3.1-8b", "--oracle", "tokens", "--shrink", "--device", "cpu"]
-    argv += ["--mini-lb", "--json", "--timeout", str(TIMEOUT_S), "--output-dir", str(out), *WORKLOAD, *args]
+    argv += ["--mini-lb", "--timeout", str(TIMEOUT_S), "--output-dir", str(out), *WORKLOAD, *args]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=TIMEOUT_S + 60, check=False)
     sys.stderr.write(done.stderr[-4000:])
     assert done.stdout, done.stderr[-2000:]
-    return done.returncode, json.loads(done.stdout), verdict_text(done.stderr)
+    newest = max(out.glob("run-*"), key=lambda p: p.stat().st_mtime)  # the module's runs share OUT
+    doc: dict[str, Any] = json.loads((newest / "result.json").read_text())
+    return done.returncode, doc, verdict_text(done.stdout)
 
 
-def verdict_text(stderr: str) -> str:
-    """The one verdict line, the last on stderr, its fold at the console's 80 columns undone."""
-    lines = stderr.rstrip("\n").splitlines()
+def verdict_text(stdout: str) -> str:
+    """The one verdict line on stdout (the report's stream; with --json there is none, the JSON's verdict is it),
+    its fold at the console's 80 columns undone."""
+    lines = stdout.rstrip("\n").splitlines()
     starts = [i for i, line in enumerate(lines) if line.startswith("verdict:")]
-    assert len(starts) == 1, stderr[-2000:]
+    assert len(starts) == 1, stdout[-2000:]
     return " ".join(line.strip() for line in lines[starts[0] :])
 
 

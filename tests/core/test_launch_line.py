@@ -23,10 +23,13 @@ def test_the_scanner_has_no_default_server() -> None:
 
 
 def test_one_word_reads_per_the_vocabulary_it_is_given() -> None:
-    # SGLang expands a unique prefix; vLLM takes none but reads underscores as dashes.
+    # Both expand a unique prefix (argparse's allow_abbrev, on in both parsers: tests/vllm/test_vllm_owned_flags.py);
+    # vLLM reads underscores as dashes first, SGLang does not; a prefix of two flags is ambiguous to both.
     assert scan(["--tp", "2"], SGLANG).options[0].name == "--tp-size"
-    with pytest.raises(FlagError, match=r"neither kvdoctor's nor a vLLM .* server flag"):
-        scan(["--tensor-parallel"], VLLM)
+    assert scan(["--tensor-parallel", "2"], VLLM).options[0].name == "--tensor-parallel-size"
+    assert scan(["--max_model_l", "8"], VLLM).options[0].name == "--max-model-len"
+    with pytest.raises(FlagError, match=r"ambiguous option: --max-num-s could match --max-num-scheduled-tokens"):
+        scan(["--max-num-s", "2"], VLLM)
     assert scan(["--max_model_len", "8"], VLLM).options[0].name == "--max-model-len"
     with pytest.raises(FlagError, match=r"neither kvdoctor's nor an SGLang .* server flag"):
         scan(["--max_total_tokens", "8"], SGLANG)

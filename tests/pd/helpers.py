@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import signal
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -72,3 +73,9 @@ def pid_alive(pid: int) -> bool:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return False
+
+
+def default_sigint() -> None:
+    """Run in the child before exec: SIGINT back to its default action, so Python installs its Ctrl-C handler
+    whatever this process was started with (``nohup make test &`` starts it ignored, and a child inherits that)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)

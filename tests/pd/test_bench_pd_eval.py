@@ -14,7 +14,7 @@ import pytest
 from typer.testing import CliRunner
 
 from kvdoctor.cli.app import app
-from tests.pd.helpers import GSM8K, KVDOCTOR, ROOT, pid_alive
+from tests.pd.helpers import GSM8K, KVDOCTOR, ROOT, default_sigint, pid_alive
 
 
 def test_bench_reports_both_clients() -> None:
@@ -86,7 +86,9 @@ def test_signal_stops_the_instant_server(sig: signal.Signals, code: int, tmp_pat
     ]  # runs until signalled
     stderr = tmp_path / "stderr.txt"
     with stderr.open("wb") as sink:  # a file, not a pipe: a leaked server would hold a pipe open
-        proc = subprocess.Popen([*KVDOCTOR, *args], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=sink)
+        proc = subprocess.Popen(
+            [*KVDOCTOR, *args], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=sink, preexec_fn=default_sigint
+        )
     try:
         bench = psutil.Process(proc.pid)
         wait_for(lambda: listening_server(bench) is not None)

@@ -21,7 +21,7 @@ import pytest
 from kvdoctor._exceptions import Interrupted
 from kvdoctor.pd import reaper, signals, supervisor
 from kvdoctor.pd import run as run_mod
-from tests.pd.helpers import KVDOCTOR, ROOT, SERVER, invoke, pd_args, pid_alive, result_json
+from tests.pd.helpers import KVDOCTOR, ROOT, SERVER, default_sigint, invoke, pd_args, pid_alive, result_json
 
 pytestmark = pytest.mark.usefixtures("no_leftovers")
 
@@ -257,7 +257,7 @@ def test_signal_mid_eval_tears_down(
     cmd = [*KVDOCTOR, *pd_args(out)]
     stderr = tmp_path / "stderr"
     with stderr.open("w") as err:
-        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=err)
+        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=err, preexec_fn=default_sigint)
     try:
         # The eval is in flight once decode has taken a request after the smoke request.
         wait_for(lambda: any("request #2" in log.read_text() for log in out.glob("run-*/decode.log")))

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 from kvdoctor._exceptions import FlagError
 from kvdoctor.core.flag_values import IEC, SI, sglang_human
 from kvdoctor.core.launch_line import FlagVocabulary, LaunchLine, Scan, check_values, is_option, scan, split_launcher
+from kvdoctor.core.owned_flags import Owned, find_owned
 from kvdoctor.core.record import record
 from kvdoctor.core.sglang import rules
 from kvdoctor.text import shown
@@ -350,6 +351,14 @@ def _vocabulary() -> FlagVocabulary:
         modelled=_MODELLED,
         abbreviations=True,
     )
+
+
+def owned_word(words: Sequence[str], owned: Collection[str]) -> Owned | None:
+    """The first of WORDS (SGLang flags ``scan`` accepted) that SGLang's parser reads as a flag in OWNED: itself,
+    an alias (one dest: ``--model`` for ``--model-path``) or a unique prefix (``kvdoctor.core.owned_flags``)."""
+    from kvdoctor.core.sglang._generated.server_flags import SGLANG_FLAG_DESTS
+
+    return find_owned(words, _vocabulary(), SGLANG_FLAG_DESTS, owned)
 
 
 def __getattr__(name: str) -> object:

@@ -103,7 +103,9 @@ def _offload_row(i: int, group: Group, rule: rules.ConnectorRule, flags: VllmFla
         return _row(
             i, group, Status.LEFT, "ring buffer: prefix_cacheable=False, never offloaded", rules.CIRCULAR_NOT_CACHEABLE
         )
-    if specs.has_mamba and not flags.prefix_caching and rule.name == "OffloadingConnector":
+    # The assertion compares every group's block with the hash block: a pure Mamba model (no attention group) has
+    # one block, max_model_len, and passes; a hybrid's attention block does not divide it.
+    if specs.is_hybrid and not flags.prefix_caching and rule.name == "OffloadingConnector":
         return _row(
             i,
             group,

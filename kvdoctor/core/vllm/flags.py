@@ -20,8 +20,10 @@ from typing import Any
 from kvdoctor._exceptions import FlagError
 from kvdoctor.core.flag_values import CONVERTERS
 from kvdoctor.core.launch_line import FlagVocabulary, LaunchLine, Option, check_values, scan, split_launcher
+from kvdoctor.core.owned_flags import Owned, find_owned
 from kvdoctor.core.vllm import rules
 from kvdoctor.core.vllm._generated.server_flags import (
+    VLLM_FLAG_DESTS,
     VLLM_FLAG_VALUES,
     VLLM_MULTI_VALUE,
     VLLM_OPTIONAL_VALUE,
@@ -148,8 +150,10 @@ MODELLED = frozenset(
 )
 
 # vLLM's flag vocabulary for the shared scanner (``core/launch_line.py``): its parser reads options as
-# SGLang's does, takes no abbreviations, and reads ``--max_model_len`` as ``--max-model-len``
-# (utils/argparse_utils.py:372-390).
+# SGLang's does, reads ``--max_model_len`` as ``--max-model-len`` (utils/argparse_utils.py:372-390), then takes a
+# unique prefix as argparse does: ``FlexibleArgumentParser`` leaves ``allow_abbrev`` on, in the api_server entry
+# kvdoctor launches (vLLM 0.33 entrypoints/launchers/api_server/entry.py:218) as in ``vllm serve``
+# (tests/vllm/test_vllm_owned_flags.py holds this to the installed parser).
 VLLM = FlagVocabulary(
     label="vLLM flags",
     server="vLLM",
@@ -160,8 +164,15 @@ VLLM = FlagVocabulary(
     optional_value=frozenset(VLLM_OPTIONAL_VALUE),
     values=VLLM_FLAG_VALUES,
     modelled=MODELLED,
+    abbreviations=True,
     underscores=True,
 )
+
+
+def owned_word(words: Sequence[str], owned: Collection[str]) -> Owned | None:
+    """The first of WORDS (vLLM flags ``scan`` accepted) that vLLM's parser reads as a flag in OWNED: itself, an
+    alias or inverse (one dest), a unique prefix, or underscores for dashes (``kvdoctor.core.owned_flags``)."""
+    return find_owned(words, VLLM, VLLM_FLAG_DESTS, owned)
 
 
 def parse_vllm_launch_line(tokens: Sequence[str], *, own_options: Collection[str] = ()) -> LaunchLine:

@@ -48,7 +48,7 @@ BASE = "base"  # the case every other one differs from
 # knows (rules.PER_TOKEN_HEAD), with prefix caching, alone and with the native offloading connector.
 TOKEN_HEAD_DTYPES = tuple(rules.PER_TOKEN_HEAD)
 # Families whose layers include a MambaSpec (specs._layer_kinds): the mamba cache mode applies to them.
-MAMBA_FAMILIES = frozenset({rules.Family.GDN, rules.Family.MAMBA2_HYBRID})
+MAMBA_FAMILIES = rules.MAMBA_FAMILIES
 
 
 class MatrixError(InternalError):

@@ -25,6 +25,9 @@ class Family(str, Enum):
     MLA = "mla"  # MLAAttentionSpec (latent KV, one head)
     GDN = "gdn"  # Qwen3-Next: gated delta net MambaSpec + full attention
     MAMBA2_HYBRID = "mamba2_hybrid"  # Nemotron-H: Mamba2 MambaSpec + full attention
+    MAMBA2_LAYER_TYPES = "mamba2_layer_types"  # Granite 4.0: layer_types linear_attention (Mamba2) / full_attention
+    MAMBA1_HYBRID = "mamba1_hybrid"  # Jamba: layers_block_type mamba (Mamba1 MambaSpec) / attention
+    SHORT_CONV_HYBRID = "short_conv_hybrid"  # LFM2: layer_types conv (short-convolution MambaSpec) / full_attention
 
 
 # architecture → family, for the architectures kvdoctor's vLLM rules model. Each row's layer rule:
@@ -46,7 +49,12 @@ FAMILIES: dict[str, Family] = {
     "DeepseekV3ForCausalLM": Family.MLA,
     "Qwen3NextForCausalLM": Family.GDN,
     "NemotronHForCausalLM": Family.MAMBA2_HYBRID,
+    "GraniteMoeHybridForCausalLM": Family.MAMBA2_LAYER_TYPES,
+    "JambaForCausalLM": Family.MAMBA1_HYBRID,
+    "Lfm2ForCausalLM": Family.SHORT_CONV_HYBRID,
 }
+MAMBA2_FAMILIES = frozenset({Family.MAMBA2_HYBRID, Family.MAMBA2_LAYER_TYPES})
+MAMBA_FAMILIES = frozenset({Family.GDN, Family.MAMBA1_HYBRID, Family.SHORT_CONV_HYBRID, *MAMBA2_FAMILIES})
 GEMMA2_PATTERN = 2  # transformers' Gemma2Config: layer_types alternate, sliding first
 
 # cache_config.py: CacheConfig.DEFAULT_BLOCK_SIZE = 16 (config/cache.py:185).
@@ -109,6 +117,117 @@ STATE_DTYPES = ("auto", "float32", "bfloat16", "float16")  # MambaDType (config/
 
 CITATIONS = Citations("vllm", RULES_REVISION)
 cite = CITATIONS.cite
+
+# Hybrids vLLM 0.33 no longer registers: _PREVIOUSLY_SUPPORTED_MODELS names the last version that served each.
+REMOVED_ARCHITECTURES: dict[str, str] = {
+    "BambaForCausalLM": "0.23.0",
+    "MiniMaxForCausalLM": "0.23.0",
+    "MiniMaxText01ForCausalLM": "0.23.0",
+    "MiniMaxM1ForCausalLM": "0.23.0",
+    "Plamo2ForCausalLM": "0.26.0",
+}
+REMOVED_WHERE = cite("model_executor/models/registry.py", "_PREVIOUSLY_SUPPORTED_MODELS", 841, 895)
+
+# GraniteMoeHybrid (Granite 4.0): each layer is ALL_DECODER_LAYER_TYPES[config.layer_types[i]], full_attention an
+# attention layer (``model.layers.i.self_attn.attn``), linear_attention a Mamba2 mixer (``model.layers.i.mixer``);
+# transformers remaps the legacy names ("attention", "mamba": configuration_utils.py _LEGACY_LAYER_TYPE_REMAP) and
+# defaults layer_types to all linear_attention. The attention head is hidden_size // num_attention_heads (head_dim is
+# not read); the Mamba2 state is mamba2_state_shape(intermediate = mamba_expand * hidden_size, mamba_n_groups,
+# mamba_n_heads, mamba_d_head, mamba_d_state, mamba_d_conv) and mamba2_state_dtype with no config override of the
+# SSM dtype ("auto": the conv dtype, mamba_utils.py:97-110).
+GRANITE_HYBRID_LAYERS = cite(
+    "model_executor/models/granitemoehybrid.py", "ALL_DECODER_LAYER_TYPES / GraniteMoeHybridModel.get_layer", 321, 361
+)
+GRANITE_HYBRID_HEAD = cite(
+    "model_executor/models/granitemoehybrid.py", "GraniteMoeHybridAttention: head_dim = hidden_size // heads", 239, 241
+)
+GRANITE_HYBRID_STATE = cite(
+    "model_executor/models/granitemoehybrid.py",
+    "GraniteMoeHybridForCausalLM.get_mamba_state_dtype_from_config / get_mamba_state_shape_from_config",
+    605,
+    646,
+)
+# Nemotron-H: NemotronHModel makes len(config.hybrid_override_pattern) layers, one per letter (nemotron_h.py:591-614);
+# transformers' NemotronHConfig derives the pattern from layers_block_type (configuration_nemotron_h.py:158-166,
+# 246-271: linear_attention M, moe E, full_attention *, mlp -; legacy "mamba" / "attention" remapped).
+NEMOTRON_H_LAYERS = cite(
+    "model_executor/models/nemotron_h.py", "NemotronHModel: layers of hybrid_override_pattern", 591, 614
+)
+NEMOTRON_H_LAYER_TYPES = {
+    "linear_attention": "mamba",
+    "mamba": "mamba",
+    "full_attention": "full",
+    "attention": "full",
+    "moe": "none",
+    "mlp": "none",
+}
+NEMOTRON_H_DEFAULT_LAYERS = ("linear_attention", "moe", "full_attention", "mlp")
+GRANITE_LAYER_TYPES = {"full_attention": "full", "attention": "full", "linear_attention": "mamba", "mamba": "mamba"}
+# transformers' GraniteMoeHybridConfig defaults (configuration_granitemoehybrid.py:85-107): mamba_d_head "auto" is
+# mamba_expand * hidden_size // mamba_n_heads.
+GRANITE_MAMBA_DEFAULTS = {"mamba_n_heads": 128, "mamba_n_groups": 1, "mamba_d_state": 256, "mamba_d_conv": 4}
+GRANITE_MAMBA_EXPAND = 2
+
+# Jamba: each layer is ALL_DECODER_LAYER_TYPES[config.layers_block_type[i]] (attention / mamba), transformers'
+# JambaConfig.layers_block_type being "attention" where i % attn_layer_period == attn_layer_offset (defaults 8, 4,
+# configuration_jamba.py:79-103); the attention head is hidden_size // num_attention_heads; the Mamba1 state is
+# mamba1_state_shape(intermediate = mamba_expand * hidden_size, mamba_d_state, mamba_d_conv): conv
+# (d_conv - 1, intermediate / TP), SSM (intermediate / TP, d_state) (mamba_utils.py:171-183), dtypes as Mamba2's.
+JAMBA_LAYERS = cite("model_executor/models/jamba.py", "ALL_DECODER_LAYER_TYPES / JambaModel.get_layer", 293, 334)
+JAMBA_HEAD = cite("model_executor/models/jamba.py", "JambaAttentionDecoderLayer: head_dim = hidden_size // heads", 209)
+JAMBA_STATE = cite(
+    "model_executor/models/jamba.py",
+    "JambaForCausalLM.get_mamba_state_dtype_from_config / get_mamba_state_shape_from_config",
+    458,
+    483,
+)
+JAMBA_DEFAULTS = {"attn_layer_period": 8, "attn_layer_offset": 4, "mamba_d_state": 16, "mamba_d_conv": 4}
+JAMBA_MAMBA_EXPAND = 2
+# LFM2: a layer is attention where layer_types[i] == "full_attention", a ShortConv layer otherwise (lfm2.py:433-450);
+# transformers' Lfm2Config defaults layer_types from full_attn_idxs (every layer, configuration_lfm2.py:81-88); the
+# attention head is hidden_size // num_attention_heads (lfm2.py:135); the state is short_conv_state_shape(conv_dim,
+# conv_L_cache): one conv state (conv_L_cache - 1, conv_dim / TP) in the conv dtype (mamba_utils.py:113-119, 249-258).
+LFM2_LAYERS = cite("model_executor/models/lfm2.py", "Lfm2Model.get_layer: full_attention or ShortConv", 433, 450)
+LFM2_HEAD = cite("model_executor/models/lfm2.py", "Lfm2Attention: head_dim = hidden_size // heads", 135)
+LFM2_STATE = cite(
+    "model_executor/models/lfm2.py",
+    "Lfm2ForCausalLM.get_mamba_state_dtype_from_config / get_mamba_state_shape_from_config",
+    545,
+    577,
+)
+LFM2_CONV_L_CACHE = 3
+# Architectures whose attention head is hidden_size // num_attention_heads whatever head_dim says.
+HEAD_FROM_HIDDEN = frozenset({"GraniteMoeHybridForCausalLM", "JambaForCausalLM", "Lfm2ForCausalLM"})
+
+
+@dataclass(frozen=True)
+class Unmodelled:
+    """A hybrid vLLM serves whose state kvdoctor's vLLM rules do not derive yet: what they lack, and where."""
+
+    missing: str
+    where: Cite
+
+
+# The hybrids vLLM 0.33 serves that the rules above do not model, each naming the piece they lack.
+UNMODELLED: dict[str, Unmodelled] = {
+    "FalconH1ForCausalLM": Unmodelled(
+        "a parallel hybrid: every layer keeps an attention KV cache and a Mamba2 state side by side, the Mamba2 "
+        "mixer registered under a renumbered prefix",
+        cite("model_executor/models/falcon_h1.py", "FalconH1ParallelHybrid: ssm_prefix", 313, 353),
+    ),
+    "Zamba2ForCausalLM": Unmodelled(
+        "shared attention blocks reused by the 'hybrid' layers (one KV cache per use, attn.{j}) beside Mamba2 state",
+        cite("model_executor/models/zamba2.py", "Zamba2Model: layers_block_type / Zamba2HybridLayer", 745, 760),
+    ),
+    "Lfm2MoeForCausalLM": Unmodelled(
+        "short-convolution state (short_conv_state_shape) over hidden_size, with no default layer_types",
+        cite("model_executor/models/lfm2_moe.py", "Lfm2MoeForCausalLM.get_mamba_state_shape_from_config", 546, 567),
+    ),
+    "KimiLinearForCausalLM": Unmodelled(
+        "Kimi delta attention state (kda_state_shape) beside MLA layers",
+        cite("models/kimi_k3/nvidia/model.py", "KimiLinearForCausalLM.get_mamba_state_shape_from_config", 1506, 1523),
+    ),
+}
 
 GROUPING = cite("v1/core/kv_cache_planning.py", "get_kv_cache_groups", 1113, 1200)
 UNIFY_PAGE = cite("v1/core/kv_cache_planning.py", "unify_kv_cache_spec_page_size", 346, 408)

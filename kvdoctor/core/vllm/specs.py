@@ -138,6 +138,11 @@ class ModelSpecs:
 def classify(cfg: ModelConfig) -> rules.Family:
     """The family of CFG's architecture; exit 2 when vLLM 0.33 (or kvdoctor's vLLM rules) do not know it."""
     arch = cfg.architecture
+    if arch in rules.REMOVED_ARCHITECTURES:
+        raise UnknownModelError(
+            f"{cfg.source}: architecture '{arch}' is not one vLLM {rules.RULES_REVISION} registers: vLLM supported it "
+            f"until v{rules.REMOVED_ARCHITECTURES[arch]} ({rules.REMOVED_WHERE}): serve it with that vLLM"
+        )
     if arch not in VLLM_ARCHITECTURES:
         raise UnknownModelError(
             f"{cfg.source}: architecture '{arch or '?'}' is not one vLLM {rules.RULES_REVISION} "
@@ -147,6 +152,11 @@ def classify(cfg: ModelConfig) -> rules.Family:
         cfg, VLLM_MODEL_TYPES, f"vLLM {VLLM_VERSION}", f"vllm/{rules.CONFIG_LOADER.path}:{rules.CONFIG_LOADER.lines}"
     )
     family = rules.FAMILIES.get(arch)
+    if family is None and arch in rules.UNMODELLED:
+        gap = rules.UNMODELLED[arch]
+        raise UnknownModelError(
+            f"{cfg.source}: vLLM serves '{arch}', but kvdoctor's vLLM rules do not model {gap.missing} ({gap.where})"
+        )
     if family is None:
         modelled = ", ".join(sorted(rules.FAMILIES))
         raise UnknownModelError(
@@ -198,6 +208,8 @@ def _kv_heads(cfg: ModelConfig, tp: int) -> int:
 
 
 def _head_size(cfg: ModelConfig) -> int:
+    if cfg.architecture in rules.HEAD_FROM_HIDDEN:  # rules.GRANITE_HYBRID_HEAD, JAMBA_HEAD, LFM2_HEAD: head_dim unread
+        return cfg.positive_int("hidden_size") // cfg.positive_int("num_attention_heads")
     head = cfg.get("head_dim")
     return int(head) if head else cfg.positive_int("hidden_size") // cfg.positive_int("num_attention_heads")
 
@@ -210,6 +222,8 @@ def _divide(value: int, tp: int, what: str, cfg: ModelConfig) -> int:
 
 def _layer_kinds(cfg: ModelConfig, family: rules.Family) -> list[str]:
     """'full' / 'sliding' / 'mamba' / 'none' per layer."""
+    if family is rules.Family.MAMBA2_HYBRID and cfg.get("hybrid_override_pattern") is None:
+        return _nemotron_listed_kinds(cfg)
     layers = cfg.positive_int("num_hidden_layers")
     types = cfg.get("layer_types")
     if family is rules.Family.DENSE or family is rules.Family.MLA:
@@ -219,6 +233,12 @@ def _layer_kinds(cfg: ModelConfig, family: rules.Family) -> list[str]:
         if not isinstance(pattern, str) or len(pattern) != layers or set(pattern) - set("M*-E"):
             raise ConfigError(f"{cfg.source}: field 'hybrid_override_pattern' must be {layers} of M * - E")
         return [{"M": "mamba", "*": "full"}.get(ch, "none") for ch in pattern]
+    if family is rules.Family.MAMBA2_LAYER_TYPES:  # rules.GRANITE_HYBRID_LAYERS
+        return _granite_layer_kinds(cfg, layers)
+    if family is rules.Family.MAMBA1_HYBRID:  # rules.JAMBA_LAYERS
+        return _jamba_layer_kinds(cfg, layers)
+    if family is rules.Family.SHORT_CONV_HYBRID:  # rules.LFM2_LAYERS
+        return _lfm2_layer_kinds(cfg, layers)
     if isinstance(types, list):
         mapping = {"full_attention": "full", "sliding_attention": "sliding", "linear_attention": "mamba"}
         if len(types) < layers or any(t not in mapping for t in types[:layers]):
@@ -234,6 +254,74 @@ def _layer_kinds(cfg: ModelConfig, family: rules.Family) -> list[str]:
     raise ConfigError(f"{cfg.source}: field 'layer_types' is missing (needed for {cfg.architecture})")
 
 
+def _nemotron_listed_kinds(cfg: ModelConfig) -> list[str]:
+    """Nemotron-H without ``hybrid_override_pattern``: transformers' NemotronHConfig keeps the layers as
+    ``layers_block_type`` (alias ``layer_types``; default linear_attention, moe, full_attention, mlp) and its
+    ``hybrid_override_pattern`` property, which vLLM reads, spells them M E * -; vLLM makes one layer per letter
+    (rules.NEMOTRON_H_LAYERS), whatever num_hidden_layers says."""
+    listed = cfg.get("layers_block_type") or cfg.get("layer_types") or list(rules.NEMOTRON_H_DEFAULT_LAYERS)
+    known = rules.NEMOTRON_H_LAYER_TYPES
+    if not isinstance(listed, list) or not listed or any(t not in known for t in listed):
+        raise ConfigError(f"{cfg.source}: field 'layers_block_type' must list one of {sorted(known)} per layer")
+    return [known[t] for t in listed]
+
+
+def _granite_layer_kinds(cfg: ModelConfig, layers: int) -> list[str]:
+    """GraniteMoeHybrid's layer_types (legacy names remapped by transformers; absent: every layer Mamba2)."""
+    types = cfg.get("layer_types")
+    if types is None:
+        return ["mamba"] * layers
+    known = rules.GRANITE_LAYER_TYPES
+    if not isinstance(types, list) or len(types) < layers or any(t not in known for t in types[:layers]):
+        raise ConfigError(f"{cfg.source}: field 'layer_types' must list one of {sorted(known)} per layer")
+    return [known[t] for t in types[:layers]]
+
+
+def _jamba_layer_kinds(cfg: ModelConfig, layers: int) -> list[str]:
+    """Jamba's layers_block_type (written, or JambaConfig's property from attn_layer_period / _offset)."""
+    listed = cfg.get("layers_block_type")
+    if listed is None:
+        period = cfg.positive_int("attn_layer_period", rules.JAMBA_DEFAULTS["attn_layer_period"])
+        offset = cfg.get("attn_layer_offset", rules.JAMBA_DEFAULTS["attn_layer_offset"])
+        if not isinstance(offset, int) or isinstance(offset, bool) or not 0 <= offset < period:
+            raise ConfigError(f"{cfg.source}: field 'attn_layer_offset' must be an integer in [0, attn_layer_period)")
+        return ["full" if i % period == offset else "mamba" for i in range(layers)]
+    known = {"attention": "full", "mamba": "mamba"}
+    if not isinstance(listed, list) or len(listed) < layers or any(t not in known for t in listed[:layers]):
+        raise ConfigError(f"{cfg.source}: field 'layers_block_type' must list one of {sorted(known)} per layer")
+    return [known[t] for t in listed[:layers]]
+
+
+def _lfm2_layer_kinds(cfg: ModelConfig, layers: int) -> list[str]:
+    """LFM2's layer_types (absent: full_attn_idxs, every layer by default): full_attention or a ShortConv layer."""
+    listed = cfg.get("layer_types")
+    if listed is None:
+        full = cfg.get("full_attn_idxs")
+        full = set(range(layers)) if full is None else full
+        if not isinstance(full, (list, set)) or not all(isinstance(i, int) for i in full):
+            raise ConfigError(f"{cfg.source}: field 'full_attn_idxs' must be a list of layer indices")
+        return ["full" if i in full else "mamba" for i in range(layers)]
+    if not isinstance(listed, list) or len(listed) < layers or not all(isinstance(t, str) for t in listed):
+        raise ConfigError(f"{cfg.source}: field 'layer_types' must list one layer type per layer")
+    return ["full" if t == "full_attention" else "mamba" for t in listed[:layers]]
+
+
+def _granite_mamba2(cfg: ModelConfig) -> tuple[int, int, int, int, int, int]:
+    """(intermediate, heads, head_dim, groups, state, conv) of a GraniteMoeHybrid Mamba2 layer, transformers'
+    defaults for absent fields (rules.GRANITE_MAMBA_DEFAULTS; mamba_d_head "auto": intermediate // heads)."""
+    d = rules.GRANITE_MAMBA_DEFAULTS
+    intermediate = cfg.positive_int("mamba_expand", rules.GRANITE_MAMBA_EXPAND) * cfg.positive_int("hidden_size")
+    heads = cfg.positive_int("mamba_n_heads", d["mamba_n_heads"])
+    head_dim = cfg.get("mamba_d_head")
+    head_dim = intermediate // heads if head_dim in (None, "auto") else cfg.positive_int("mamba_d_head")
+    groups = cfg.positive_int("mamba_n_groups", d["mamba_n_groups"])
+    state, conv = (
+        cfg.positive_int("mamba_d_state", d["mamba_d_state"]),
+        cfg.positive_int("mamba_d_conv", d["mamba_d_conv"]),
+    )
+    return intermediate, heads, head_dim, groups, state, conv
+
+
 def _mamba_spec(cfg: ModelConfig, family: rules.Family, flags: VllmFlags, dtype: str) -> LayerSpec:
     """Shapes: MambaStateShapeCalculator (mamba_utils.py:186-293), conv in the default SD layout."""
     tp = flags.tensor_parallel_size
@@ -246,6 +334,23 @@ def _mamba_spec(cfg: ModelConfig, family: rules.Family, flags: VllmFlags, dtype:
         conv = (cfg.positive_int("linear_conv_kernel_dim") - 1, _divide(conv_dim, tp, "GDN conv_dim", cfg))
         temporal: Shape = (_divide(vh, tp, "linear_num_value_heads", cfg), vd, kd)
         ssm = conv_dtype if ssm_flag == "auto" else ssm_flag
+    elif family is rules.Family.MAMBA2_LAYER_TYPES:  # rules.GRANITE_HYBRID_STATE: mamba2_state_shape / _dtype
+        intermediate, heads, head_dim, groups, state, kernel = _granite_mamba2(cfg)
+        groups += 0 if groups % tp == 0 else tp - groups  # extra_groups_for_head_shards
+        conv = (kernel - 1, _divide(intermediate + 2 * groups * state, tp, "Mamba2 conv_dim", cfg))
+        temporal = (_divide(heads, tp, "mamba_n_heads", cfg), head_dim, state)
+        ssm = conv_dtype if ssm_flag == "auto" else ssm_flag
+    elif family is rules.Family.MAMBA1_HYBRID:  # rules.JAMBA_STATE: mamba1_state_shape / mamba1_state_dtype
+        inner = cfg.positive_int("mamba_expand", rules.JAMBA_MAMBA_EXPAND) * cfg.positive_int("hidden_size")
+        kernel = cfg.positive_int("mamba_d_conv", rules.JAMBA_DEFAULTS["mamba_d_conv"])
+        state = cfg.positive_int("mamba_d_state", rules.JAMBA_DEFAULTS["mamba_d_state"])
+        conv = (kernel - 1, _divide(inner, tp, "Mamba1 intermediate size", cfg))
+        temporal = (_divide(inner, tp, "Mamba1 intermediate size", cfg), state)
+        ssm = conv_dtype if ssm_flag == "auto" else ssm_flag
+    elif family is rules.Family.SHORT_CONV_HYBRID:  # rules.LFM2_STATE: short_conv_state_shape / _dtype
+        kernel = cfg.positive_int("conv_L_cache", rules.LFM2_CONV_L_CACHE)
+        conv = (kernel - 1, _divide(cfg.positive_int("conv_dim"), tp, "conv_dim", cfg))
+        return LayerSpec(SpecKind.MAMBA, block_size=0, shapes=(conv,), dtypes=(conv_dtype,))
     else:  # Nemotron-H Mamba2 (nemotron_h.py:780-810)
         heads, head_dim = cfg.positive_int("mamba_num_heads"), cfg.positive_int("mamba_head_dim")
         groups, state = cfg.positive_int("n_groups"), cfg.positive_int("ssm_state_size")

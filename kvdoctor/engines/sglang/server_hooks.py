@@ -20,7 +20,9 @@ attribute of it. Which changes apply is read from the environment kvdoctor sets 
   as well, the fault wraps the digests, so the digests see what SGLang's own code (under the fault) did.
 
 Each event is one line in ``$KVDOCTOR_HOOK_LOG`` (``<pid> <event> <detail>``), which the run reads
-back: a fault that never ran, or was refused, must not pass as a caught fault.
+back: a fault that never ran, or was refused, must not pass as a caught fault; a fault in a run without
+``--inject`` turns the verdict unknown. These variables are kvdoctor's own (``hook_log.CONTROL_ENV``): the
+supervisor passes a server only those its run sets, never one inherited from the user's shell.
 """
 
 from __future__ import annotations

@@ -11,11 +11,25 @@ is agreement; one side refusing is drift, and the cell carries both messages.
 
 from __future__ import annotations
 
+import dataclasses
+import json
+import shutil
+import tempfile
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
 
 from kvdoctor._exceptions import EngineUnavailable, InputError
-from kvdoctor.core.drift_result import DriftReport, VllmCaseResult, VllmFieldDrift
+from kvdoctor.core.config import bundled_fixtures
+from kvdoctor.core.drift_result import (
+    ArchitectureTotals,
+    DriftReport,
+    GeneratedDriftReport,
+    ModelTypeVerdict,
+    VllmCaseResult,
+    VllmFieldDrift,
+)
 from kvdoctor.core.vllm import matrix
 from kvdoctor.core.vllm.analysis import VllmAnalysis, analyze_vllm
 from kvdoctor.core.vllm.connectors import Status
@@ -103,3 +117,101 @@ def run_drift(
         results.append(one_case(model, case))
     report("done", len(chosen), len(chosen))
     return DriftReport(info, list(results), time.perf_counter() - started, None)
+
+
+# The generated set's matrix: the cases taking distinct rule paths (prefix caching on/off, TP 2 with fp8 KV, the
+# offloading connector), names every model's matrix has.
+ARCHITECTURE_CASES = ("base", "no-prefix", "tp2+fp8", "offload+no-prefix")
+
+
+def _fixture_model_types() -> set[str]:
+    types = set()
+    for path in bundled_fixtures().values():
+        try:
+            types.add(str(json.loads(path.read_text()).get("model_type")))
+        except (OSError, ValueError, AttributeError):
+            continue
+    return types
+
+
+def _case(name: str, mamba: bool) -> matrix.LaunchCase:
+    return next(c for c in (*matrix.cases_for(mamba), *matrix.token_head_cases()) if c.name == name)
+
+
+def run_all_architectures(
+    cases: Sequence[str] = (),
+    progress: Callable[[str, int, int], None] | None = None,
+    *,
+    output_dir: Path | None = None,
+    model_types: Sequence[str] = (),
+    strict: bool = False,
+) -> GeneratedDriftReport:
+    """Every model type vLLM's registry serves and kvdoctor's vLLM rules model, as a config from its class's
+    defaults, under :data:`ARCHITECTURE_CASES` (or CASES, from the whole matrix). The configs go to a temporary
+    directory kvdoctor removes, or to OUTPUT_DIR (kept). Zero generated configs is a refusal (exit 2)."""
+    from kvdoctor.core.config import load_config
+    from kvdoctor.engines.vllm import architectures
+
+    started = time.perf_counter()
+    names = matrix.select(cases, matrix.case_names(), "vLLM launch case") if cases else list(ARCHITECTURE_CASES)
+    info = rt.engine_info("drift --server vllm --all-architectures")
+    report = progress or (lambda what, done, total: None)
+    report("vLLM's model registry", 0, 1)
+    tmp = Path(tempfile.mkdtemp(prefix="kvdoctor-vllm-architectures-")) if output_dir is None else None
+    root = output_dir or tmp
+    assert root is not None
+    try:
+        made = architectures.generate(root, model_types)
+        if not made.generated:
+            reasons = ", ".join(f"{why}: {n}" for why, n in made.skipped_by_reason.items()) or "no model types"
+            raise EngineUnavailable(
+                f"drift --server vllm --all-architectures generated no config from vLLM {info.version}'s registry "
+                f"({made.model_types} model types; {reasons}): nothing to compare"
+            )
+        fixture_types = _fixture_model_types()
+        planned = []
+        for gen in made.generated:
+            path = str(gen.directory / "config.json")
+            mamba = _mamba(path, load_config)
+            planned.append((gen, path, [_case(n, mamba) for n in names if mamba or "mamba-" not in n]))
+        total = sum(len(c) for _, _, c in planned)
+        results: list[VllmCaseResult] = []
+        verdicts = []
+        for gen, path, chosen in planned:
+            cells = []
+            for case in chosen:
+                report(f"{gen.model_type} · {case.name}", len(results) + len(cells), total)
+                done = one_case(path, case)
+                cells.append(dataclasses.replace(done, model=gen.model_type))
+            results.extend(cells)
+            drifting = sum(not c.ok for c in cells)
+            verdicts.append(
+                ModelTypeVerdict(
+                    gen.model_type, gen.architecture, gen.model_type in fixture_types, len(cells), drifting
+                )
+            )
+        report("done", total, total)
+    finally:
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+    totals = ArchitectureTotals(
+        registry_architectures=made.registry_architectures,
+        model_types=made.model_types,
+        generated=len(made.generated),
+        skipped_by_reason=made.skipped_by_reason,
+        skipped_model_types=dict(sorted(made.skipped.items())),
+        per_model_type=verdicts,
+        output_dir=str(output_dir) if output_dir is not None else None,
+        strict=strict,
+    )
+    return GeneratedDriftReport(info, list(results), time.perf_counter() - started, None, totals)
+
+
+def _mamba(path: str, load: Callable[[str], Any]) -> bool:
+    """Whether the rule model gives PATH's config Mamba layers (the mamba cache-mode cases apply)."""
+    from kvdoctor.core.vllm.specs import classify
+
+    try:
+        return classify(load(path)) in matrix.MAMBA_FAMILIES
+    except InputError:
+        return False

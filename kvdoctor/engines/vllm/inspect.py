@@ -7,7 +7,9 @@ What vLLM itself computes here, on CPU, from its own classes and functions (no m
   selects for that mode (``customize_attention_spec``, as ``GPUModelRunner.get_kv_cache_spec`` applies it:
   TRITON_ATTN for a per-token-head mode, FLASH_ATTN otherwise; nvfp4's packed bytes stay kvdoctor's input); Mamba state
   shapes and dtypes from vLLM's ``MambaStateShapeCalculator`` / ``MambaStateDtypeCalculator`` on the config's
-  fields; the Mamba block and cache mode from vLLM's ``MambaModelConfig`` (``cache_config.py`` here);
+  fields (Granite 4.0, Jamba, LFM2: the architecture's own ``get_mamba_state_shape_from_config`` /
+  ``get_mamba_state_dtype_from_config``, the model class vLLM's registry loads, on vLLM's own config object); the
+  Mamba block and cache mode from vLLM's ``MambaModelConfig`` (``cache_config.py`` here);
 - the groups, from vLLM's ``get_kv_cache_groups`` (hybrid manager on or off as decided below);
 - the connector's HMA support, from ``KVConnectorFactory.supports_hma_config`` on a real
   ``KVTransferConfig`` (which imports the connector class);
@@ -176,6 +178,8 @@ def mamba_state(a: VllmAnalysis) -> tuple[tuple[Any, ...], tuple[Any, ...]] | No
     cfg, flags, tp = a.config, a.flags, a.flags.tensor_parallel_size
     model_dtype = next(s.dtypes[0] for s in a.specs.layers.values() if s.kind is SpecKind.MAMBA)
     model_dtype = model_dtype if flags.mamba_cache_dtype == "auto" else "bfloat16"
+    if a.specs.family in MODEL_CLASS_STATE:
+        return model_class_state(a, model_dtype)
     if a.specs.family.value == "gdn":
         shapes = mu.MambaStateShapeCalculator.gated_delta_net_state_shape(
             tp,
@@ -207,6 +211,36 @@ def mamba_state(a: VllmAnalysis) -> tuple[tuple[Any, ...], tuple[Any, ...]] | No
         dtypes = mu.MambaStateDtypeCalculator.mamba2_state_dtype(
             rt.torch_dtype(model_dtype), flags.mamba_cache_dtype, ssm
         )
+    return tuple(tuple(s) for s in shapes), tuple(dtypes)
+
+
+# Families whose Mamba state the model class itself is asked for (its IsHybrid classmethods).
+MODEL_CLASS_STATE = frozenset(
+    {rules.Family.MAMBA2_LAYER_TYPES, rules.Family.MAMBA1_HYBRID, rules.Family.SHORT_CONV_HYBRID}
+)
+
+
+def model_class_state(a: VllmAnalysis, model_dtype: str) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
+    """The architecture's own ``get_mamba_state_shape_from_config`` / ``get_mamba_state_dtype_from_config`` (the
+    model class vLLM's registry loads, e.g. granitemoehybrid.py:605-646) on vLLM's own config object for the model's
+    config.json (``get_config``: transformers' class, its defaults and legacy layer names) and a stand-in VllmConfig
+    carrying what they read: the TP width, the Mamba cache dtypes, the model dtype, no speculative tokens."""
+    registry = rt.load("vllm.model_executor.models.registry").ModelRegistry
+    cls = registry._try_load_model_cls(a.specs.architecture)
+    if cls is None:
+        raise EngineUnavailable(f"--engine vllm: vLLM's registry cannot load {a.specs.architecture} here")
+    hf_config, text = cache_config.hf_configs(a)
+    stand_in = types.SimpleNamespace(
+        model_config=types.SimpleNamespace(hf_config=hf_config, hf_text_config=text, dtype=rt.torch_dtype(model_dtype)),
+        parallel_config=types.SimpleNamespace(tensor_parallel_size=a.flags.tensor_parallel_size),
+        cache_config=types.SimpleNamespace(
+            mamba_cache_dtype=a.flags.mamba_cache_dtype, mamba_ssm_cache_dtype=a.flags.mamba_ssm_cache_dtype
+        ),
+        num_speculative_tokens=0,
+        speculative_config=None,
+    )
+    shapes = cls.get_mamba_state_shape_from_config(stand_in)
+    dtypes = cls.get_mamba_state_dtype_from_config(stand_in)
     return tuple(tuple(s) for s in shapes), tuple(dtypes)
 
 

@@ -26,7 +26,8 @@ were zeroed (``blocks=``: its KV cache blocks zeroed, summed over the fault's gr
 kernel rows; ``layers=``: the layers written), or per load whose copies were suppressed (``copies=``, ``bytes=``),
 ``fault-failed`` if zeroing raised or zeroed no block (a load that issued no copy); the run
 counts them, so a fault that never fired (or fired on nothing) cannot pass as a run that caught nothing.
-Importing this module imports no vLLM.
+Both variables are kvdoctor's own (``hook_log.CONTROL_ENV``): the supervisor passes a server only those its run
+sets, never one inherited from the user's shell. Importing this module imports no vLLM.
 """
 
 from __future__ import annotations
