@@ -23,14 +23,12 @@ from __future__ import annotations
 import contextlib
 import importlib
 import io
-import logging
 import os
 import shutil
 import tempfile
 import traceback
 import types
-import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from importlib import util as import_util
 from pathlib import Path
@@ -41,6 +39,7 @@ from kvdoctor.core.config import resolve_config_path
 from kvdoctor.core.engine_ref import EngineRef
 from kvdoctor.engines import GpuArch
 from kvdoctor.engines import engine_info as installed
+from kvdoctor.engines.generated_set import quiet
 from kvdoctor.engines.sglang import _support
 from kvdoctor.engines.sglang._support import RULES_SGLANG_VERSION
 
@@ -78,19 +77,6 @@ def platform_facts(arch: GpuArch) -> dict[str, Any]:
 
 def describe_platform(arch: GpuArch) -> str:
     return "CUDA SM100 (Blackwell)" if arch is GpuArch.SM100 else "CUDA SM90 (Hopper)"
-
-
-@contextlib.contextmanager
-def quiet() -> Iterator[None]:
-    """SGLang logs and warns at import and resolution time; keep a command's output clean."""
-    previous = logging.root.manager.disable
-    logging.disable(logging.WARNING)
-    with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
-        warnings.simplefilter("ignore")
-        try:
-            yield
-        finally:
-            logging.disable(previous)
 
 
 def import_sglang(module: str) -> Any:

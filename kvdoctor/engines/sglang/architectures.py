@@ -23,13 +23,13 @@ from __future__ import annotations
 import contextlib
 import json
 import sys
-from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from kvdoctor._exceptions import EngineRefuses, InputError
+from kvdoctor.engines.generated_set import Candidate, Generated, GeneratedSet
+from kvdoctor.engines.generated_set import first_name as _first
 from kvdoctor.engines.sglang import _runtime
 from kvdoctor.text import shown
 
@@ -40,46 +40,6 @@ DEFAULTS_FAIL = "SGLang fails on its config class's defaults"  # + ": <exception
 # Python's errors on a value (None iterated, an attribute of None): a crash, never a check SGLang wrote.
 CRASH_TYPES: tuple[type[BaseException], ...] = (TypeError, AttributeError, KeyError, IndexError)
 Probe = Callable[[Path], "str | None"]
-
-
-@dataclass(frozen=True)
-class Candidate:
-    """One model type: its config class and the architecture SGLang serves it with (None: none)."""
-
-    model_type: str
-    config_class: Any
-    architecture: str | None
-
-
-@dataclass(frozen=True)
-class Generated:
-    """One written config: ``<directory>/config.json``."""
-
-    model_type: str
-    architecture: str
-    directory: Path
-
-
-@dataclass
-class GeneratedSet:
-    """What :func:`generate` made of the registry."""
-
-    registry_architectures: int
-    model_types: int  # candidates considered (SGLang's config registry + causal-LM types SGLang serves)
-    generated: list[Generated] = field(default_factory=list)
-    skipped: dict[str, str] = field(default_factory=dict)  # model type -> reason
-
-    @property
-    def skipped_by_reason(self) -> dict[str, int]:
-        return dict(sorted(Counter(self.skipped.values()).items()))
-
-
-def _first(names: Any) -> str | None:
-    if isinstance(names, str):
-        return names
-    if isinstance(names, (list, tuple)) and names:
-        return str(names[0])
-    return None
 
 
 def _registry() -> dict[str, Any]:

@@ -18,17 +18,14 @@ architecture's state (the rule model's refusal: what is missing).
 from __future__ import annotations
 
 import contextlib
-import io
 import json
-import logging
-import warnings
-from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 from kvdoctor._exceptions import InputError, UnknownModelError
+from kvdoctor.engines.generated_set import Candidate, Generated, GeneratedSet, quiet
+from kvdoctor.engines.generated_set import first_name as _first
 from kvdoctor.engines.vllm import _runtime as rt
 from kvdoctor.text import shown
 
@@ -38,57 +35,6 @@ NO_SERIALIZE = "config does not serialize to JSON"
 DEFAULTS_FAIL = "vLLM's get_config fails on its config class's defaults"  # + ": <exception, one line>"
 NOT_MODELLED = "kvdoctor's vLLM rules do not model its state"
 Probe = Callable[[Path], "str | None"]
-
-
-@dataclass(frozen=True)
-class Candidate:
-    """One model type: its config class and the architecture vLLM serves it with (None: none)."""
-
-    model_type: str
-    config_class: Any
-    architecture: str | None
-
-
-@dataclass(frozen=True)
-class Generated:
-    model_type: str
-    architecture: str
-    directory: Path
-
-
-@dataclass
-class GeneratedSet:
-    """What :func:`generate` made of the registry."""
-
-    registry_architectures: int
-    model_types: int
-    generated: list[Generated] = field(default_factory=list)
-    skipped: dict[str, str] = field(default_factory=dict)  # model type -> reason
-
-    @property
-    def skipped_by_reason(self) -> dict[str, int]:
-        return dict(sorted(Counter(self.skipped.values()).items()))
-
-
-@contextlib.contextmanager
-def _quiet() -> Iterator[None]:
-    """Config classes and vLLM's config loader warn and log; keep the command's output clean."""
-    previous = logging.root.manager.disable
-    logging.disable(logging.WARNING)
-    with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
-        warnings.simplefilter("ignore")
-        try:
-            yield
-        finally:
-            logging.disable(previous)
-
-
-def _first(names: Any) -> str | None:
-    if isinstance(names, str):
-        return names
-    if isinstance(names, (list, tuple)) and names:
-        return str(names[0])
-    return None
 
 
 def candidates() -> tuple[int, list[Candidate]]:
@@ -134,7 +80,7 @@ def defaults_failure(directory: Path) -> str | None:
     compared, not skipped: vLLM may accept what kvdoctor refuses)."""
     hf = rt.load("vllm.transformers_utils.config")
     try:
-        with _quiet():
+        with quiet():
             hf.get_config(str(directory), trust_remote_code=False)
     except Exception as exc:  # the defaults are not a config vLLM loads: no evidence either way
         text = " ".join(str(exc).split()).split(". ")[0]
@@ -178,7 +124,7 @@ def generate(
             out.skipped[candidate.model_type] = NO_ARCHITECTURE
             continue
         try:
-            with _quiet():
+            with quiet():
                 data = config_dict(candidate)
         except Exception:  # a class that needs arguments, a sub-config that refuses: counted, not fatal
             out.skipped[candidate.model_type] = NO_CONSTRUCT
