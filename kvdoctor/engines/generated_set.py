@@ -9,10 +9,12 @@ import io
 import logging
 import warnings
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from kvdoctor._exceptions import InputError
 
 
 @dataclass(frozen=True)
@@ -67,3 +69,18 @@ def quiet() -> Iterator[None]:
             yield
         finally:
             logging.disable(previous)
+
+
+def chosen(listed: Sequence[Candidate], only: Sequence[str], registry: str) -> list[Candidate]:
+    """The candidates ``--model-type`` names (ONLY; all when empty), in LISTED's order; a name LISTED lacks is
+    exit 2 naming the nearest types (REGISTRY says whose registry lacks it)."""
+    known = {c.model_type for c in listed}
+    unknown = [name for name in only if name not in known]
+    if unknown:
+        from kvdoctor.core.model_types import suggestion
+
+        raise InputError(
+            f"--model-type {unknown[0]!r} is not a model type {registry}{suggestion(unknown[0], known)} "
+            "(repeat --model-type for several)"
+        )
+    return [c for c in listed if not only or c.model_type in only]

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from kvdoctor._exceptions import InputError, UnknownModelError
+from kvdoctor.engines import generated_set
 from kvdoctor.engines.generated_set import Candidate, Generated, GeneratedSet, quiet
 from kvdoctor.engines.generated_set import first_name as _first
 from kvdoctor.engines.vllm import _runtime as rt
@@ -108,18 +109,9 @@ def generate(
         probe = probe or defaults_failure
     else:
         listed, archs = list(found), 0
-    known = {c.model_type for c in listed}
-    unknown = [name for name in only if name not in known]
-    if unknown:
-        from kvdoctor.core.model_types import suggestion
-
-        raise InputError(
-            f"--model-type {unknown[0]!r} is not a model type vLLM's registry serves"
-            f"{suggestion(unknown[0], known)} (repeat --model-type for several)"
-        )
-    chosen = [c for c in listed if not only or c.model_type in only]
-    out = GeneratedSet(registry_architectures=archs, model_types=len(chosen))
-    for candidate in chosen:
+    picked = generated_set.chosen(listed, only, "vLLM's registry serves")
+    out = GeneratedSet(registry_architectures=archs, model_types=len(picked))
+    for candidate in picked:
         if candidate.architecture is None:
             out.skipped[candidate.model_type] = NO_ARCHITECTURE
             continue
