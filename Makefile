@@ -57,11 +57,11 @@ $(VLLM_VENV)/.installed: constraints/vllm.txt pyproject.toml
 ## The vLLM suite: vLLM's own spec classes, get_kv_cache_groups and connector classes, and its offloading worker's
 ## round trip, in .venv-vllm/. `matrix` ones (more roundtrip CLI processes, ~1 min each) run in vllm-matrix.
 test-vllm: vllm-env
-	VLLM_TARGET_DEVICE=cpu $(VLLM_VENV)/bin/python -m pytest -q -p no:cacheprovider -m "vllm and not matrix" tests/vllm
+	VLLM_TARGET_DEVICE=cpu $(VLLM_VENV)/bin/python -m pytest -q -p no:cacheprovider -m "vllm and not matrix" tests/engines/vllm
 
 ## Every vLLM suite test (not part of CI).
 vllm-matrix: vllm-env
-	VLLM_TARGET_DEVICE=cpu $(VLLM_VENV)/bin/python -m pytest -q -p no:cacheprovider -m vllm tests/vllm
+	VLLM_TARGET_DEVICE=cpu $(VLLM_VENV)/bin/python -m pytest -q -p no:cacheprovider -m vllm tests/engines/vllm
 
 ## The real-server environment (kvdoctor consistency): .venv-server/ with the engine set of
 ## constraints/sglang.txt (torch 2.14.1) plus what SGLang's HTTP server, Mooncake-over-TCP PD and the
@@ -146,5 +146,5 @@ $(OVERLAY_ROOT)/sglang-%/.installed: constraints/sglang-overlay-%.txt
 ## clean and with each fault (each must turn its components red).
 test-sglang-overlay: sglang-overlay
 	PYTHONPATH=$(OVERLAY_ROOT)/sglang-$(VERSION) TRITON_INTERPRET=1 $(SGLANG_VENV)/bin/python -m pytest -q -p no:cacheprovider \
-		-m sglang tests/engines/test_sglang_versions.py \
-		tests/engines/test_sglang_roundtrip.py::test_every_fault_turns_exactly_its_components_red
+		-m sglang tests/engines/sglang/test_sglang_versions.py \
+		tests/engines/sglang/test_sglang_roundtrip.py::test_every_fault_turns_exactly_its_components_red

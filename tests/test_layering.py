@@ -1,8 +1,9 @@
 """The package's layers, read from every import statement under kvdoctor/ (lazy imports included).
 
-Floors, lowest first: the error tree and text helpers · ``core`` (pure rules, no torch) · ``state`` and
-``mxfp8`` (data on torch) with ``roundtrip`` (the torch-free contract ``state`` and the engines return) ·
-orchestration (``pd``, ``report``, ``bench``, ``consistency``, ``engines``, ``schemas``) · ``cli`` ·
+Floors, lowest first, one per folder: the error tree, text helpers and the options' enums (``choices``) ·
+``core`` (pure rules, no torch) · ``roundtrip`` (the torch-free contract ``state`` and the engines return) ·
+``mxfp8`` · ``state`` (data on torch) · ``report`` · ``schemas`` · ``engines`` (the only door into a server) ·
+``deploy`` (processes, signals, ports, HTTP, plans) · ``consistency`` · ``pd`` (pd-eval) · ``bench`` · ``cli`` ·
 ``__main__``. An import may stay on its floor or go down, never up. Neither ``core`` nor ``roundtrip``
 imports torch, triton, pandas or httpx.
 Inside ``core``, the modules shared by both servers (directly under ``core/``) import neither server's
@@ -37,18 +38,20 @@ FLOORS: dict[str, int] = {
     "kvdoctor": 0,
     "kvdoctor._exceptions": 0,
     "kvdoctor.text": 0,
+    "kvdoctor.choices": 0,
     "kvdoctor.core": 1,
-    "kvdoctor.state": 2,
-    "kvdoctor.mxfp8": 2,
-    "kvdoctor.roundtrip": 2,  # state/run.py returns it: it cannot sit above state
-    "kvdoctor.pd": 3,
-    "kvdoctor.report": 3,
-    "kvdoctor.bench": 3,
-    "kvdoctor.consistency": 3,
-    "kvdoctor.engines": 3,
-    "kvdoctor.schemas": 3,
-    "kvdoctor.cli": 4,
-    "kvdoctor.__main__": 5,
+    "kvdoctor.roundtrip": 2,  # the torch-free contract state/ and the engines return
+    "kvdoctor.mxfp8": 3,
+    "kvdoctor.state": 4,
+    "kvdoctor.report": 5,
+    "kvdoctor.schemas": 6,
+    "kvdoctor.engines": 7,
+    "kvdoctor.deploy": 8,  # what both real-server checks stand on: processes, signals, ports, HTTP, plans
+    "kvdoctor.consistency": 9,
+    "kvdoctor.pd": 10,  # pd-eval, whose token oracle is consistency's
+    "kvdoctor.bench": 11,
+    "kvdoctor.cli": 12,
+    "kvdoctor.__main__": 13,
 }
 HEAVY = frozenset({"torch", "triton", "pandas", "httpx"})  # none of them in core, roundtrip
 TORCH_FREE = ("kvdoctor.core", "kvdoctor.roundtrip")
@@ -299,7 +302,9 @@ def test_every_allowance_is_still_an_import() -> None:
     report("ALLOWANCES entries that no longer match an import (remove them)", stale)
 
 
-PD_MODULES = sorted(m for m in modules() if inside(m, "kvdoctor.pd") and m != "kvdoctor.pd")
+PD_MODULES = sorted(
+    m for m in modules() if any(inside(m, p) for p in ("kvdoctor.pd", "kvdoctor.deploy")) and m not in FLOORS
+)
 
 
 @pytest.mark.parametrize("module", PD_MODULES)

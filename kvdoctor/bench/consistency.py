@@ -25,7 +25,7 @@ from typing import Any
 from kvdoctor._exceptions import EXIT_GATE, EXIT_PASS, DeploymentError, GateFailure, InternalError, Interrupted
 from kvdoctor.consistency.result import ConsistencyResult, Span, Timeline
 from kvdoctor.core.engine_ref import EngineRef
-from kvdoctor.report.publishable import Publishable
+from kvdoctor.report.reportable import Reportable
 from kvdoctor.report.units import noun_for
 
 TARGET_S = 360.0  # issue 18 ("Speed"): both deployments of one model in under 6 minutes ...
@@ -217,7 +217,7 @@ def _burst(span: Span, retractions: dict[str, int]) -> BurstRate:
 
 
 @dataclass(frozen=True)
-class BenchPublication(Publishable):
+class BenchReport(Reportable):
     """The bench as the status line reads it (no JUnit, no step summary: a bench is not a CI check)."""
 
     bench: ConsistencyBench

@@ -28,10 +28,11 @@ from pathlib import Path
 import httpx
 
 from kvdoctor._exceptions import DeploymentError, GateFailure
-from kvdoctor.pd import client, gsm8k
-from kvdoctor.pd.ports import free_ports
+from kvdoctor.deploy import client
+from kvdoctor.deploy.ports import free_ports
+from kvdoctor.deploy.signals import signals_ignored, signals_raise
+from kvdoctor.pd import gsm8k
 from kvdoctor.pd.result import record, score
-from kvdoctor.pd.signals import signals_ignored, signals_raise
 
 
 @dataclass(frozen=True)
@@ -86,7 +87,7 @@ class _Server(ThreadingHTTPServer):
 def _serve(port: int, data_path: str) -> None:
     """Answer every question with its gold answer at once (separate process)."""
     answers = {}
-    for r in gsm8k.load_records(Path(data_path)):
+    for r in gsm8k.load_examples(Path(data_path)):
         answers[r.question] = " " + r.answer
     counter = {"n": 0}
 
@@ -201,14 +202,14 @@ def bench(
     data_path: Path, *, parallel: int = 128, num_questions: int | None = None, num_shots: int = 5, repeats: int = 3
 ) -> BenchResult:
     started = time.perf_counter()
-    questions = gsm8k.select(gsm8k.load_records(data_path), num_shots, num_questions)
+    questions = gsm8k.select(gsm8k.load_examples(data_path), num_shots, num_questions)
     prepare_s = time.perf_counter() - started
     prompts = [q.prompt for q in questions]
     sampling = client.Sampling(512, gsm8k.STOP, "bench")
     loops: dict[str, list[LoopTiming]] = {"sharded": [], "single pool": []}
     done: list[client.Completion] = []
     # SIGTERM/Ctrl-C become ``Interrupted`` (checked by each loop's watchdog, see
-    # kvdoctor.pd.signals), so the ``with`` unwinds and the instant server is stopped.
+    # kvdoctor.deploy.signals), so the ``with`` unwinds and the instant server is stopped.
     with signals_raise() as latch, InstantServer(data_path) as server:
         for _ in range(repeats):
 

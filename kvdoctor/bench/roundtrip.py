@@ -21,7 +21,7 @@ from kvdoctor.bench.timing import time_call
 from kvdoctor.core.sglang import rules
 from kvdoctor.core.sglang.analysis import Analysis
 from kvdoctor.core.sglang.policy import backup_carries
-from kvdoctor.roundtrip.options import Reductions
+from kvdoctor.roundtrip.options import BenchOptions, ExtraPath
 from kvdoctor.roundtrip.steps import Progress
 from kvdoctor.state.host_copy import CopyLedger, Mover
 from kvdoctor.state.pools import (
@@ -42,17 +42,6 @@ PINNED_PROBE_BYTES = 1 << 30
 
 
 @dataclass(frozen=True)
-class BenchOptions:
-    device: str = "auto"
-    requests: int = 64
-    tokens: int = 2048
-    repeats: int = 5
-    warmup: int = 1
-    seed: int = 0
-    reductions: Reductions = field(default_factory=Reductions)
-
-
-@dataclass(frozen=True)
 class BenchRow:
     path: str  # ours | naive | pinned-memcpy
     direction: str  # offload (device -> host) | restore (host -> device)
@@ -63,21 +52,6 @@ class BenchRow:
     best_gbps: float  # at the fastest sample: steadier than the median on a shared machine
     vs_naive: float | None = None  # ours / naive, same direction, best-of-N times
     vs_pinned: float | None = None  # fraction of the measured pinned copy bandwidth (CUDA)
-
-
-@dataclass(frozen=True)
-class ExtraPath:
-    """Another implementation of the same offload/restore, timed in the same interleaved rounds.
-
-    ``kvdoctor bench roundtrip --engine sglang`` passes SGLang's own ``backup_kv_cache`` /
-    ``restore_kv_cache`` on SGLang's own pools holding the same requests (``nbytes`` per round, from
-    its copy ledger), so the ratios come from one run on one machine state.
-    """
-
-    name: str
-    offload: Callable[[], object]
-    restore: Callable[[object], None]
-    nbytes: int
 
 
 @dataclass

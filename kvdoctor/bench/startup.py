@@ -4,7 +4,8 @@ Each case is a fresh child of the same interpreter, charged its own CPU time (us
 ``os.wait4``: ``kvdoctor.bench.timing.time_process``). The cases run interleaved, round after round,
 so a machine that slows down mid-run slows every case alike; each case reports its median, and its
 ratio to the floor: ``python -c "import typer, rich.console, rich.table"``, what any CLI built on
-typer and rich pays before its first line of code. Issue 17 holds ``inspect`` to 1.5x that floor.
+typer and rich pays before its first line of code. Issue 17 holds ``inspect`` to 1.5x that floor, and issue 29
+every ``inspect`` case beside it (SGLang and ``--server vllm``, tables and ``--json``: :meth:`over_target`).
 
 Before the timed rounds every case runs once more under ``-X importtime`` (which doubles as its
 warm-up: byte code compiled, files in the page cache): the modules that process loaded, so
@@ -57,9 +58,20 @@ CASES = (
     Case("typer-command", "a bare Typer app running one command (str argument, int option)", ("-c", _TYPER_COMMAND)),
     Case("inspect", "kvdoctor inspect inkling-small", ("-m", "kvdoctor", "inspect", "inkling-small"), True),
     Case(
+        "inspect-json",
+        "kvdoctor inspect inkling-small --json",
+        ("-m", "kvdoctor", "inspect", "inkling-small", "--json"),
+        True,
+    ),
+    Case(
         "inspect-vllm",
         "kvdoctor inspect llama-3.1-8b --server vllm",
         ("-m", "kvdoctor", "inspect", "llama-3.1-8b", "--server", "vllm"),
+    ),
+    Case(
+        "inspect-vllm-json",
+        "kvdoctor inspect llama-3.1-8b --server vllm --json",
+        ("-m", "kvdoctor", "inspect", "llama-3.1-8b", "--server", "vllm", "--json"),
     ),
     Case("help", "kvdoctor --help", ("-m", "kvdoctor", "--help")),
 )
@@ -88,8 +100,16 @@ HEAVY = (
 SLOWEST = 8  # imports listed per case, by their own time
 
 # Children must not write into this run's GitHub step summary, complete a shell word, or profile imports
-# (the timed rounds) because this process was asked to.
-_CHILD_DROPS = ("GITHUB_STEP_SUMMARY", "_KVDOCTOR_COMPLETE", "PYTHONPROFILEIMPORTTIME", "KVDOCTOR_DEBUG")
+# (the timed rounds) because this process was asked to; nor be kept from caching byte code: under
+# PYTHONDONTWRITEBYTECODE the warm-up caches nothing, and every round of a case whose sources changed since
+# their .pyc was written (an edited tree) pays their compilation, measuring the compiler, not the start-up.
+_CHILD_DROPS = (
+    "GITHUB_STEP_SUMMARY",
+    "_KVDOCTOR_COMPLETE",
+    "PYTHONPROFILEIMPORTTIME",
+    "KVDOCTOR_DEBUG",
+    "PYTHONDONTWRITEBYTECODE",
+)
 _IMPORT_LINE = re.compile(r"^import time:\s+(\d+) \|\s+(\d+) \|\s*(\S+)\s*$")
 
 

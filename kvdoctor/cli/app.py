@@ -64,6 +64,7 @@ COMMANDS = (
     Lazy("pd-eval", "kvdoctor.cli.pd_eval", "pd_eval", PASSTHROUGH, cls="PdEvalCommand"),
     Lazy("consistency", "kvdoctor.cli.consistency", "consistency", {"allow_extra_args": True}),
     Lazy("drift", "kvdoctor.cli.drift", "drift"),
+    Lazy("faults", "kvdoctor.cli.faults_cmd", "faults"),
     Lazy("schema", "kvdoctor.cli.schema_cmd", "schema"),
 )
 BENCH_COMMANDS = (

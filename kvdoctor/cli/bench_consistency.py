@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from kvdoctor.cli.command import Record
+from kvdoctor.cli.command import ErrorCase
 from kvdoctor.cli.consistency import ConsistencyRun
 from kvdoctor.cli.consistency_options import (
     DEFAULT_OUTPUT_DIR,
@@ -36,7 +36,7 @@ from kvdoctor.cli.consistency_options import (
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from kvdoctor.bench.consistency import BenchPublication, ConsistencyBench
+    from kvdoctor.bench.consistency import BenchReport, ConsistencyBench
     from kvdoctor.consistency.result import ConsistencyResult
 
 
@@ -74,16 +74,16 @@ def bench_consistency(
 class BenchConsistencyRun(ConsistencyRun):
     """``kvdoctor consistency``'s run (check, preflight, work), delivered as the bench's table or JSON."""
 
-    def record(self) -> Record | None:
+    def error_case(self) -> ErrorCase | None:
         return None  # a bench leaves no JUnit error case or step summary
 
-    def deliver(self, result: ConsistencyResult) -> BenchPublication:  # type: ignore[override]
-        from kvdoctor.bench.consistency import BenchPublication, measure
-        from kvdoctor.consistency.report import Publication
-        from kvdoctor.report import publishable, serialize
+    def deliver(self, result: ConsistencyResult) -> BenchReport:  # type: ignore[override]
+        from kvdoctor.bench.consistency import BenchReport, measure
+        from kvdoctor.consistency.report import Report
+        from kvdoctor.report import reportable, serialize
 
         if result.run_dir:  # the measured run's own record, beside its logs, whatever the bench makes of it
-            serialize.write(Path(result.run_dir) / "result.json", publishable.json_document(Publication(result)))
+            serialize.write(Path(result.run_dir) / "result.json", reportable.json_document(Report(result)))
         bench = measure(result)  # no subject: one line and the documented code, never a number
         if result.run_dir:
             serialize.write(Path(result.run_dir) / "bench.json", bench.to_dict())
@@ -91,7 +91,7 @@ class BenchConsistencyRun(ConsistencyRun):
             print(serialize.dumps(bench.to_dict()), end="")
         else:
             render(bench, self.console)
-        return BenchPublication(bench)
+        return BenchReport(bench)
 
 
 def render(bench: ConsistencyBench, console: Console) -> None:

@@ -9,13 +9,13 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from kvdoctor._exceptions import InputError
+from kvdoctor.choices import Device, MxfpBackend, ScaleMode, TorchDtype
 from kvdoctor.cli.errors import exit_on_error
 from kvdoctor.cli.options import DeviceOption
-from kvdoctor.cli.text import safe
 from kvdoctor.cli.verdict import print_verdict
 from kvdoctor.report.envelope import Verdict
 from kvdoctor.report.units import NONE, format_bytes
-from kvdoctor.state.choices import Device, MxfpBackend, ScaleMode, TorchDtype
+from kvdoctor.text import safe
 
 if TYPE_CHECKING:
     from kvdoctor.bench.mxfp8 import BenchResult

@@ -8,16 +8,16 @@ from typing import Annotated, Any
 import typer
 
 from kvdoctor._exceptions import EXIT_GATE
+from kvdoctor.choices import Device
 from kvdoctor.cli.errors import exit_on_error
 from kvdoctor.cli.launch import launch_line
 from kvdoctor.cli.options import DeviceOption, GpuArchOption
 from kvdoctor.cli.progress import Update, with_progress
-from kvdoctor.cli.text import safe
 from kvdoctor.cli.verdict import print_verdict
 from kvdoctor.engines import Capability, Engine, GpuArch, require
 from kvdoctor.report.envelope import Verdict
 from kvdoctor.report.units import NONE, noun_for
-from kvdoctor.state.choices import Device
+from kvdoctor.text import safe
 
 
 def render(report: dict[str, Any]) -> None:
@@ -95,9 +95,8 @@ def bench_roundtrip(
         analysis = analyze(line.model, flags, platform=gpu_arch.platform())  # pure: refused before torch loads
 
         def work(update: Update | None) -> Any:
-            from kvdoctor.bench.roundtrip import BenchOptions
             from kvdoctor.bench.roundtrip import bench_roundtrip as run
-            from kvdoctor.roundtrip.options import Reductions
+            from kvdoctor.roundtrip.options import BenchOptions, Reductions
 
             options = BenchOptions(
                 device=device.value,

@@ -7,13 +7,13 @@ owes the user, is written once here:
 1. :meth:`~CommandRun.check`: the command's options, checked (bad input: one line, exit 2, nothing written);
 2. :meth:`~CommandRun.preflight`: the report paths, proven writable before any work (a red verdict must
    never end as "cannot write the JUnit file", exit 2);
-3. :meth:`~CommandRun.work`, under the unfinished-run record (:meth:`~CommandRun.record`,
+3. :meth:`~CommandRun.work`, under the unfinished-run error case (:meth:`~CommandRun.error_case`,
    ``kvdoctor.report.verdicts.errors_published``): bad input, a kvdoctor bug, Ctrl-C or SIGTERM there leave
    this run's JUnit error case and an ``ERROR`` step summary, never an earlier run's pass. It returns the
    result, or None when the command ends without a verdict (a dry run's plan);
 4. :meth:`~CommandRun.deliver`: the command's own output (the ``--json`` document or its tables) and
    reports (JUnit, step summary, result files), in the order the command documents; it returns the
-   :class:`~kvdoctor.report.publishable.Publishable` the verdict is read from;
+   :class:`~kvdoctor.report.reportable.Reportable` the verdict is read from;
 5. the status line, ``verdict: <word> — <detail>``, on :attr:`~CommandRun.status` (None: none);
 6. :meth:`~CommandRun.after`; then a result that is no verdict says its one stderr line, as an exception
    would (``kvdoctor.cli.errors.exit_on_error``): a run a signal stopped (its result says 130 or 143: the run
@@ -42,14 +42,14 @@ from kvdoctor.core.record import record
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from kvdoctor.report.publishable import Publishable
+    from kvdoctor.report.reportable import Reportable
 
 R = TypeVar("R")  # what the work returns (a command's result)
-P = TypeVar("P", bound="Publishable")  # what the reporters read
+P = TypeVar("P", bound="Reportable")  # what the reporters read
 
 
 @record(frozen=True)
-class Record:
+class ErrorCase:
     """Where a run stopped before its verdict leaves its error case: the JUnit suite and summary title."""
 
     suite: str
@@ -69,7 +69,7 @@ class CommandRun(ABC, Generic[R, P]):
     def preflight(self) -> None:
         """Prove the report paths writable before any work."""
 
-    def record(self) -> Record | None:
+    def error_case(self) -> ErrorCase | None:
         """Where an unfinished run leaves its error case; None: the command keeps none."""
         return None
 
@@ -94,8 +94,8 @@ class CommandRun(ABC, Generic[R, P]):
         with exit_on_error():
             self.check()
             self.preflight()
-            record = self.record()
-            with _recorded(record) if record is not None else contextlib.nullcontext():
+            case = self.error_case()
+            with _recorded(case) if case is not None else contextlib.nullcontext():
                 result = self.work()
             if result is None:
                 return
@@ -109,13 +109,13 @@ class CommandRun(ABC, Generic[R, P]):
                 raise typer.Exit(published.exit_code)
 
 
-def _recorded(record: Record) -> contextlib.AbstractContextManager[None]:
+def _recorded(case: ErrorCase) -> contextlib.AbstractContextManager[None]:
     from kvdoctor.report.verdicts import errors_published
 
-    return errors_published(record.suite, record.title, junit_path=record.junit_path)
+    return errors_published(case.suite, case.title, junit_path=case.junit_path)
 
 
-def say_unfinished(published: Publishable) -> None:
+def say_unfinished(published: Reportable) -> None:
     """The one stderr line of a result that is no verdict (README.md's exit codes): ``kvdoctor: terminated`` for
     a run that caught a signal to tear down (128 + N), ``kvdoctor: error: <detail>`` for 2, 3 or 4; a verdict
     (0, 1) says nothing here. With ``--json`` this line is the only place stderr names what went wrong."""
@@ -133,7 +133,7 @@ def say_unfinished(published: Publishable) -> None:
         say(line if len(line) <= MAX_LINE else f"{line[: MAX_LINE - 1]}…", detail)
 
 
-def print_status(console: Console, published: Publishable) -> None:
+def print_status(console: Console, published: Reportable) -> None:
     """The one status line for PUBLISHED: its verdict's word, then its detail."""
     from kvdoctor.cli.verdict import print_verdict
 

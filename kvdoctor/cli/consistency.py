@@ -14,9 +14,10 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from kvdoctor.cli.command import CommandRun, Record, check_reports
+from kvdoctor.cli.command import CommandRun, ErrorCase, check_reports
 from kvdoctor.cli.consistency_options import (
     DEFAULT_OUTPUT_DIR,
+    DEFAULT_SERVER,
     DEFAULT_TIMEOUT_S,
     WORKLOAD,
     ConcurrencyOption,
@@ -36,7 +37,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from kvdoctor.consistency.deploy import Deployment
-    from kvdoctor.consistency.report import Publication
+    from kvdoctor.consistency.report import Report
     from kvdoctor.consistency.result import ConsistencyResult
     from kvdoctor.consistency.run import Prepared
 
@@ -50,7 +51,9 @@ def consistency(
     topology: TopologyOption = "single",
     device: ServerDeviceOption = "cpu",
     server: str = typer.Option(
-        "sglang", "--server", help="sglang, or vllm (single only; vLLM flags after --; run from the vLLM server env)."
+        DEFAULT_SERVER,
+        "--server",
+        help="sglang, or vllm (single only; vLLM flags after --; run from the vLLM server env).",
     ),
     inject: str | None = typer.Option(
         None,
@@ -100,7 +103,7 @@ def consistency(
     )()
 
 
-class ConsistencyRun(CommandRun["ConsistencyResult", "Publication"]):
+class ConsistencyRun(CommandRun["ConsistencyResult", "Report"]):
     """One ``kvdoctor consistency`` (the steps of ``kvdoctor.cli.command``)."""
 
     def __init__(
@@ -141,14 +144,14 @@ class ConsistencyRun(CommandRun["ConsistencyResult", "Publication"]):
         if not self.dry_run:
             check_reports(self.junit_path, self.options.output_dir)
 
-    def record(self) -> Record:
+    def error_case(self) -> ErrorCase:
         from kvdoctor.consistency import report
 
-        return Record(report.SUITE, report.TITLE, None if self.dry_run else self.junit_path)
+        return ErrorCase(report.SUITE, report.TITLE, None if self.dry_run else self.junit_path)
 
     def work(self) -> ConsistencyResult | None:
         from kvdoctor.consistency.run import plan_for, prepare, run
-        from kvdoctor.pd.plan import LaunchPlan, render
+        from kvdoctor.deploy.plan import LaunchPlan, render
         from kvdoctor.report import serialize
 
         console = self.console
@@ -164,18 +167,18 @@ class ConsistencyRun(CommandRun["ConsistencyResult", "Publication"]):
         _print_head(console, prepared, preview)
         return run(prepared, notify=lambda phase, msg: _event(console, phase, msg))
 
-    def deliver(self, result: ConsistencyResult) -> Publication:
-        from kvdoctor.consistency.report import Publication
-        from kvdoctor.report import publishable, serialize
+    def deliver(self, result: ConsistencyResult) -> Report:
+        from kvdoctor.consistency.report import Report
+        from kvdoctor.report import reportable, serialize
 
         print_result(self.console, result)
-        published = Publication(result)
-        document = publishable.json_document(published)
+        published = Report(result)
+        document = reportable.json_document(published)
         if result.run_dir:  # the run's own record, beside its logs
             serialize.write(Path(result.run_dir) / "result.json", document)
         if self.json_out:
             print(serialize.dumps(document), end="")
-        publishable.publish(published, junit_path=self.junit_path)
+        reportable.publish(published, junit_path=self.junit_path)
         return published
 
 
@@ -184,12 +187,15 @@ def _event(console: Console, phase: str, message: str) -> None:
 
 
 def _print_head(console: Console, prepared: Prepared, preview: Deployment) -> None:
+    from kvdoctor.core.consistency_facts import consistency_facts
+    from kvdoctor.core.servers import facts
+
     o = prepared.options
     kind = prepared.kind
     w = o.workload
     p = console.print
     shrunk = ", shrunk" if o.shrink else ""
-    on = f" · {o.server}" if o.server != "sglang" else ""
+    on = f" · {o.server}" if o.server != DEFAULT_SERVER else ""
     p(f"kvdoctor consistency: {o.model} ({kind.family}{shrunk}) · {o.topology} · {o.device}{on}", markup=False)
     p(
         f"workload: {w.requests} prompts × {w.prompt_tokens} token ids (seed {w.seed}), greedy, {w.max_new_tokens} new "
@@ -200,7 +206,7 @@ def _print_head(console: Console, prepared: Prepared, preview: Deployment) -> No
     )
     enablers = preview.enablers
     if enablers:
-        title = "vLLM" if o.server == "vllm" else "SGLang"
+        title = facts(o.server).title
         p(f"CPU enablers (changes kvdoctor makes so {title} runs here; none applies on a GPU):", markup=False)
         for e in enablers:
             p(f"  - {e.name} [{e.where}]: {e.why}", markup=False, soft_wrap=True)
@@ -230,17 +236,17 @@ def _print_head(console: Console, prepared: Prepared, preview: Deployment) -> No
             markup=False,
             soft_wrap=True,
         )
-    if o.inject and o.server == "vllm":
-        on = "CPUOffloadingWorker.submit_load" if o.scenario == "offload" else "GPUModelRunner._update_states"
-        p(f"fault: --inject {o.inject} inside pressured (kvdoctor's vllm.general_plugins plugin on {on})", markup=False)
-    elif o.inject:
-        p(f"fault: --inject {o.inject} inside decode-pressured (site hook on Req.offload_kv_cache)", markup=False)
+    if o.inject:
+        words = consistency_facts(o.server)
+        p(f"fault: --inject {o.inject} {words.fault_site.format(hook=words.fault_hook(o.scenario))}", markup=False)
 
 
 def print_result(console: Console, result: ConsistencyResult, *, gates: bool = True) -> None:
     """The run's findings, one line each; ``gates=False`` leaves out the ``gate`` lines for a caller whose own
     table shows each gate (pd-eval --oracle tokens), so no gate is printed twice."""
     from kvdoctor._exceptions import EXIT_GATE, EXIT_PASS
+    from kvdoctor.core.consistency_facts import consistency_facts
+    from kvdoctor.core.servers import facts
 
     r = result
     p = console.print
@@ -255,7 +261,7 @@ def print_result(console: Console, result: ConsistencyResult, *, gates: bool = T
             markup=False,
         )
     if r.retractions:
-        noun = "preemptions" if r.server == "vllm" else "retractions"
+        noun = facts(r.server).plural()
         counts = ", ".join(f"{role} {n}" for role, n in r.retractions.items())
         p(f"{noun}: {counts} (from {r.retraction_source})", markup=False)
     cache = getattr(r, "prefix_cache", None)
@@ -308,20 +314,13 @@ def print_result(console: Console, result: ConsistencyResult, *, gates: bool = T
         )
     if len(red) > MAX_SHOWN:
         p(f"  … {len(red) - MAX_SHOWN} more diverging requests in the JSON", markup=False)
-    if r.fault is not None and r.server == "vllm":
-        f = r.fault
+    if r.fault is not None:
+        f, words = r.fault, consistency_facts(r.server)
         on = "prefix-cache hit request(s)" if cache is not None else "resumed request(s)"
-        on = "load(s) from the CPU tier" if moved is not None else on
+        on = "load(s) from the CPU tier" if moved is not None else on  # what the fault acted on (vLLM words it)
+        tally = words.fault_tally.format(installed=f.installed, backups=f.backups, restores=f.restores, on=on)
         p(
-            f"fault {f.name} in {f.role}: installed {f.installed}, fired on {f.restores} {on}"
-            + (f"; failed: {f.refused}" if f.refused else ""),
-            markup=False,
-        )
-    elif r.fault is not None:
-        f = r.fault
-        p(
-            f"fault {f.name} in {f.role}: installed {f.installed}, {f.backups} backups and {f.restores} restores "
-            f"through it" + (f"; refused: {f.refused}" if f.refused else ""),
+            f"fault {f.name} in {f.role}: {tally}" + (f"; {words.fault_problem}: {f.refused}" if f.refused else ""),
             markup=False,
         )
     for warning in r.warnings:

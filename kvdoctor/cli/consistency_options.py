@@ -12,6 +12,7 @@ from kvdoctor.consistency.workload import Workload
 
 DEFAULT_OUTPUT_DIR = Path("kvdoctor-out/consistency")
 DEFAULT_TIMEOUT_S = 1800.0
+DEFAULT_SERVER = "sglang"  # --server's default: the head line names the server only when it is another
 WORKLOAD = Workload()  # the workload options' defaults
 
 ModelArgument = Annotated[

@@ -2,9 +2,10 @@
 
 ``--server sglang`` (the default) holds kvdoctor's SGLang rules to the installed SGLang
 (``kvdoctor.engines.sglang.drift``); ``--server vllm`` holds its vLLM rules to the installed vLLM
-(``kvdoctor.engines.vllm.drift``, the matrix in ``kvdoctor.core.vllm.matrix``).
+(``kvdoctor.engines.vllm.drift``, the matrix in ``kvdoctor.core.vllm.matrix``). Each server's side is one line
+of :data:`SIDES` (``kvdoctor/cli/drift_sides.py``), its title and rules from its facts (``kvdoctor.core.servers``).
 One typed result (:class:`~kvdoctor.core.drift_result.DriftReport`) feeds every output through its
-:class:`~kvdoctor.report.drift_publication.Publication`: ``--json`` (the shared header, then the report's own
+:class:`~kvdoctor.report.drift_report.Report`: ``--json`` (the shared header, then the report's own
 keys; ``kvdoctor schema drift``), the table, JUnit (one case per matrix cell) and the step summary. A cell
 fails in JUnit exactly when it drifts, and the command exits 1 exactly when one does, so the CI file and
 the exit code cannot disagree. Its reports are written first, then its output (the steps of
@@ -22,19 +23,27 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from kvdoctor._exceptions import InputError
-from kvdoctor.cli.command import CommandRun, Record, check_reports
+from kvdoctor.cli.command import CommandRun, ErrorCase, check_reports
 from kvdoctor.cli.options import GpuArchOption
 from kvdoctor.cli.progress import with_progress
-from kvdoctor.cli.text import safe
-from kvdoctor.engines import Capability, Engine, GpuArch, Server, require
+from kvdoctor.core.servers import DEFAULT_SERVER, facts, lookup
+from kvdoctor.engines import GpuArch, Server
+from kvdoctor.text import safe
 
 if TYPE_CHECKING:
     from rich.console import Console
 
+    from kvdoctor.cli.drift_sides import DriftSide
     from kvdoctor.core.drift_result import DriftReport
-    from kvdoctor.report.drift_publication import Publication
+    from kvdoctor.report.drift_report import Report
 
 Progress = Callable[[str, int, int], None]
+
+# One line per server: what ``drift --server S`` holds the rules against (its engine, its generated set).
+SIDES: dict[str, str] = {
+    "sglang": "kvdoctor.cli.drift_sides:SGLANG",
+    "vllm": "kvdoctor.cli.drift_sides:VLLM",
+}
 
 
 def drift(
@@ -56,7 +65,7 @@ def drift(
             "--server",
             help="Whose rules and code: sglang (default) or vllm (kvdoctor's vLLM rules against the installed vLLM).",
         ),
-    ] = Server.SGLANG,
+    ] = DEFAULT_SERVER,
     all_architectures: bool = typer.Option(
         False,
         "--all-architectures",
@@ -125,7 +134,7 @@ class Architectures:
             raise InputError(f"--output-dir {out} exists and is not an empty directory (nothing is overwritten)")
 
 
-class DriftRun(CommandRun["DriftReport", "Publication"]):
+class DriftRun(CommandRun["DriftReport", "Report"]):
     """One ``kvdoctor drift`` (the steps of ``kvdoctor.cli.command``): JUnit and the summary, then the output."""
 
     def __init__(
@@ -136,7 +145,7 @@ class DriftRun(CommandRun["DriftReport", "Publication"]):
         *,
         json_output: bool,
         junit_path: Path | None,
-        server: Server = Server.SGLANG,
+        server: Server = DEFAULT_SERVER,
         explicit_arch: bool = False,
         architectures: Architectures | None = None,
     ) -> None:
@@ -146,65 +155,57 @@ class DriftRun(CommandRun["DriftReport", "Publication"]):
         self.architectures = architectures or Architectures()
 
     def check(self) -> None:
-        if self.server is Server.VLLM and self.explicit_arch:  # silently ignored, the user would think it was used
+        told = facts(self.server)
+        if self.explicit_arch and not told.platform:  # silently ignored, the user would think it was used
             raise InputError(
-                "--gpu-arch is the platform SGLang is told; drift --server vllm compares answers that take none"
+                f"--gpu-arch is the platform SGLang is told; drift --server {told.name} compares answers that take none"
             )
         self.architectures.check(self.fixtures, self.server)
 
     def preflight(self) -> None:
         check_reports(self.junit_path)
 
-    def record(self) -> Record:
-        from kvdoctor.report.drift_publication import SUITE, TITLE
+    def error_case(self) -> ErrorCase:
+        from kvdoctor.report.drift_report import SUITE, TITLE
 
-        return Record(SUITE, TITLE, self.junit_path)
+        return ErrorCase(SUITE, TITLE, self.junit_path)
 
     def work(self) -> DriftReport:
-        adapter = require(Engine(self.server.value), Capability.DRIFT)  # the installed server is the other side
+        side: DriftSide = lookup(SIDES, self.server, "drift side")
+        adapter = side.adapter()  # the installed server is the other side (exit 2 when it cannot drift)
         if self.architectures.on:
-            return self._all_architectures(adapter.title)
+            return self._all_architectures(side, adapter.title)
         if self.json_output:
             return adapter.drift(self.fixtures, self.cases, self.gpu_arch, None)
         return with_progress(
             lambda update: adapter.drift(self.fixtures, self.cases, self.gpu_arch, update), f"import {adapter.title}"
         )
 
-    def _all_architectures(self, title: str) -> DriftReport:
-        run = self._vllm_architectures if self.server is Server.VLLM else self._sglang_architectures
+    def _all_architectures(self, side: DriftSide, title: str) -> DriftReport:
+        chosen = self.architectures
+
+        def run(update: Progress | None) -> DriftReport:
+            return side.all_architectures(
+                self.cases,
+                self.gpu_arch,
+                update,
+                output_dir=chosen.output_dir,
+                model_types=chosen.model_types,
+                strict=chosen.strict,
+            )
+
         if self.json_output:
             return run(None)
         return with_progress(run, f"import {title}")
 
-    def _sglang_architectures(self, update: Progress | None) -> DriftReport:
-        from kvdoctor.engines.sglang.drift import run_all_architectures  # only after require(): SGLang is here
+    def deliver(self, result: DriftReport) -> Report:
+        from kvdoctor.report import reportable
+        from kvdoctor.report.drift_report import Report
 
-        chosen = self.architectures
-        return run_all_architectures(
-            self.cases,
-            self.gpu_arch,
-            update,
-            output_dir=chosen.output_dir,
-            model_types=chosen.model_types,
-            strict=chosen.strict,
-        )
-
-    def _vllm_architectures(self, update: Progress | None) -> DriftReport:
-        from kvdoctor.engines.vllm.drift import run_all_architectures  # only after require(): vLLM is here
-
-        chosen = self.architectures
-        return run_all_architectures(
-            self.cases, update, output_dir=chosen.output_dir, model_types=chosen.model_types, strict=chosen.strict
-        )
-
-    def deliver(self, result: DriftReport) -> Publication:
-        from kvdoctor.report import publishable
-        from kvdoctor.report.drift_publication import Publication
-
-        published = Publication(result)
-        publishable.publish(published, junit_path=self.junit_path)
+        published = Report(result)
+        reportable.publish(published, junit_path=self.junit_path)
         if self.json_output:
-            typer.echo(json.dumps(publishable.json_document(published), indent=2, default=str))
+            typer.echo(json.dumps(reportable.json_document(published), indent=2, default=str))
         else:
             from rich.console import Console
 
@@ -222,10 +223,10 @@ def render(console: Console, result: DriftReport) -> None:
     from rich.table import Table
 
     from kvdoctor.core.drift_result import server_answer
-    from kvdoctor.report.drift_publication import refusal_lines
+    from kvdoctor.report.drift_report import refusal_lines
     from kvdoctor.report.units import human
 
-    engine, title, server = result.engine, result.server_title, result.server
+    engine, title, server = result.engine, facts(result.server).title, result.server
     platform = f", GPU {result.gpu_arch}" if result.gpu_arch else ""
     console.print(
         safe(f"kvdoctor rules vs {title} {engine.version} ({engine.path or 'path unknown'}){platform}"),
@@ -249,7 +250,7 @@ def render_architectures(console: Console, result: DriftReport) -> None:
     """``--all-architectures``: one row per generated model type, then what was skipped and why."""
     from rich.table import Table
 
-    from kvdoctor.report.drift_publication import architectures_of
+    from kvdoctor.report.drift_report import architectures_of
 
     totals = architectures_of(result)
     if totals is None:

@@ -2,8 +2,9 @@
 
 Every mode runs the steps of ``kvdoctor.cli.command`` (:class:`InspectRun`): the report paths proven
 writable, the answer, then the ``--json`` document or the tables, the one verdict line, and JUnit and the
-step summary last, all read from one :class:`~kvdoctor.report.inspect_publication.Publication`. The SGLang
-question is answered here (:class:`SglangInspectRun`); ``--server vllm`` in ``kvdoctor/cli/inspect_vllm.py``.
+step summary last, all read from one :class:`~kvdoctor.report.inspect_report.Report`. Each server's
+run is named by one line of :data:`RUNS`: the SGLang question is answered here (:class:`SglangInspectRun`),
+``--server vllm`` in ``kvdoctor/cli/inspect_vllm.py``.
 """
 
 # No ``from __future__ import annotations`` here: Typer reads the command's annotations twice (its signature
@@ -14,11 +15,12 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from kvdoctor.cli.command import Record
+from kvdoctor.cli.command import ErrorCase
 from kvdoctor.cli.errors import exit_on_error
 from kvdoctor.cli.inspect_run import InspectRun
 from kvdoctor.cli.launch import launch_line
 from kvdoctor.cli.options import GpuArchOption
+from kvdoctor.core.servers import DEFAULT_SERVER, lookup
 from kvdoctor.engines import Adapter, Capability, Engine, GpuArch, Inspected, InspectQuestion, Server, answers_for
 
 if TYPE_CHECKING:
@@ -49,7 +51,7 @@ def inspect(
             "--server",
             help="Which server the flags are for: sglang (default) or vllm (vLLM 0.33 flags and groups).",
         ),
-    ] = Server.SGLANG,
+    ] = DEFAULT_SERVER,
 ) -> None:
     """Which state a model carries, where it lives, and how SGLang backs it up at retraction.
 
@@ -71,20 +73,24 @@ def inspect(
         strict=strict,
         junit_path=junit_path,
     )
-    if server is Server.VLLM:  # vLLM's flags, rules and engine: kvdoctor/cli/inspect_vllm.py
-        from kvdoctor.cli.inspect_vllm import VllmInspectRun
+    return lookup(RUNS, server, "inspect run")(ctx, model, adapter, **settings)()
 
-        return VllmInspectRun(ctx, model, adapter, **settings)()
-    return SglangInspectRun(ctx, model, adapter, **settings)()
+
+# One line per server: the InspectRun that answers ``inspect --server S`` (its flags, rules, engine and tables),
+# imported only when that server is asked about (vLLM's in kvdoctor/cli/inspect_vllm.py).
+RUNS: dict[str, str] = {
+    "sglang": "kvdoctor.cli.inspect_cmd:SglangInspectRun",
+    "vllm": "kvdoctor.cli.inspect_vllm:VllmInspectRun",
+}
 
 
 class SglangInspectRun(InspectRun):
     """``inspect`` of an SGLang launch line: the rule model, and an engine beside it when asked."""
 
-    def record(self) -> Record:
-        from kvdoctor.report.inspect_publication import SUITE
+    def error_case(self) -> ErrorCase:
+        from kvdoctor.report.inspect_report import SUITE
 
-        return Record(SUITE, f"kvdoctor inspect {self.model}", self.junit_path)
+        return ErrorCase(SUITE, f"kvdoctor inspect {self.model}", self.junit_path)
 
     def work(self) -> Inspected:
         line = launch_line(self.ctx, self.model)
@@ -93,7 +99,7 @@ class SglangInspectRun(InspectRun):
 
     def facts(self, report: Any) -> "tuple[github.Row, ...]":
         from kvdoctor.core.sglang.inspect_result import InspectReport
-        from kvdoctor.report.inspect_publication import sglang_facts
+        from kvdoctor.report.inspect_report import sglang_facts
 
         # Not when kvdoctor refused the model and only SGLang answered (no rule-model facts to show).
         return sglang_facts(report) if isinstance(report, InspectReport) else ()

@@ -18,10 +18,10 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from kvdoctor.report import github
-    from kvdoctor.report.inspect_publication import Publication
+    from kvdoctor.report.inspect_report import Report
 
 
-class InspectRun(CommandRun[Inspected, "Publication"]):
+class InspectRun(CommandRun[Inspected, "Report"]):
     """One ``kvdoctor inspect`` (the steps of ``kvdoctor.cli.command``): the output, the verdict line, then
     JUnit and the step summary. A server's subclass answers (:meth:`work`, setting :attr:`title`), draws its
     tables (:meth:`render`) and names its model's fact rows (:meth:`facts`)."""
@@ -57,11 +57,11 @@ class InspectRun(CommandRun[Inspected, "Publication"]):
         a step summary is written."""
         return ()
 
-    def deliver(self, result: Inspected) -> Publication:
-        from kvdoctor.report import publishable
-        from kvdoctor.report.inspect_publication import Publication
+    def deliver(self, result: Inspected) -> Report:
+        from kvdoctor.report import reportable
+        from kvdoctor.report.inspect_report import Report
 
-        published = Publication(
+        published = Report(
             result.report,
             self.title,
             self.strict,
@@ -73,7 +73,7 @@ class InspectRun(CommandRun[Inspected, "Publication"]):
         if self.json_output:
             import json
 
-            typer.echo(json.dumps(publishable.json_document(published), indent=2))
+            typer.echo(json.dumps(reportable.json_document(published), indent=2))
         else:
             from rich.console import Console
 
@@ -81,7 +81,7 @@ class InspectRun(CommandRun[Inspected, "Publication"]):
             self.render(result.report, self.status)
         return published
 
-    def after(self, published: Publication) -> None:
-        from kvdoctor.report import publishable
+    def after(self, published: Report) -> None:
+        from kvdoctor.report import reportable
 
-        publishable.publish(published, junit_path=self.junit_path)  # JUnit fails exactly when the exit code says
+        reportable.publish(published, junit_path=self.junit_path)  # JUnit fails exactly when the exit code says

@@ -11,7 +11,7 @@ from __future__ import annotations
 import sys
 from typing import TYPE_CHECKING, Any
 
-from kvdoctor.cli.command import Record
+from kvdoctor.cli.command import ErrorCase
 from kvdoctor.cli.inspect_run import InspectRun
 from kvdoctor.cli.launch import vllm_launch_line
 from kvdoctor.core.vllm.analysis import GroupRow, VllmAnswersFacts, VllmBesideReport, VllmReport, VllmUnavailable
@@ -27,10 +27,10 @@ class VllmInspectRun(InspectRun):
     """``inspect --server vllm``: parse the vLLM line, analyse, (ask vLLM: the adapter, when it answers
     beside the rule model); then the steps every ``inspect`` shares (``InspectRun``)."""
 
-    def record(self) -> Record:
-        from kvdoctor.report.inspect_publication import SUITE
+    def error_case(self) -> ErrorCase:
+        from kvdoctor.report.inspect_report import SUITE
 
-        return Record(SUITE, f"kvdoctor inspect --server vllm {self.model}", self.junit_path)
+        return ErrorCase(SUITE, f"kvdoctor inspect --server vllm {self.model}", self.junit_path)
 
     def work(self) -> Inspected:
         from kvdoctor.core.config import load_config
@@ -52,7 +52,7 @@ class VllmInspectRun(InspectRun):
         return run
 
     def facts(self, report: VllmReport) -> tuple[github.Row, ...]:
-        from kvdoctor.report.inspect_publication import vllm_facts
+        from kvdoctor.report.inspect_report import vllm_facts
 
         return vllm_facts(report)
 
@@ -71,8 +71,8 @@ def render(r: VllmReport, console: Any = None) -> None:
 
     from kvdoctor.cli.layout import kv_table
     from kvdoctor.cli.render_inspect import WIDE, hazards_block
-    from kvdoctor.cli.text import safe
     from kvdoctor.report.units import NONE, human, yes_no
+    from kvdoctor.text import safe
 
     console = console or Console(emoji=False)
     m, b = r.model, r.block_size

@@ -9,7 +9,7 @@ import typer
 from kvdoctor.engines import GpuArch
 
 if TYPE_CHECKING:
-    from kvdoctor.state.choices import Device
+    from kvdoctor.choices import Device
 
 GpuArchOption = Annotated[
     GpuArch,
@@ -23,7 +23,7 @@ GpuArchOption = Annotated[
 
 def _device_option() -> Any:
     # An enum, so Typer lists the choices in --help and refuses a typo before the command imports torch.
-    from kvdoctor.state.choices import Device
+    from kvdoctor.choices import Device
 
     return Annotated[
         Device,
@@ -35,7 +35,7 @@ def _device_option() -> Any:
 
 def __getattr__(name: str) -> Any:
     """``DeviceOption``, made when a torch command first imports it: ``inspect`` does not load the torch
-    commands' enums (``kvdoctor.state.choices``)."""
+    commands' enums (``kvdoctor.choices``)."""
     if name == "DeviceOption":
         option = globals()["DeviceOption"] = _device_option()
         return option

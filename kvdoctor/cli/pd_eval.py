@@ -24,15 +24,15 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from typer.core import TyperCommand
 
-from kvdoctor.cli.command import CommandRun, Record, check_reports
+from kvdoctor.cli.command import CommandRun, ErrorCase, check_reports
 from kvdoctor.cli.launch import own_options
+from kvdoctor.deploy.plan import DEFAULT_LAUNCHER, DEFAULT_ROUTER_LAUNCHER
+from kvdoctor.deploy.presets import Api, EvalDefaults, PresetName  # pure data, no heavy import
 from kvdoctor.pd import argv
 from kvdoctor.pd.oracle import Oracle
-from kvdoctor.pd.plan import DEFAULT_LAUNCHER, DEFAULT_ROUTER_LAUNCHER
-from kvdoctor.pd.presets import Api, EvalDefaults, PresetName  # pure data, no heavy import
 
 if TYPE_CHECKING:
-    from kvdoctor.pd.reporting import Publication
+    from kvdoctor.pd.report import Report
     from kvdoctor.pd.result import PdEvalResult
 
 DEFAULT_OUTPUT_DIR = Path("kvdoctor-out/pd-eval")
@@ -212,7 +212,7 @@ def pd_eval(
     PdEvalRun(ctx, model, settings, dry_run=dry_run, json_out=json_out, junit_path=junit_path)()
 
 
-class PdEvalRun(CommandRun["PdEvalResult", "Publication"]):
+class PdEvalRun(CommandRun["PdEvalResult", "Report"]):
     """One ``kvdoctor pd-eval`` (the steps of ``kvdoctor.cli.command``).
 
     Its report paths and pinned ports are proven in ``kvdoctor.pd.run.prepare`` (after the options, before
@@ -253,13 +253,14 @@ class PdEvalRun(CommandRun["PdEvalResult", "Publication"]):
         if self.tokens and not self.dry_run:  # the GSM8K path proves its reports in kvdoctor.pd.run.prepare
             check_reports(self.junit_path, self.options.output_dir)
 
-    def record(self) -> Record:
-        from kvdoctor.pd.reporting import SUITE, TITLE
+    def error_case(self) -> ErrorCase:
+        from kvdoctor.pd.report import SUITE, TITLE
 
-        return Record(SUITE, TITLE, None if self.dry_run else self.junit_path)
+        return ErrorCase(SUITE, TITLE, None if self.dry_run else self.junit_path)
 
     def work(self) -> PdEvalResult | None:
-        from kvdoctor.pd import render, reporting
+        from kvdoctor.pd import render
+        from kvdoctor.pd import report as pd_report
         from kvdoctor.pd.run import prepare, run
         from kvdoctor.report import serialize
 
@@ -271,7 +272,7 @@ class PdEvalRun(CommandRun["PdEvalResult", "Publication"]):
             # A plan, not a verdict: the human form stays shell-ready lines (no verdict line to paste).
             if self.json_out:
                 forecast = prepared.prediction.to_dict() if prepared.prediction else None
-                print(serialize.dumps(reporting.dry_run_document(prepared.plan.to_dict(), forecast)), end="")
+                print(serialize.dumps(pd_report.dry_run_document(prepared.plan.to_dict(), forecast)), end="")
             else:
                 render.print_plan(console, prepared)
             return None
@@ -281,7 +282,8 @@ class PdEvalRun(CommandRun["PdEvalResult", "Publication"]):
 
     def _tokens(self) -> PdEvalResult | None:
         """--oracle tokens: consistency's preparation and run on pd-eval's plan (``kvdoctor.pd.tokens``)."""
-        from kvdoctor.pd import render, reporting, tokens
+        from kvdoctor.pd import render, tokens
+        from kvdoctor.pd import report as pd_report
         from kvdoctor.report import serialize
 
         console = self.console
@@ -290,7 +292,7 @@ class PdEvalRun(CommandRun["PdEvalResult", "Publication"]):
             if self.json_out:
                 d = prepared.preview
                 enablers = [{"name": e.name, "where": e.where, "why": e.why} for e in d.enablers]
-                doc = reporting.tokens_dry_run_document(
+                doc = pd_report.tokens_dry_run_document(
                     prepared.launch_plan.to_dict(),
                     d.to_dict(),
                     enablers,
@@ -303,7 +305,7 @@ class PdEvalRun(CommandRun["PdEvalResult", "Publication"]):
         render.print_tokens_plan(console, prepared)
         return tokens.run(prepared, notify=lambda phase, m: render.event(console, f"[{phase}] {m}"))
 
-    def deliver(self, result: PdEvalResult) -> Publication:
+    def deliver(self, result: PdEvalResult) -> Report:
         from kvdoctor.pd import publish
 
         if result.tokens is not None:
@@ -316,6 +318,6 @@ class PdEvalRun(CommandRun["PdEvalResult", "Publication"]):
             result, Path(result.run_dir), junit_path=self.junit_path, json_out=self.json_out, console=self.console
         )
 
-    def said(self, published: Publication) -> bool:
+    def said(self, published: Report) -> bool:
         # a report that could not be written: publish.finish said its one line and made the exit 2
         return published.exit_code != published.result.exit_code

@@ -14,9 +14,9 @@ from rich.table import Table
 from rich.text import Text
 
 from kvdoctor.cli.layout import fits_whole, kv_table
-from kvdoctor.cli.text import safe
 from kvdoctor.core.sglang.inspect_result import SglangAnswers, shown
 from kvdoctor.report.units import human
+from kvdoctor.text import safe
 
 
 def _value(value: Any) -> str:

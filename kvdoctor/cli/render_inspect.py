@@ -13,6 +13,7 @@ path, a pasted flag, an SGLang message) goes through ``safe``: only the markup w
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from rich.console import Console, Group, RenderableType
 from rich.padding import Padding
@@ -20,10 +21,12 @@ from rich.table import Table
 from rich.text import Text
 
 from kvdoctor.cli.layout import fits_whole, kv_table
-from kvdoctor.cli.text import safe
 from kvdoctor.core.registry import Hazard
-from kvdoctor.core.sglang.inspect_result import ComponentRow, InspectReport
 from kvdoctor.report.units import NONE, format_bytes, human, noun_for, yes_no
+from kvdoctor.text import safe
+
+if TYPE_CHECKING:  # annotations only: the vLLM tables use hazards_block without loading SGLang's rule model
+    from kvdoctor.core.sglang.inspect_result import ComponentRow, InspectReport
 
 SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
 WIDE = 120  # below this many columns, rows whose cells would break mid-word are laid out vertically

@@ -21,14 +21,15 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from kvdoctor.cli.command import CommandRun, Record, check_reports
-from kvdoctor.cli.launch import launch_line
+from kvdoctor.choices import Device
+from kvdoctor.cli.command import CommandRun, ErrorCase, check_reports
+from kvdoctor.cli.launch import own_options
 from kvdoctor.cli.options import DeviceOption, GpuArchOption
 from kvdoctor.cli.progress import with_progress
+from kvdoctor.core.servers import DEFAULT_SERVER, lookup, rule_model
 from kvdoctor.engines import Capability, Engine, GpuArch, Server, answers_for, require
 from kvdoctor.report.units import NONE, format_bytes, human, noun_for, yes_no
 from kvdoctor.roundtrip.faults import InjectName
-from kvdoctor.state.choices import Device
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -36,7 +37,7 @@ if TYPE_CHECKING:
     from kvdoctor.core.engine_ref import EngineRef
     from kvdoctor.core.launch_line import LaunchLine
     from kvdoctor.report.envelope import RunHeader
-    from kvdoctor.report.roundtrip_publication import Publication
+    from kvdoctor.report.roundtrip_report import Report
     from kvdoctor.roundtrip.result import ComponentCheck, EngineUsed, ModelUsed, RoundtripResult, VllmUsed
 
 # ---- the human output ------------------------------------------------------------------------
@@ -58,7 +59,7 @@ def _kv_block(console: Console, title: str, pairs: Sequence[tuple[str, object]])
 
 
 def _plain(value: object) -> str:
-    from kvdoctor.report.terminal import plain
+    from kvdoctor.text import plain
 
     return plain(human(value))
 
@@ -312,7 +313,7 @@ def roundtrip(
             "--server",
             help="Which server the flags are for: sglang (default) or vllm (vLLM 0.33 flags; needs --engine vllm).",
         ),
-    ] = Server.SGLANG,
+    ] = DEFAULT_SERVER,
     gpu_arch: GpuArchOption = GpuArch.SM100,
     emulate_d2h: bool = typer.Option(
         False,
@@ -343,17 +344,15 @@ def roundtrip(
     )()
 
 
-def _explicit(ctx: typer.Context, name: str) -> bool:
-    """Option NAME was given (click's ParameterSource, read by name: Typer may vendor click)."""
-    source = ctx.get_parameter_source(name)
-    return source is not None and source.name != "DEFAULT"
+# One line per server: what its round trip refuses before any work (which engine runs it, which options
+# and faults it acts on: ``kvdoctor/cli/roundtrip_sides.py``).
+SIDES: dict[str, str] = {
+    "sglang": "kvdoctor.cli.roundtrip_sides:SGLANG",
+    "vllm": "kvdoctor.cli.roundtrip_sides:VLLM",
+}
 
 
-# Options that steer SGLang's round trip only: given with --engine vllm, they would be silently ignored.
-SGLANG_ONLY = {"requests": "--requests", "heads": "--heads", "gpu_arch": "--gpu-arch", "emulate_d2h": "--emulate-d2h"}
-
-
-class RoundtripRun(CommandRun["RoundtripResult", "Publication"]):
+class RoundtripRun(CommandRun["RoundtripResult", "Report"]):
     """One ``kvdoctor roundtrip`` (the steps of ``kvdoctor.cli.command``): the output, the verdict line, then
     JUnit and the step summary."""
 
@@ -369,7 +368,7 @@ class RoundtripRun(CommandRun["RoundtripResult", "Publication"]):
         emulate_d2h: bool,
         json_output: bool,
         junit_path: Path | None,
-        server: Server = Server.SGLANG,
+        server: Server = DEFAULT_SERVER,
     ) -> None:
         self.ctx, self.model, self.engine, self.settings, self.reductions = ctx, model, engine, settings, reductions
         self.gpu_arch, self.emulate_d2h = gpu_arch, emulate_d2h
@@ -377,37 +376,16 @@ class RoundtripRun(CommandRun["RoundtripResult", "Publication"]):
 
     def check(self) -> None:
         """Which engine runs which server's round trip, and only the options and faults it acts on (exit 2)."""
-        from kvdoctor._exceptions import InputError
-        from kvdoctor.roundtrip.faults import check_fault
-
         answers_for(self.engine, self.server)  # --engine vllm for SGLang's flags, --engine sglang for vLLM's
-        vllm = self.server is Server.VLLM
-        if vllm and self.engine is not Engine.VLLM:
-            raise InputError(
-                "roundtrip --server vllm runs vLLM's own offloading worker: add --engine vllm "
-                "(kvdoctor's own model is of SGLang's pools)"
-            )
-        check_fault(self.settings["inject"], vllm=vllm)
-        if not vllm:
-            return
-        given = [o for name, o in SGLANG_ONLY.items() if _explicit(self.ctx, name)]
-        if given:
-            raise InputError(
-                f"{given[0]} is an option of SGLang's round trip; --engine vllm moves one request's blocks of every "
-                "group (its options: --tokens, --seed, --layers, --inject, --device cpu, --json, --junit)"
-            )
-        if self.settings["device"] == Device.CUDA.value:
-            raise InputError(
-                "--engine vllm runs vLLM's offloading worker on the CPU (the shims it names): use --device cpu"
-            )
+        lookup(SIDES, self.server, "round trip").check(self)
 
     def preflight(self) -> None:
         check_reports(self.junit_path)  # before any work: a red verdict must not end as exit 2
 
-    def record(self) -> Record:
-        from kvdoctor.report.roundtrip_publication import SUITE, title
+    def error_case(self) -> ErrorCase:
+        from kvdoctor.report.roundtrip_report import SUITE, title
 
-        return Record(SUITE, title(self.model), self.junit_path)
+        return ErrorCase(SUITE, title(self.model), self.junit_path)
 
     def work(self) -> RoundtripResult:
         from kvdoctor.roundtrip.options import Reductions, RoundtripOptions
@@ -424,21 +402,17 @@ class RoundtripRun(CommandRun["RoundtripResult", "Publication"]):
         return work(None) if self.json_output else with_progress(work, adapter.first_step)
 
     def _launch_line(self) -> LaunchLine:
-        """MODEL and the server flags: vLLM's flag table for --server vllm, else SGLang's."""
-        if self.server is not Server.VLLM:
-            return launch_line(self.ctx, self.model)
-        from kvdoctor.cli.launch import vllm_launch_line
+        """MODEL and the server flags, read by the server's own flag table (its rule model's)."""
+        return rule_model(self.server).launch_line([self.model, *self.ctx.args], own_options(self.ctx))
 
-        return vllm_launch_line(self.ctx, self.model)
+    def deliver(self, result: RoundtripResult) -> Report:
+        from kvdoctor.report import reportable
+        from kvdoctor.report.roundtrip_report import Report
 
-    def deliver(self, result: RoundtripResult) -> Publication:
-        from kvdoctor.report import publishable
-        from kvdoctor.report.roundtrip_publication import Publication
-
-        published = Publication(result, self.line.model)
-        head = publishable.header(published)
+        published = Report(result, self.line.model)
+        head = reportable.header(published)
         if self.json_output:
-            typer.echo(json.dumps(publishable.json_document(published, head), indent=2, default=str))
+            typer.echo(json.dumps(reportable.json_document(published, head), indent=2, default=str))
         else:
             from rich.console import Console
 
@@ -446,7 +420,7 @@ class RoundtripRun(CommandRun["RoundtripResult", "Publication"]):
             render(self.status, result, head)
         return published
 
-    def after(self, published: Publication) -> None:
-        from kvdoctor.report import publishable
+    def after(self, published: Report) -> None:
+        from kvdoctor.report import reportable
 
-        publishable.publish(published, junit_path=self.junit_path)
+        reportable.publish(published, junit_path=self.junit_path)

@@ -9,6 +9,10 @@ must stay fast. Each line says which version kvdoctor's rules restate, so a read
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from kvdoctor.core.servers import ServerFacts
 
 
 @dataclass(frozen=True)
@@ -21,14 +25,26 @@ class ServerLine:
     supported: str | None = None  # the versions --engine drives, when it is a range
 
 
-def _servers() -> tuple[ServerLine, ...]:
-    from kvdoctor.core.vllm._generated.server_flags import VLLM_VERSION
-    from kvdoctor.engines.sglang._support import RULES_SGLANG_VERSION, SUPPORTED
+# One line per server whose ``--engine`` drives a stated range of its versions: "module:attribute" of the
+# (first, last) pair, both ends in. A server without a line is driven at the version its rules restate.
+ENGINE_RANGES: dict[str, str] = {
+    "sglang": "kvdoctor.engines.sglang._support:SUPPORTED",
+}
 
-    return (
-        ServerLine("sglang", "SGLang", RULES_SGLANG_VERSION, f"{SUPPORTED[0]} to {SUPPORTED[1]}"),
-        ServerLine("vllm", "vLLM", VLLM_VERSION),
-    )
+
+def _servers() -> tuple[ServerLine, ...]:
+    """Every server the seam knows (``kvdoctor.core.servers``), in its order, from its facts alone."""
+    from kvdoctor.core import servers
+
+    return tuple(_line(servers.facts(s)) for s in servers.servers())
+
+
+def _line(facts: ServerFacts) -> ServerLine:
+    from kvdoctor.core.servers import lookup
+
+    drives = lookup(ENGINE_RANGES, facts.server, "engine range") if facts.name in ENGINE_RANGES else None
+    supported = f"{drives[0]} to {drives[1]}" if drives else None
+    return ServerLine(facts.package, facts.title, facts.rules_version, supported)
 
 
 def installed_version(package: str) -> str | None:

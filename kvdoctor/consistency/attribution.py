@@ -320,13 +320,15 @@ def _cite(issue: Issue, overlap: bool | None) -> tuple[str, tuple[Cite, ...]]:
     return issue.verdict, CITES.get(issue.verdict, ())
 
 
-def unrequested_fault(lines: Iterable[str], injected: str | None) -> str | None:
-    """The first fault event (``EVENT DETAIL``) in a server log's LINES of a run without ``--inject``, else None."""
-    found = [] if injected else hook_log.faults(lines)
+def unrequested_fault(lines: Iterable[str] | hook_log.EventLog, injected: str | None) -> str | None:
+    """The first fault event (``EVENT DETAIL``) in a server log (its LINES, or as ``hook_log`` read it) of a run
+    without ``--inject``, else None."""
+    log = lines if isinstance(lines, hook_log.EventLog) else hook_log.parse(lines)
+    found = [] if injected else log.faults()
     return found[0] if found else None
 
 
-def unrequested_gates(lines: Iterable[str], injected: str | None) -> list[gates.Gate]:
+def unrequested_gates(lines: Iterable[str] | hook_log.EventLog, injected: str | None) -> list[gates.Gate]:
     """A red gate when a fault ran inside the servers of a run that asked for none (INJECTED: the ``--inject``):
     whatever diverged is then the fault's, and what the run says about the server is unknown."""
     event = unrequested_fault(lines, injected)

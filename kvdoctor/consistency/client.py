@@ -22,7 +22,7 @@ import httpx
 from kvdoctor._exceptions import MalformedReply, RequestFailed
 from kvdoctor.consistency.compare import Generation
 from kvdoctor.consistency.workload import Workload
-from kvdoctor.pd.client import RETRIES, make_client, run_watched
+from kvdoctor.deploy.client import RETRIES, make_client, run_watched
 
 
 def body(prompt: Sequence[int], w: Workload) -> dict[str, Any]:

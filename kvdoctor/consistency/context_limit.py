@@ -23,6 +23,10 @@ servers load (after ``--shrink``) and the flags after ``--``:
   one wins), and vLLM refuses to start when it exceeds the config's derived length
   (:func:`kvdoctor.core.vllm.model_len.max_model_len`); a request longer than ``max_model_len`` is refused.
 
+Each server's limit is its function here, named by one line of :data:`LIMITS` (:func:`limit` reads it), and a
+refusal cites the server's own request check when its :class:`Limit` carries one: nothing here branches on a
+server's name.
+
 ``--scenario prefix-cache`` sends each compared prompt with its group's prefix in front (the served workload,
 :func:`kvdoctor.consistency.prefix.served`); its eviction phase's prompts are as long with one new token, so the
 compared requests are the longest. Pure: config and flags in, a number or an ``InputError`` out.
@@ -36,6 +40,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from kvdoctor._exceptions import InputError
+from kvdoctor.core.servers import lookup
 
 if TYPE_CHECKING:
     from kvdoctor.core.config import ModelConfig
@@ -56,6 +61,7 @@ class Limit:
     tokens: int
     why: str
     prompt: int | None = None  # None: any prompt within TOKENS
+    cite: str = ""  # the server's own code that refuses or cuts a longer request, named in the refusal
 
 
 def _model_config(config: Mapping[str, Any], source: str) -> ModelConfig:
@@ -88,6 +94,7 @@ def sglang(config: Mapping[str, Any], source: str, extra_args: Sequence[str]) ->
         context - SGLANG_SCHEDULER_RESERVE,
         f"{where} {context:,} less the {SGLANG_SCHEDULER_RESERVE} tokens SGLang's scheduler keeps",
         context - SGLANG_INPUT_RESERVE,
+        SGLANG_REQUEST_CHECK,
     )
 
 
@@ -104,6 +111,18 @@ def vllm(config: Mapping[str, Any], source: str, extra_args: Sequence[str]) -> L
     if user is not None and user != AUTO:
         return Limit(length.tokens, f"--max-model-len {user:,} after --")
     return Limit(length.tokens, f"the model's max_model_len {length.tokens:,} ({length.reason})")
+
+
+# One line per server: its limit's function, (config, source, flags after --) -> Limit.
+LIMITS: dict[str, str] = {
+    "sglang": "kvdoctor.consistency.context_limit:sglang",
+    "vllm": "kvdoctor.consistency.context_limit:vllm",
+}
+
+
+def limit(server: str, config: Mapping[str, Any], source: str, extra_args: Sequence[str]) -> Limit:
+    """SERVER's limit for CONFIG under the flags after ``--`` (its start-up refusal is exit 2 here)."""
+    return lookup(LIMITS, server, "context limit")(config, source, extra_args)
 
 
 def check_own_vllm(limit: Limit, own: int, request_tokens: int, extra_args: Sequence[str]) -> None:
@@ -124,7 +143,7 @@ def check(limit: Limit, prompt_tokens: int, max_new_tokens: int, server: str, se
     prompt = served_prefix + prompt_tokens
     total = prompt + max_new_tokens
     prefix = f"the scenario's {served_prefix:,}-token prefix + " if served_prefix else ""
-    where = f" ({SGLANG_REQUEST_CHECK})" if server == "sglang" else ""
+    where = f" ({limit.cite})" if limit.cite else ""
     if limit.prompt is not None and prompt > limit.prompt:
         raise InputError(
             f"a prompt of {prefix}--prompt-tokens {prompt_tokens:,} is longer than {server} takes: at most "

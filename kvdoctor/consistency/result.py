@@ -1,4 +1,11 @@
-"""What one consistency run produced, fed unchanged to every serializer (JSON, JUnit, step summary, terminal)."""
+"""What one consistency run produced, fed unchanged to every serializer (JSON, JUnit, step summary, terminal).
+
+Frozen, like every other result: the run collects into its own draft (``kvdoctor.consistency.run``) and each
+step that changes the outcome (``evaluate``, a server's in-server log, :func:`settled`) returns a new result
+(``dataclasses.replace``). The JSON objects the result carries are typed by their keys (``TypedDict``: plain
+dicts at run time, so ``kvdoctor.report.serialize`` writes exactly the keys it always wrote, the optional
+ones only when present).
+"""
 
 from __future__ import annotations
 
@@ -6,13 +13,16 @@ import os
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any, NotRequired, TypedDict, TypeVar
 
 from kvdoctor._exceptions import EXIT_DEPLOYMENT, EXIT_GATE, EXIT_PASS
 from kvdoctor.consistency.compare import RequestDiff
 from kvdoctor.consistency.gates import Gate
 from kvdoctor.report.units import noun_for
+
+if TYPE_CHECKING:
+    from kvdoctor.consistency.attribution import StateTrace
 
 
 @dataclass(frozen=True)
@@ -41,7 +51,7 @@ class Span:
     output_tokens: int | None = None  # a burst's generated tokens; None for a phase that generates none
 
 
-@dataclass
+@dataclass(frozen=True)
 class Timeline:
     """When each phase of the run happened and when each server became ready, on one monotonic clock.
 
@@ -65,8 +75,14 @@ class Stopwatch:
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self._clock = clock
         self._began = clock()
-        cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 0
-        self.timeline = Timeline(cpus=cpus)
+        self._cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 0
+        self._phases: list[Span] = []
+        self._servers: list[Span] = []
+
+    @property
+    def timeline(self) -> Timeline:
+        """What the clock recorded so far (a frozen copy: the result keeps the one it was given)."""
+        return Timeline(self._cpus, list(self._phases), list(self._servers))
 
     def now(self) -> float:
         """Seconds since the run began."""
@@ -78,7 +94,7 @@ class Stopwatch:
     def record(self, name: str, start_s: float, end_s: float | None = None, output_tokens: int | None = None) -> Span:
         """The phase NAME, from START_S until END_S (default: now), appended to the timeline."""
         done = self.span(name, start_s, self.now() if end_s is None else end_s, output_tokens)
-        self.timeline.phases.append(done)
+        self._phases.append(done)
         return done
 
     @contextmanager
@@ -92,11 +108,11 @@ class Stopwatch:
     def server(self, role: str, started_s: float) -> Span:
         """ROLE, launched at STARTED_S, answered healthy now."""
         ready = self.span(role, started_s, self.now())
-        self.timeline.servers.append(ready)
+        self._servers.append(ready)
         return ready
 
 
-@dataclass
+@dataclass(frozen=True)
 class FaultReport:
     name: str
     role: str
@@ -106,7 +122,95 @@ class FaultReport:
     refused: str | None = None
 
 
-@dataclass
+class CheckpointDoc(TypedDict):
+    """The seeded checkpoint the servers loaded (``kvdoctor.consistency.checkpoint.Checkpoint.to_dict``)."""
+
+    path: str
+    config_digest: str
+    seed: int
+    weights_digest: str
+    cached: bool
+    build_s: float
+    init: str
+
+
+class VllmPluginDoc(TypedDict):
+    log: str
+    loaded: int  # how many vLLM processes loaded kvdoctor's plugin
+
+
+class StandInDoc(TypedDict, total=False):
+    """Whether kvdoctor's CPU stand-in was on the servers' path, and what the servers' hooks said they did."""
+
+    used: bool
+    log: str
+    calls: list[str]  # stand-in functions that ran (any turns the run red)
+    site_hook_patches: list[str]  # SGLang only
+    vllm_plugin: VllmPluginDoc  # vLLM only
+
+
+class DeploymentDoc(TypedDict):
+    """Both deployments as planned (``kvdoctor.consistency.deploy.Deployment.to_dict``)."""
+
+    topology: str
+    reference_pool_tokens: int
+    pressured_pool_tokens: int
+    reference_url: str
+    pressured_url: str
+    injected_role: str | None
+    steps: list[dict[str, Any]]  # each ``kvdoctor.deploy.plan.Step.to_dict`` (role, argv, env, url, health_path)
+
+
+class NoiseFloorDoc(TypedDict):
+    """``NoiseFloor.to_dict`` and its sentence (``kvdoctor.consistency.compare``)."""
+
+    requests: int
+    diverged_requests: int
+    diverged_at: dict[str, int]
+    max_abs_dlogprob: float
+    non_finite_logprobs: NotRequired[int]  # only when a logprob was no finite number
+    sentence: str
+
+
+class LogprobDriftDoc(TypedDict):
+    """``kvdoctor.consistency.compare.drift``: the requests whose logprobs moved beyond the threshold."""
+
+    threshold: float
+    requests: list[int]
+    max: float
+    non_finite: NotRequired[dict[str, Any]]  # count and the first few, only when a logprob was no finite number
+
+
+class PrefixCacheDoc(TypedDict, total=False):
+    """``--scenario prefix-cache``'s evidence (``kvdoctor.consistency.servers.vllm.deployment.record_prefix_cache``)."""
+
+    workload: dict[str, Any]
+    hits: dict[str, int | None]  # per role, from vllm:prefix_cache_hits_total
+    queries: dict[str, int | None]
+    source: str
+    mamba_cache_mode: dict[str, str | None]
+    server_cache_config: dict[str, dict[str, str] | None]
+    request_phases: list[str]
+    cached_tokens: list[int | None]
+    by_phase: dict[str, dict[str, int | None]]
+    recomputed_after_eviction: int | None
+
+
+class OffloadDoc(TypedDict, total=False):
+    """``--scenario offload``'s evidence (``kvdoctor.consistency.servers.vllm.deployment.record_offload``): the CPU
+    tier, then per counter (load_bytes, store_bytes, external prefix-cache hits/queries) each role's delta."""
+
+    kv_offloading_size_gib: float
+    cpu_tier_bytes: int
+    request_bytes: int
+    load_bytes: dict[str, int | None]
+    store_bytes: dict[str, int | None]
+    external_prefix_cache_hits: dict[str, int | None]
+    external_prefix_cache_queries: dict[str, int | None]
+    source: str
+
+
+@dataclass(frozen=True)
 class ConsistencyResult:
     model: str
     family: str
@@ -115,18 +219,18 @@ class ConsistencyResult:
     shrunk: bool
     workload: dict[str, int]
     model_dir: str | None = None
-    checkpoint: dict[str, Any] | None = None
+    checkpoint: CheckpointDoc | None = None
     weights_digest: str | None = None
     cpu_enablers: list[dict[str, str]] = field(default_factory=list)
-    stand_in: dict[str, Any] = field(default_factory=dict)
+    stand_in: StandInDoc = field(default_factory=StandInDoc)
     fault: FaultReport | None = None
-    deployment: dict[str, Any] = field(default_factory=dict)
+    deployment: DeploymentDoc | dict[str, Any] = field(default_factory=dict)  # {} until planned
     launch_s: dict[str, float] = field(default_factory=dict)
     bursts: list[Burst] = field(default_factory=list)
     retractions: dict[str, int | None] = field(default_factory=dict)
     retraction_source: str = "none"
-    noise_floor: dict[str, Any] | None = None
-    logprob_drift: dict[str, Any] | None = None
+    noise_floor: NoiseFloorDoc | None = None
+    logprob_drift: LogprobDriftDoc | None = None
     warnings: list[str] = field(default_factory=list)  # reported, not gated (the header's warnings)
     requests: list[RequestDiff] = field(default_factory=list)
     identical: int = 0
@@ -141,7 +245,7 @@ class ConsistencyResult:
     wall_s: float = 0.0
     survivors: list[str] = field(default_factory=list)
     # PD only: the pressured decode's state trace joined with the comparison (kvdoctor.consistency.attribution)
-    state_trace: dict[str, Any] | None = None
+    state_trace: StateTrace | None = None
     timeline: Timeline | None = None  # the run's own timings (kvdoctor bench consistency reads them)
     server: str = "sglang"  # whose servers ran (sglang, vllm); retractions are vLLM's preemptions under vllm
 
@@ -160,12 +264,14 @@ class ConsistencyResult:
     def evidence(self) -> str:
         """What the verdict line counts beside the identical requests: the pressured server's preemptions
         (retractions under SGLang), '?' when unknown."""
+        from kvdoctor.core.servers import facts
+
         press = self.retractions.get("pressured")
-        noun = noun_for(press, "preemption" if self.server == "vllm" else "retraction")
+        noun = noun_for(press, facts(self.server).noun)
         return f"{press if press is not None else '?'} {noun}"
 
 
-@dataclass
+@dataclass(frozen=True)
 class PrefixCacheResult(ConsistencyResult):
     """``--scenario prefix-cache``: the same result plus the scenario and its prefix-cache evidence (a separate
     class, so a preempt run's JSON, and pd-eval's that embeds one, keep exactly their keys)."""
@@ -173,7 +279,7 @@ class PrefixCacheResult(ConsistencyResult):
     scenario: str = "prefix-cache"
     # workload (groups, prefix, phases), hits/queries per role from /metrics, mamba cache mode per role, the
     # subject's cached tokens per compared request (usage.prompt_tokens_details) and per phase
-    prefix_cache: dict[str, Any] = field(default_factory=dict)
+    prefix_cache: PrefixCacheDoc = field(default_factory=PrefixCacheDoc)
 
     def evidence(self) -> str:
         """The subject's prefix-cache hit tokens (this scenario's evidence in the preemptions' place)."""
@@ -181,7 +287,7 @@ class PrefixCacheResult(ConsistencyResult):
         return f"{hits if hits is not None else '?'} prefix-cache hit tokens"
 
 
-@dataclass
+@dataclass(frozen=True)
 class OffloadResult(ConsistencyResult):
     """``--scenario offload``: preempt's result plus the scenario and the OffloadingConnector's evidence (a separate
     class, so a preempt run's JSON keeps exactly its keys)."""
@@ -189,9 +295,24 @@ class OffloadResult(ConsistencyResult):
     scenario: str = "offload"
     # the pressured server's --kv-offloading-size, and per role the bytes loaded from / stored to the CPU tier and
     # the external prefix-cache hits/queries during its bursts (deltas from /metrics; None when unknown)
-    offload: dict[str, Any] = field(default_factory=dict)
+    offload: OffloadDoc = field(default_factory=OffloadDoc)
 
     def evidence(self) -> str:
         """The preemptions and the bytes the pressured server loaded back from its CPU tier."""
         loaded = ((self.offload.get("load_bytes") or {}).get("pressured")) if self.offload else None
         return f"{super().evidence()}, {f'{loaded:,}' if loaded is not None else '?'} bytes loaded from the CPU tier"
+
+
+Result = TypeVar("Result", bound=ConsistencyResult)
+
+
+def settled(result: Result) -> Result:
+    """RESULT's outcome from its gates: passed when none failed, else the first failure's reason (exit 1)."""
+    failed = [g for g in result.gates if not g.passed]
+    return replace(
+        result,
+        passed=not failed,
+        exit_code=EXIT_GATE if failed else EXIT_PASS,
+        exit_reason=failed[0].reason if failed else "passed",
+        message="; ".join(g.message for g in result.gates),
+    )

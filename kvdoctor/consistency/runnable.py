@@ -30,7 +30,7 @@ INKLING = (
     "its model module imports CUDA-only kernel libraries (cutlass, quack), so SGLang skips it, and its override "
     "forces the mamba extra_buffer strategy, which asserts platform support for state snapshots; LFM2 (ShortConv "
     "state and attention, like Inkling's) is the nearest model that runs",
-    Cite("sglang", "srt/arg_groups/mamba_hook.py", "extra_buffer", 120, 120),
+    Cite("sglang", "srt/arg_groups/mamba_hook.py", "_platform_supports_mamba_cache_extra_buffer", 120, 120),
 )
 NOT_ON_CPU: dict[str, tuple[str, Cite]] = {
     "nemotron_h": MAMBA2,

@@ -14,13 +14,14 @@ output width follows the text model's), so the checkpoint stays a few MB.
 A Mamba state is rebuilt consistent with the new width: every Mamba2 config class ties its inner width to the
 model's (``mamba_n_heads * mamba_d_head == mamba_expand * hidden_size``, transformers'
 ``GraniteMoeHybridConfig.validate_architecture``, ``Mamba2Config.validate_architecture``), so keeping the
-full-size heads at hidden 128 is a config transformers refuses. ``server="vllm"`` makes the state smaller still
-(:data:`VLLM_MAMBA_STATE`): vLLM raises its attention block until one attention page holds a whole Mamba state
-(``Platform._align_hybrid_block_size``), so the full-size state a shrunk NemotronH kept (128 heads x 64 x 128)
-padded its attention blocks to 8,448 tokens, and a short request never grew a block: vLLM queued instead of
-preempting. With this state the block stays at the CPU's 32. SGLang sizes its Mamba pool apart from its KV
-pages, so its state keeps a larger head and state size (:data:`SGLANG_MAMBA_STATE`), and a NemotronH, whose
-Mamba width is tied to nothing, keeps its full-size state (:data:`UNTIED_MAMBA`).
+full-size heads at hidden 128 is a config transformers refuses. The state's size is the server's
+(``mamba_state`` of :func:`kvdoctor.core.consistency_facts.consistency_facts`, in the server's room): vLLM raises
+its attention block until one attention page holds a whole Mamba state (``Platform._align_hybrid_block_size``),
+so the full-size state a shrunk NemotronH kept (128 heads x 64 x 128) padded its attention blocks to 8,448
+tokens, and a short request never grew a block: vLLM queued instead of preempting; its state keeps the block at
+the CPU's 32. SGLang sizes its Mamba pool apart from its KV pages, so its state keeps a larger head and state
+size, and a NemotronH, whose Mamba width is tied to nothing, keeps its full-size state (:data:`UNTIED_MAMBA`,
+``shrinks_untied_mamba``).
 
 What cannot become a checkpoint is refused here, before any work (``InputError``, exit 2, one line): a
 ``model_type`` transformers maps to no causal-LM class (the checkpoint is written by
@@ -37,6 +38,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from kvdoctor._exceptions import InputError
+from kvdoctor.core.consistency_facts import TABLE as SERVER_FACTS
+from kvdoctor.core.consistency_facts import consistency_facts
 
 HIDDEN = 128
 HEADS = 4
@@ -94,16 +97,10 @@ MAMBA_EXPAND = ("mamba_expand", "expand")
 MAMBA_D_SSM = ("mamba_d_ssm",)
 PURE_MAMBA2 = ("mamba2",)
 # Model types whose Mamba inner width is its own (heads x head dim, nothing tied to hidden_size: transformers'
-# NemotronHConfig): SGLang's shrink keeps their state at full size (SGLang sizes its Mamba pool apart from its KV
-# pages, and a real-size state is what its pool then holds).
+# NemotronHConfig): a server whose ``shrinks_untied_mamba`` is False keeps their state at full size (SGLang sizes
+# its Mamba pool apart from its KV pages, and a real-size state is what its pool then holds).
 UNTIED_MAMBA = ("nemotron_h",)  # model types whose num_heads / head_dim are the Mamba heads
-SERVERS = ("sglang", "vllm")
-# --server vllm: a Mamba2 state (NemotronH's fields, the ones kvdoctor's vLLM state model reads) of 8 heads x 16
-# x 16 in 1 group: 10,112 B in float32 (conv 3 x 160 + SSM 8 x 16 x 16), within one 32-token attention page
-# (2 KV heads x (32 + 32) x 4 B x 32 = 16,384 B), so vLLM keeps a 32-token attention block; 8 x 16 = HIDDEN.
-VLLM_MAMBA_STATE = {"mamba_num_heads": 8, "mamba_head_dim": 16, "ssm_state_size": 16, "n_groups": 1}
-# --server sglang: 8 heads x 32 (expand 2: 8 x 32 = 2 x HIDDEN), state 64, 1 group.
-SGLANG_MAMBA_STATE = {"mamba_num_heads": 8, "mamba_head_dim": 32, "ssm_state_size": 64, "n_groups": 1}
+SERVERS = tuple(SERVER_FACTS)  # the servers --shrink sizes a Mamba state for (one line each in SERVER_FACTS)
 
 
 def kept_layers(kinds: Sequence[Any]) -> list[int]:
@@ -199,8 +196,8 @@ def _repeat_periods(out: dict[str, Any], keep: list[int]) -> None:
 def shrink(config: Mapping[str, Any], *, server: str = "sglang", model: str | None = None) -> dict[str, Any]:
     """A tiny copy of CONFIG (a nested ``text_config`` and its towers too), for SERVER's pools; ``InputError``
     (exit 2, naming MODEL) for a config that cannot become a tiny checkpoint."""
-    if server not in SERVERS:
-        raise ValueError(f"shrink: server must be one of {', '.join(SERVERS)}, got {server!r}")
+    if server not in SERVER_FACTS:
+        raise ValueError(f"shrink: server must be one of {', '.join(SERVER_FACTS)}, got {server!r}")
     name = model or str(config.get("model_type", "the config"))
     why = unbuildable(config)
     if why:
@@ -238,11 +235,13 @@ def unbuildable(config: Mapping[str, Any]) -> str | None:
     )
 
 
-def small_mamba_state(config: Mapping[str, Any]) -> dict[str, int]:
-    """The Mamba2 fields ``server="vllm"`` sets in CONFIG (empty for a model without them)."""
-    if not all(isinstance(config.get(k), int) for k in VLLM_MAMBA_STATE):
+def small_mamba_state(config: Mapping[str, Any], server: str = "vllm") -> dict[str, int]:
+    """The Mamba2 fields SERVER's shrink sets in CONFIG (empty for a model without them); the default is the one
+    caller's (``deploy_vllm._small_state``)."""
+    state = consistency_facts(server).mamba_state
+    if not all(isinstance(config.get(k), int) for k in state):
         return {}
-    return dict(VLLM_MAMBA_STATE)
+    return dict(state)
 
 
 def _cut_layers(out: dict[str, Any], layers: int, keep: list[int]) -> None:
@@ -302,9 +301,10 @@ def _mamba(out: dict[str, Any], server: str) -> None:
     dim_keys = (*MAMBA_HEAD_DIM, "head_dim") if pure else MAMBA_HEAD_DIM
     heads = [k for k in heads_keys if isinstance(out.get(k), int)]
     dims = [k for k in dim_keys if isinstance(out.get(k), int)]
-    if not heads or (server != "vllm" and out.get("model_type") in UNTIED_MAMBA):
+    facts = consistency_facts(server)
+    if not heads or (not facts.shrinks_untied_mamba and out.get("model_type") in UNTIED_MAMBA):
         return
-    state = VLLM_MAMBA_STATE if server == "vllm" else SGLANG_MAMBA_STATE
+    state = facts.mamba_state
     n_heads, head_dim = state["mamba_num_heads"], state["mamba_head_dim"]
     expand = n_heads * head_dim // HIDDEN
     for k in heads:

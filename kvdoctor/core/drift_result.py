@@ -2,7 +2,7 @@
 server's own code, per matrix cell (one fixture under one launch line).
 
 Pure data (no torch, no server): built by ``kvdoctor.engines.<server>.drift``, read by the CLI's table,
-JUnit and the step summary (``kvdoctor.report.drift_publication``), and serialized by
+JUnit and the step summary (``kvdoctor.report.drift_report``), and serialized by
 ``kvdoctor.report.serialize.jsonable`` for ``--json`` (``kvdoctor/schemas/drift.json``): a field is never
 renamed or removed, only added.
 
@@ -22,7 +22,6 @@ from kvdoctor.core.engine_ref import EngineRef
 from kvdoctor.core.record import record
 
 __all__ = [
-    "SERVER_TITLES",
     "ArchitectureTotals",
     "CaseResult",
     "Disagreement",
@@ -34,9 +33,6 @@ __all__ = [
     "VllmFieldDrift",
     "server_answer",
 ]
-
-# How a sentence names each server's side (a table's column, a JUnit message).
-SERVER_TITLES: dict[str, str] = {"sglang": "SGLang", "vllm": "vLLM"}
 
 
 class Disagreement(Protocol):
@@ -144,7 +140,13 @@ class DriftReport:
 
     @property
     def server_title(self) -> str:
-        return SERVER_TITLES.get(self.server, self.server)
+        """How a sentence names the server's side (a table's column, a JUnit message): its facts' title."""
+        from kvdoctor.core import servers
+
+        try:
+            return servers.facts(self.server).title
+        except KeyError:  # a server kvdoctor has no facts for is named as its package
+            return self.server
 
     @property
     def drifting(self) -> list[CaseResult]:

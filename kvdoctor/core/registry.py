@@ -116,3 +116,13 @@ def checks_for(server: str) -> tuple[Check, ...]:
 def find_hazards(server: str, ctx: object) -> tuple[Hazard, ...]:
     """Every hazard SERVER's checks find in CTX, in check order."""
     return tuple(h for check in checks_for(server) for h in check(ctx))
+
+
+def ungated(hazards: tuple[Hazard, ...], *, strict: bool) -> list[str]:
+    """The findings reported but not gated, as the run header's ``warnings`` (either server's ``inspect``).
+
+    Warning hazards never gate; error hazards gate only under ``--strict`` (without it they are
+    reported, and the verdict is ``warn``, not ``pass``). Info hazards are notes, not warnings.
+    """
+    levels = {WARNING} if strict else {WARNING, ERROR}
+    return [f"{h.code} ({h.severity}): {h.message}" for h in hazards if h.severity in levels]

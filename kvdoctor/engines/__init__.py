@@ -30,12 +30,12 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from kvdoctor._exceptions import EngineUnavailable, InputError
 from kvdoctor.core.engine_ref import EngineRef
 from kvdoctor.core.record import record
+from kvdoctor.core.servers import Server
 
 if TYPE_CHECKING:
-    from kvdoctor.bench.roundtrip import BenchOptions, ExtraPath
     from kvdoctor.core.drift_result import DriftReport
     from kvdoctor.core.sglang.policy import Platform
-    from kvdoctor.roundtrip.options import RoundtripOptions
+    from kvdoctor.roundtrip.options import BenchOptions, ExtraPath, RoundtripOptions
     from kvdoctor.roundtrip.result import RoundtripResult
     from kvdoctor.roundtrip.steps import Progress
 
@@ -58,13 +58,6 @@ class Engine(str, Enum):
     """Who answers (the ``--engine`` option's values): kvdoctor's rule model, or the installed server's own code."""
 
     KVDOCTOR = "kvdoctor"
-    SGLANG = "sglang"
-    VLLM = "vllm"
-
-
-class Server(str, Enum):
-    """Which inference server a launch line is for (its flags, its rules, its engine)."""
-
     SGLANG = "sglang"
     VLLM = "vllm"
 

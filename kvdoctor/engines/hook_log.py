@@ -5,8 +5,12 @@ Each event is one line, ``PID EVENT DETAIL``, appended in one write to the file 
 (kvdoctor reads it back after the run: which fault installed, how often it fired). No variable, no file; a file
 that cannot be written never disturbs the server. Imports nothing of either server.
 
+:func:`append` is the one writer and :func:`read` / :func:`parse` the one reader: every reader of these logs (the
+run's fault, stand-in and site-hook counts, the unrequested-fault gate, the state trace's ``digest-failed``) reads
+:class:`Event` records through :class:`EventLog`, so the format is split in one place.
+
 ``CONTROL_ENV`` names every variable kvdoctor's in-server code reads. kvdoctor owns them: the supervisor gives a
-server only the ones the run itself sets (``kvdoctor.pd.supervisor``), so a ``KVDOCTOR_INJECT`` exported in the
+server only the ones the run itself sets (``kvdoctor.deploy.supervisor``), so a ``KVDOCTOR_INJECT`` exported in the
 user's shell cannot install a fault nobody asked for; and a fault event in a log of a run without ``--inject``
 (:func:`faults`) makes the verdict unknown, never a finding against the server.
 """
@@ -14,9 +18,11 @@ user's shell cannot install a fault nobody asked for; and a fault event in a log
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
 
-__all__ = ["CONTROL_ENV", "append", "faults"]
+__all__ = ["CONTROL_ENV", "Event", "EventLog", "append", "faults", "parse", "read"]
 
 CONTROL_ENV = frozenset(
     {
@@ -45,14 +51,73 @@ def append(env_var: str, event: str, detail: str = "") -> None:
         pass
 
 
+@dataclass(frozen=True)
+class Event:
+    """One line of the log: the writing process, the event's name and its detail (the rest of the line, spaces
+    kept; empty when the line has none)."""
+
+    pid: str
+    name: str
+    detail: str = ""
+
+    @property
+    def text(self) -> str:
+        """``EVENT DETAIL`` as the line wrote it, the pid left out (how a finding quotes the event)."""
+        return f"{self.name} {self.detail}".strip()
+
+
+def _event(line: str) -> Event:
+    pid, _, rest = line.partition(" ")
+    name, _, detail = rest.partition(" ")
+    return Event(pid, name, detail)
+
+
+@dataclass(frozen=True)
+class EventLog:
+    """The events of one log, in the order they were written."""
+
+    events: tuple[Event, ...] = ()
+
+    def __iter__(self) -> Iterator[Event]:
+        return iter(self.events)
+
+    def names(self) -> list[str]:
+        return [e.name for e in self.events]
+
+    def count(self, *names: str) -> int:
+        """How many events are any of NAMES."""
+        return sum(e.name in names for e in self.events)
+
+    def details(self, *names: str) -> list[str]:
+        """The detail of every event that is one of NAMES, in order."""
+        return [e.detail for e in self.events if e.name in names]
+
+    def first(self, *names: str) -> str | None:
+        """The detail of the first event that is one of NAMES (None: no such event)."""
+        return next((e.detail for e in self.events if e.name in names), None)
+
+    def faults(self) -> list[str]:
+        """Every event that says a fault was asked for, armed, installed or fired inside a server (``EVENT
+        DETAIL``, the pid left out), in order."""
+        return [e.text for e in self.events if _is_fault(e)]
+
+
+def _is_fault(e: Event) -> bool:
+    asked = e.name == VLLM_LOADED and e.detail.strip() not in ("", "-")
+    return e.name.startswith(FAULT_EVENT) or asked
+
+
+def parse(lines: Iterable[str]) -> EventLog:
+    """LINES of a log in this format as events (blank lines skipped)."""
+    return EventLog(tuple(_event(line) for line in lines if line.strip()))
+
+
+def read(path: Path) -> EventLog:
+    """The log at PATH (no file: no events; the server may never have written one)."""
+    return parse(path.read_text(encoding="utf-8").splitlines()) if path.exists() else EventLog()
+
+
 def faults(lines: Iterable[str]) -> list[str]:
     """Every line of LINES (a log in this format) that says a fault was asked for, armed, installed or fired
     inside a server (``EVENT DETAIL``, the pid left out), in order."""
-    found: list[str] = []
-    for line in lines:
-        _pid, _, rest = line.partition(" ")
-        event, _, detail = rest.partition(" ")
-        asked = event == VLLM_LOADED and detail.strip() not in ("", "-")
-        if event.startswith(FAULT_EVENT) or asked:
-            found.append(rest.strip())
-    return found
+    return parse(lines).faults()

@@ -15,8 +15,7 @@ from kvdoctor.core.engine_ref import EngineRef
 from kvdoctor.engines import Adapter, Engine, GpuArch, RoundtripRun, Server
 
 if TYPE_CHECKING:
-    from kvdoctor.bench.roundtrip import BenchOptions, ExtraPath
-    from kvdoctor.roundtrip.options import RoundtripOptions
+    from kvdoctor.roundtrip.options import BenchOptions, ExtraPath, RoundtripOptions
     from kvdoctor.roundtrip.result import RoundtripResult
     from kvdoctor.roundtrip.steps import Progress
 

@@ -7,10 +7,10 @@ import os
 import torch
 
 from kvdoctor._exceptions import InputError
+from kvdoctor.choices import ScaleMode
 from kvdoctor.mxfp8 import reference
 from kvdoctor.mxfp8.format import BACKENDS, BLOCK, INPUT_DTYPES, MXFP8Tensor
 from kvdoctor.mxfp8.layout import check_paging
-from kvdoctor.state.choices import ScaleMode
 
 
 def resolve_backend(backend: str, device: torch.device) -> str:

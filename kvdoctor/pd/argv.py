@@ -8,7 +8,7 @@ the real argv, at the first ``--`` that is not an option's value (``split``): ev
 kvdoctor's, and one Click did not take (an unknown option, a unique prefix, a second positional) is
 refused with a did-you-mean (``check_own_words``, exit 2); only the words after it may reach a server.
 Those are checked as server flags the way pd-eval always checked them (the plan's own flags refused as SGLang
-reads them, aliases and prefixes too, ``kvdoctor.pd.plan.check_extra_args``; SGLang's argparse refuses what it
+reads them, aliases and prefixes too, ``kvdoctor.deploy.plan.check_extra_args``; SGLang's argparse refuses what it
 does not know), plus
 ``check_server_words``: an option only kvdoctor defines is refused there too, as ``inspect`` does.
 """
@@ -93,7 +93,7 @@ def check_server_words(words: Sequence[str], own_options: Collection[str]) -> No
     then never reaches consistency's check with them). Every other word is held to SGLang's flags and their
     values (``plan.server_flag_names``)."""
     from kvdoctor.core.sglang._generated.server_flags import SGLANG_SERVER_FLAGS
-    from kvdoctor.pd.plan import check_extra_args
+    from kvdoctor.deploy.plan import check_extra_args
 
     plan_words = {o for o in own_options if _read_as_plan_flag(o)}
     for word in words:
@@ -111,7 +111,7 @@ def _read_as_plan_flag(option: str) -> bool:
     """Whether SGLang's parser reads OPTION (one of pd-eval's own) as a flag the plan sets (``--tp``, ``--host``)."""
     from kvdoctor._exceptions import FlagError
     from kvdoctor.core.sglang.flags import owned_word
-    from kvdoctor.pd.plan import PLAN_FLAGS
+    from kvdoctor.deploy.plan import PLAN_FLAGS
 
     try:
         return owned_word([option], PLAN_FLAGS) is not None

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 
-from kvdoctor.pd.metrics import RetractionCount
+from kvdoctor.deploy.metrics import RetractionCount
 
 PASSED, FAILED, SKIPPED = "passed", "failed", "skipped"
 
@@ -44,7 +44,7 @@ def accuracy(score: float, threshold: float) -> GateResult:
 
 def retraction(count: RetractionCount, *, allow_none: bool) -> GateResult:
     """Pass when the decode server retracted at least one request during the eval. A value that is no finite count
-    (``kvdoctor.pd.metrics`` refuses such a sample; this gate does not rely on it) is an unknown count: ``inf > 0``
+    (``kvdoctor.deploy.metrics`` refuses such a sample; this gate does not rely on it) is an unknown count: ``inf > 0``
     would pass, and ``nan > 0`` would read as "no retraction", which ``--allow-no-retraction`` lets through (it
     allows none, not a malformed count: red either way)."""
     value = count.value

@@ -38,7 +38,7 @@ _GOLD = re.compile(r"####\s*(-?[0-9.,]+)")
 
 
 @dataclass(frozen=True)
-class Record:
+class Example:
     """One GSM8K line; ``line`` is its 0-based position in the file (stable across runs)."""
 
     line: int
@@ -63,7 +63,7 @@ class DataFile:
 class Question:
     """A scored question: its prompt (few-shot block + question) and its gold value."""
 
-    record: Record
+    example: Example
     prompt: str
     gold: Decimal
 
@@ -116,8 +116,8 @@ def _download(url: str, dest: Path) -> None:
     """Fetch, verify sha256, then rename into place so no half-written copy is ever cached."""
     import httpx
 
-    from kvdoctor.pd import http
-    from kvdoctor.pd.urls import masked, redact
+    from kvdoctor.deploy import http
+    from kvdoctor.deploy.urls import masked, redact
     from kvdoctor.report.atomic import atomic_open
 
     shown_url = masked(url)  # $KVDOCTOR_GSM8K_URL may carry credentials: never echo the secret
@@ -140,22 +140,22 @@ def _download(url: str, dest: Path) -> None:
         raise InputError(f"cannot cache GSM8K at {dest}: {exc}") from None
 
 
-def load_records(path: Path) -> list[Record]:
-    """Every non-blank line as a record; anything else (bad UTF-8, JSON, fields) is bad input."""
-    records = []
+def load_examples(path: Path) -> list[Example]:
+    """Every non-blank line as an example; anything else (bad UTF-8, JSON, fields) is bad input."""
+    examples = []
     try:
         with path.open(encoding="utf-8") as fh:
             for number, raw in enumerate(fh):
                 if raw.strip():
-                    records.append(_record(path, number + 1, raw, len(records)))
+                    examples.append(_example(path, number + 1, raw, len(examples)))
     except UnicodeDecodeError as exc:
         raise InputError(f"{path}: not UTF-8 text ({exc})") from None
     except OSError as exc:
         raise InputError(f"{path}: cannot read ({exc})") from None
-    return records
+    return examples
 
 
-def _record(path: Path, line: int, raw: str, index: int) -> Record:
+def _example(path: Path, line: int, raw: str, index: int) -> Example:
     try:
         obj = json.loads(raw)
     except json.JSONDecodeError as exc:
@@ -163,16 +163,16 @@ def _record(path: Path, line: int, raw: str, index: int) -> Record:
     fields = [obj.get(key) if isinstance(obj, dict) else None for key in ("question", "answer")]
     if not all(isinstance(value, str) for value in fields):
         raise InputError(f"{path}:{line}: not a GSM8K record (needs string 'question' and 'answer' fields)")
-    return Record(index, fields[0], fields[1])
+    return Example(index, fields[0], fields[1])
 
 
-def shot_block(records: Sequence[Record]) -> str:
+def shot_block(examples: Sequence[Example]) -> str:
     """The few-shot prefix: each shot as ``Question: q\\nAnswer: a`` followed by a blank line."""
-    return "".join(f"Question: {r.question}\nAnswer: {r.answer}\n\n" for r in records)
+    return "".join(f"Question: {r.question}\nAnswer: {r.answer}\n\n" for r in examples)
 
 
-def question_prompt(record: Record) -> str:
-    return f"Question: {record.question}\nAnswer:"
+def question_prompt(example: Example) -> str:
+    return f"Question: {example.question}\nAnswer:"
 
 
 def parse_number(text: str) -> Decimal | None:
@@ -194,7 +194,7 @@ def gold_value(answer: str) -> Decimal:
         raise InputError(f"GSM8K gold {match.group(1)!r} is not a number") from exc
 
 
-def select(records: Sequence[Record], num_shots: int, num_questions: int | None) -> list[Question]:
+def select(examples: Sequence[Example], num_shots: int, num_questions: int | None) -> list[Question]:
     """Shots = the first ``num_shots`` lines; scored = the next ``num_questions`` (never a shot).
 
     Asking for more questions than follow the shots is refused, never capped: a gate that scored
@@ -204,15 +204,15 @@ def select(records: Sequence[Record], num_shots: int, num_questions: int | None)
         raise InputError("--num-shots must be >= 0")
     if num_questions is not None and num_questions < 1:
         raise InputError("--num-questions must be >= 1")
-    if num_shots >= len(records):
-        raise InputError(f"--num-shots {num_shots} leaves no question in {len(records)} lines")
-    prefix = shot_block(records[:num_shots])
-    scored = records[num_shots:]
+    if num_shots >= len(examples):
+        raise InputError(f"--num-shots {num_shots} leaves no question in {len(examples)} lines")
+    prefix = shot_block(examples[:num_shots])
+    scored = examples[num_shots:]
     if num_questions is not None:
         if num_questions > len(scored):
             raise InputError(
                 f"--num-questions {num_questions}: the data holds only {len(scored):,} questions after the "
-                f"{num_shots} shots ({len(records):,} lines); ask for at most {len(scored):,}"
+                f"{num_shots} shots ({len(examples):,} lines); ask for at most {len(scored):,}"
             )
         scored = scored[:num_questions]
     return [Question(r, prefix + question_prompt(r), gold_value(r.answer)) for r in scored]

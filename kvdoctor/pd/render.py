@@ -1,12 +1,12 @@
 """Rich output for a terminal: the plan, launch events, a progress bar, the summary table.
 
 Everything shown here may carry text from outside (model names, paths, launcher strings, a
-server's log tail inside a failure message): it goes through ``kvdoctor.report.terminal`` so no
+server's log tail inside a failure message): it goes through ``kvdoctor.text`` so no
 control character or ANSI sequence reaches the terminal and no ``[...]`` is read as rich markup.
 
 Readable anywhere: at 80 columns, piped, under NO_COLOR, a cell folds onto a second line rather than
 being cut with "…", and command lines and paths are printed whole (``soft_wrap``) so they stay
-copy-pasteable. The rows are ``kvdoctor.pd.reporting.summary_rows``, the same the step summary shows.
+copy-pasteable. The rows are ``kvdoctor.pd.report.summary_rows``, the same the step summary shows.
 """
 
 from __future__ import annotations
@@ -21,12 +21,12 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from kvdoctor._exceptions import EXIT_GATE, EXIT_PASS
-from kvdoctor.pd import plan as plan_mod
-from kvdoctor.pd.client import Completion
-from kvdoctor.pd.reporting import summary_rows
+from kvdoctor.deploy import plan as plan_mod
+from kvdoctor.deploy.client import Completion
+from kvdoctor.pd.report import summary_rows
 from kvdoctor.pd.result import PdEvalResult
 from kvdoctor.pd.run import Prepared
-from kvdoctor.report.terminal import markup, plain
+from kvdoctor.text import markup, plain
 
 if TYPE_CHECKING:
     from kvdoctor.pd import tokens

@@ -19,7 +19,7 @@ from typing import Any
 
 from kvdoctor._exceptions import EXIT_DEPLOYMENT
 from kvdoctor.consistency.result import ConsistencyResult
-from kvdoctor.pd.client import Completion
+from kvdoctor.deploy.client import Completion
 from kvdoctor.pd.gate import SKIPPED, GateResult
 from kvdoctor.pd.gsm8k import CONVENTION, Question, parse_number
 
@@ -60,8 +60,8 @@ def record(question: Question, done: Completion) -> QuestionRecord:
     """Score one reply: correct when its last number equals the gold value numerically."""
     predicted = parse_number(done.text)
     return QuestionRecord(
-        line=question.record.line,
-        question=question.record.question,
+        line=question.example.line,
+        question=question.example.question,
         gold=_plain(question.gold),
         prediction=None if predicted is None else _plain(predicted),
         correct=predicted is not None and predicted == question.gold,
@@ -175,7 +175,7 @@ class PdEvalResult:
     prediction: dict[str, object] | None = None
     server_versions: dict[str, str] = field(default_factory=dict)
     logs: dict[str, str] = field(default_factory=dict)
-    run_dir: str = ""  # this run's own directory under --output-dir (kvdoctor.pd.rundir)
+    run_dir: str = ""  # this run's own directory under --output-dir (kvdoctor.deploy.rundir)
     records: list[QuestionRecord] = field(default_factory=list)
     convention: str | None = CONVENTION
     api: str = "completions"

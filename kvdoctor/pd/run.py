@@ -19,12 +19,13 @@ from pathlib import Path
 import httpx
 
 from kvdoctor._exceptions import EXIT_DEPLOYMENT, EXIT_GATE, EXIT_PASS, DeploymentError, InputError, Interrupted
-from kvdoctor.pd import argv, client, gate, gsm8k, http, plan, ports, prediction, presets, rundir, urls
-from kvdoctor.pd.deadline import Deadline
-from kvdoctor.pd.metrics import RetractionProbe
+from kvdoctor.deploy import client, http, plan, ports, prediction, presets, rundir, urls
+from kvdoctor.deploy.deadline import Deadline
+from kvdoctor.deploy.metrics import RetractionProbe
+from kvdoctor.deploy.signals import SignalLatch, signals_raise
+from kvdoctor.deploy.supervisor import Supervisor
+from kvdoctor.pd import argv, gate, gsm8k
 from kvdoctor.pd.result import PdEvalResult, record, score
-from kvdoctor.pd.signals import SignalLatch, signals_raise
-from kvdoctor.pd.supervisor import Supervisor
 from kvdoctor.report.preflight import check_outputs
 
 SMOKE_PROMPT = "Question: What is 1 + 1?\nAnswer:"
@@ -154,7 +155,7 @@ def prepare(o: PdEvalOptions, *, download: bool, dry_run: bool = False) -> Prepa
     data = gsm8k.resolve_data(o.data_path, download=download)
     questions = []
     if data is not None:
-        questions = gsm8k.select(gsm8k.load_records(data.path), settings.num_shots, settings.num_questions)
+        questions = gsm8k.select(gsm8k.load_examples(data.path), settings.num_shots, settings.num_questions)
         mean_chars = statistics.fmean(len(q.prompt) for q in questions)
     else:
         mean_chars = gsm8k.estimated_prompt_chars(settings.num_shots)
@@ -355,7 +356,7 @@ def _evaluate(
         what: str,
         on_done: Callable[[int, client.Completion], None] | None = None,
     ) -> list[client.Completion]:
-        with latch.deferred():  # see kvdoctor.pd.signals: never raise inside the event loop
+        with latch.deferred():  # see kvdoctor.deploy.signals: never raise inside the event loop
             return asyncio.run(
                 client.complete_all(
                     launch.router_url,

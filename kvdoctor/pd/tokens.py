@@ -9,7 +9,7 @@ become a :class:`kvdoctor.consistency.deploy.PlanChoices`; its workload knobs be
 pd-eval's plan with the tight decode pool, the reference the same plan with the roomy one (one shared prefill),
 the reference twice for the noise floor, every token and logprob compared, the same gates (a pressured decode
 that retracted nothing, or a reference that retracted, is red). Its result becomes pd-eval's
-(:func:`to_result`), reported through pd-eval's one publication.
+(:func:`to_result`), reported through pd-eval's one report.
 
 The prompts are consistency's seeded token ids: exact whatever tokenizer the server loads and meaningful for a
 random checkpoint; GSM8K's text needs the model's tokenizer and trained weights, which is what ``--oracle
@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from kvdoctor.pd import plan
+from kvdoctor.deploy import plan
 from kvdoctor.pd.gate import FAILED, PASSED, GateResult
 from kvdoctor.pd.result import PdEvalResult
 from kvdoctor.pd.run import PdEvalOptions, base_preset

@@ -1,7 +1,7 @@
 """Writing a run's CI reports (the JUnit file and the GitHub step summary), and the unfinished-run record.
 
-What a command's reports hold (its cases and rows) lives with its result's ``Publication``
-(``kvdoctor.report.publishable``); :func:`publish` writes them, and :func:`errors_published` /
+What a command's reports hold (its cases and rows) lives with its result's ``Report``
+(``kvdoctor.report.reportable``); :func:`publish` writes them, and :func:`errors_published` /
 :func:`unfinished` make sure a run that ends without its verdict leaves this run's error case, never an
 earlier run's pass.
 """

@@ -1,10 +1,10 @@
 """The faults ``roundtrip --inject`` takes, per engine, as one enum that imports nothing heavy.
 
 kvdoctor's model and ``--engine sglang`` reproduce SGLang's known silent failures
-(:class:`kvdoctor.state.choices.FaultName`); ``--engine vllm`` wraps vLLM's offloading worker
-(:data:`VLLM_FAULTS`, acted on in ``kvdoctor.engines.vllm.roundtrip``). Typer lists :class:`InjectName` in
-``--help`` and refuses a typo while it parses; :func:`check_fault` refuses a fault of the other engine
-(exit 2, one line) before anything is imported.
+(:data:`SGLANG_FAULTS`); ``--engine vllm`` wraps vLLM's offloading worker (:data:`VLLM_FAULTS`, acted on in
+``kvdoctor.engines.vllm.roundtrip``). Both lists are read from the fault registry (``kvdoctor.core.faults``).
+Typer lists :class:`InjectName` in ``--help`` and refuses a typo while it parses; :func:`check_fault` refuses a
+fault of the other engine (exit 2, one line) before anything is imported.
 """
 
 from __future__ import annotations
@@ -12,12 +12,16 @@ from __future__ import annotations
 from enum import Enum
 
 from kvdoctor._exceptions import InputError
-from kvdoctor.state.choices import FaultName
+from kvdoctor.core import faults
+from kvdoctor.core.faults import Target
+from kvdoctor.core.servers import Server
 
 __all__ = ["SGLANG_FAULTS", "VLLM_FAULTS", "InjectName", "check_fault"]
 
-SGLANG_FAULTS: tuple[str, ...] = tuple(f.value for f in FaultName)  # kvdoctor's model and --engine sglang
-VLLM_FAULTS: tuple[str, ...] = ("drop-group", "reorder-blocks", "skip-scales")  # --engine vllm
+SGLANG_FAULTS: tuple[str, ...] = faults.names(
+    server=Server.SGLANG, target=Target.MODEL
+)  # the model and --engine sglang
+VLLM_FAULTS: tuple[str, ...] = faults.names(server=Server.VLLM, target=Target.ENGINE)  # --engine vllm
 
 InjectName = Enum(  # type: ignore[misc]  # the functional API: one member per fault, value = its spelling
     "InjectName", [(name.upper().replace("-", "_"), name) for name in (*SGLANG_FAULTS, *VLLM_FAULTS)], type=str

@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from kvdoctor._exceptions import InputError
 from kvdoctor.core.sglang import rules
 
-__all__ = ["MAX_SEED", "MAX_TOKENS", "Reductions", "RoundtripOptions", "check_options"]
+__all__ = [
+    "MAX_SEED",
+    "MAX_TOKENS",
+    "BenchOptions",
+    "ExtraPath",
+    "Reductions",
+    "RoundtripOptions",
+    "check_options",
+]
 
 MAX_SEED = 2**64 - 1  # torch.Generator.manual_seed takes a 64-bit seed
 MAX_TOKENS = 2**31 - 1  # far past any context length; the memory budget refuses far less
@@ -47,3 +56,31 @@ def check_options(opts: RoundtripOptions) -> None:
         raise InputError("--seed must be in [0, 2**64) (torch.Generator takes a 64-bit seed)")
     if not 0 < opts.retract_fraction < 1:
         raise InputError("the retracted fraction must be in (0, 1)")
+
+
+# What `bench roundtrip` is asked to time, beside what a round trip is asked to do: the engine adapters
+# (kvdoctor/engines/) take and return these, so they sit on the contract's floor, below the engines.
+@dataclass(frozen=True)
+class BenchOptions:
+    device: str = "auto"
+    requests: int = 64
+    tokens: int = 2048
+    repeats: int = 5
+    warmup: int = 1
+    seed: int = 0
+    reductions: Reductions = field(default_factory=Reductions)
+
+
+@dataclass(frozen=True)
+class ExtraPath:
+    """Another implementation of the same offload/restore, timed in the same interleaved rounds.
+
+    ``kvdoctor bench roundtrip --engine sglang`` passes SGLang's own ``backup_kv_cache`` /
+    ``restore_kv_cache`` on SGLang's own pools holding the same requests (``nbytes`` per round, from
+    its copy ledger), so the ratios come from one run on one machine state.
+    """
+
+    name: str
+    offload: Callable[[], object]
+    restore: Callable[[object], None]
+    nbytes: int

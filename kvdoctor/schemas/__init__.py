@@ -28,6 +28,7 @@ class ReportKind(str, Enum):
     PD_EVAL = "pd-eval"
     DRIFT = "drift"
     CONSISTENCY = "consistency"
+    FAULTS = "faults"
 
 
 def _load(name: str) -> dict[str, Any]:

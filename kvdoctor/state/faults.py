@@ -2,6 +2,9 @@
 
 A fault names the components it must turn red, and says when it cannot apply to a model (an MXFP8
 scale fault on a bf16 pool proves nothing, so ``--inject`` refuses it instead of passing green).
+What each fault is (its summary, what it needs, the SGLang code it restates) is its record in the fault
+registry (``kvdoctor.core.faults``, target ``model-roundtrip``); :data:`FAULTS` holds only how it is done,
+keyed by the registry's names (``tests/state/test_faults.py`` holds the two equal).
 """
 
 from __future__ import annotations
@@ -13,6 +16,9 @@ from dataclasses import dataclass
 import torch
 
 from kvdoctor._exceptions import InputError
+from kvdoctor.core import faults as registry
+from kvdoctor.core.faults import Target
+from kvdoctor.core.servers import Server
 from kvdoctor.state.host_copy import CopyPolicy, HostChunks
 from kvdoctor.state.pools import PADDING_SLOT, Plane, Pools
 from kvdoctor.state.retraction import (
@@ -57,10 +63,14 @@ class Fault:
     """One ``--inject`` fault: what it breaks, when it applies, and the strategy it swaps in."""
 
     name: str
-    summary: str
     targets: tuple[str, ...]  # the components its verdict must name
     needs: Callable[[Pools], str | None]  # why it cannot apply to these pools, or None
     apply: Callable[[RetractionProtocol], RetractionProtocol]
+
+    @property
+    def summary(self) -> str:
+        """What it does, in one line: its registry record's."""
+        return registry.get(self.name, server=Server.SGLANG, target=Target.MODEL).does
 
     def check(self, pools: Pools, model: str) -> None:
         reason = self.needs(pools)
@@ -100,49 +110,42 @@ FAULTS: dict[str, Fault] = {
     for f in (
         Fault(
             "missing-mamba",
-            "the caller trusts the KV pool to carry recurrent state it does not carry",
             RECURRENT,
             _recurrent,
             lambda p: dataclasses.replace(p, mamba=MambaContract(claimed=True, pool_copies=False)),
         ),
         Fault(
             "double-mamba",
-            "the pool and the caller both copy the recurrent state (bytes agree; the ledger does not)",
             RECURRENT,
             _recurrent,
             lambda p: dataclasses.replace(p, mamba=MambaContract(claimed=False, pool_copies=True)),
         ),
         Fault(
             "drop-block-scale",
-            "the MXFP8 payload moves without its E8M0 block scales",
             ("full_kv_scales", "swa_kv_scales"),
             _scales,
             _drop("full_kv_scales", "swa_kv_scales"),
         ),
         Fault(
             "drop-swa",
-            "the backup moves the full-attention KV but not the sliding-window KV",
             ("swa_kv", "swa_kv_scales"),
             _swa,
             _drop("swa_kv", "swa_kv_scales"),
         ),
         Fault(
             "host-pool-on-ssm",
-            "the host_pool backend (full and SWA KV only) on a recurrent-state model",
             RECURRENT,
             _recurrent,
             lambda p: dataclasses.replace(p, backend=BACKENDS["host_pool"]),
         ),
         Fault(
             "restore-order",
-            "KV made visible before the recurrent state is restored",
             RECURRENT,
             _recurrent,
             lambda p: dataclasses.replace(p, order=KVFirst()),
         ),
         Fault(
             "clobber-padding",
-            "the restore writes a padded row into the reserved padding slot 0",
             ("padding_slot",),
             _always,
             lambda p: dataclasses.replace(p, restore_slots=pad_with_padding_slot),

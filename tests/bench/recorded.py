@@ -4,9 +4,10 @@ with a scripted clock and scripted replies in place of servers: what the bench r
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 
 from kvdoctor.consistency.compare import Generation
-from kvdoctor.consistency.result import ConsistencyResult, Stopwatch
+from kvdoctor.consistency.result import Burst, ConsistencyResult, Stopwatch
 from kvdoctor.consistency.run import evaluate, timed_burst
 from kvdoctor.consistency.workload import Workload
 
@@ -56,18 +57,15 @@ def recorded(
     """The phases in the order ``kvdoctor.consistency.run.run`` records them; SLOW stretches every step."""
     clock = ScriptedClock()
     watch = Stopwatch(clock)
-    r = ConsistencyResult(
-        "llama-3.1-8b", "dense", "single", "cpu", True, Workload(requests, 16, length, requests).to_dict()
-    )
-    r.timeline = watch.timeline
-    r.run_dir = None
+    launch_s: dict[str, float] = {}
+    bursts: list[Burst] = []
     clock.advance(PREPARE_S * slow)
     watch.record("prepare", 0.0)
     startup_from = watch.now()
     launched = {role: watch.now() for role in READY_S}  # every server launched at once
     for role, ready in READY_S.items():
         clock.advance(ready * slow - (watch.now() - launched[role]))
-        r.launch_s[role] = round(watch.server(role, launched[role]).seconds, 1)
+        launch_s[role] = round(watch.server(role, launched[role]).seconds, 1)
     watch.record("start-up", startup_from)
     with watch.phase("warm-up"):
         clock.advance(WARM_S * slow)
@@ -76,16 +74,27 @@ def recorded(
         clock.advance(GAP_S)
         gens = generations(requests, length, diverge=diverge and name == "pressured")
         outputs[name], burst = timed_burst(watch, name, "http://127.0.0.1:1", _reply(clock, seconds * slow, gens))
-        r.bursts.append(burst)
-    r.retractions, r.retraction_source = {"reference": 0, "pressured": pressured}, "metrics"
-    r.stand_in = {"used": True, "log": "x", "calls": []}
+        bursts.append(burst)
+    r = ConsistencyResult(
+        "llama-3.1-8b",
+        "dense",
+        "single",
+        "cpu",
+        True,
+        Workload(requests, 16, length, requests).to_dict(),
+        run_dir=None,
+        launch_s=launch_s,
+        bursts=bursts,
+        retractions={"reference": 0, "pressured": pressured},
+        retraction_source="metrics",
+        stand_in={"used": True, "log": "x", "calls": []},
+    )
     with watch.phase("compare"):
-        evaluate(r, outputs["reference"], outputs["reference-repeat"], outputs["pressured"], stand_in_used=True)
+        r = evaluate(r, outputs["reference"], outputs["reference-repeat"], outputs["pressured"], stand_in_used=True)
         clock.advance(COMPARE_S * slow)
     teardown_from = watch.now()
     clock.advance(TEARDOWN_S * slow)
     watch.record("teardown", teardown_from)
     with watch.phase("trace"):
         clock.advance(TRACE_S * slow)
-    r.wall_s = watch.now()
-    return r
+    return replace(r, wall_s=watch.now(), timeline=watch.timeline)

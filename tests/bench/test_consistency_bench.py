@@ -7,6 +7,7 @@ import json
 import re
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -102,16 +103,16 @@ def test_a_run_that_never_retracted_gives_no_number(pressured: int | None) -> No
 
 
 def test_a_failed_deployment_gives_no_number_and_exits_3() -> None:
-    r = recorded()
-    r.passed, r.exit_code, r.exit_reason, r.message = False, EXIT_DEPLOYMENT, "server_exited", "reference exited (1)"
+    r = replace(
+        recorded(), passed=False, exit_code=EXIT_DEPLOYMENT, exit_reason="server_exited", message="reference exited (1)"
+    )
     with pytest.raises(DeploymentError, match="did not happen: reference exited") as caught:
         measure(r)
     assert caught.value.exit_code == EXIT_DEPLOYMENT
 
 
 def test_an_interrupted_run_gives_no_number_and_the_signals_code() -> None:
-    r = recorded()
-    r.passed, r.exit_code, r.exit_reason = False, 143, "interrupted"
+    r = replace(recorded(), passed=False, exit_code=143, exit_reason="interrupted")
     with pytest.raises(Interrupted) as caught:
         measure(r)
     assert caught.value.signum == 15
@@ -185,9 +186,9 @@ def fake_run(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):  # type: ignore[n
         def run(prepared: object, *, notify: object = None) -> object:
             r = recorded(**kwargs)  # type: ignore[arg-type]
             if failed:  # what run() returns when a server died: its timeline stops where the run did
-                r.passed, r.exit_code, r.exit_reason = False, EXIT_DEPLOYMENT, "server_exited"
-                r.message = "pressured exited with code 1 before it was healthy"
-            r.run_dir = str(tmp_path / "run")
+                r = replace(r, passed=False, exit_code=EXIT_DEPLOYMENT, exit_reason="server_exited")
+                r = replace(r, message="pressured exited with code 1 before it was healthy")
+            r = replace(r, run_dir=str(tmp_path / "run"))
             Path(r.run_dir).mkdir()
             made["result"] = r
             return r

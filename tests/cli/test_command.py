@@ -1,6 +1,6 @@
 """The one command skeleton (kvdoctor/cli/command.py): every command's steps run in one order, each with
 what it owes the user: options refused before anything is written, report paths proven before the work,
-an unfinished run's JUnit error case, the status line from the publication, the verdict's exit code."""
+an unfinished run's JUnit error case, the status line from the report, the verdict's exit code."""
 
 from __future__ import annotations
 
@@ -15,14 +15,14 @@ from junitparser import Error, JUnitXml
 from rich.console import Console
 
 from kvdoctor._exceptions import EXIT_GATE, EXIT_INPUT, InputError
-from kvdoctor.cli.command import CommandRun, Record, check_reports
-from kvdoctor.report import junit, publishable, verdicts
+from kvdoctor.cli.command import CommandRun, ErrorCase, check_reports
+from kvdoctor.report import junit, reportable, verdicts
 
 SUITE = "kvdoctor.toy"
 
 
 @dataclass
-class Published(publishable.Publishable):
+class Published(reportable.Reportable):
     exit_code: int
     warnings: Sequence[str] = ()
     command = "toy"
@@ -67,8 +67,8 @@ class Toy(CommandRun[int, Published]):
         self._step("preflight")
         check_reports(self.junit_path)
 
-    def record(self) -> Record:
-        return Record(SUITE, "kvdoctor toy", self.junit_path)
+    def error_case(self) -> ErrorCase:
+        return ErrorCase(SUITE, "kvdoctor toy", self.junit_path)
 
     def work(self) -> int | None:
         self._step("work")
@@ -77,7 +77,7 @@ class Toy(CommandRun[int, Published]):
     def deliver(self, result: int) -> Published:
         self._step("deliver")
         published = Published(self.exit_code)
-        publishable.publish(published, junit_path=self.junit_path, env={})
+        reportable.publish(published, junit_path=self.junit_path, env={})
         return published
 
     def after(self, published: Published) -> None:
@@ -107,7 +107,7 @@ def exit_of(toy: Toy) -> int:
     return 0
 
 
-def test_the_steps_run_in_order_and_the_status_line_follows_the_publication(tmp_path: Path) -> None:
+def test_the_steps_run_in_order_and_the_status_line_follows_the_report(tmp_path: Path) -> None:
     toy = Toy(tmp_path / "r.xml", exit_code=EXIT_GATE)
     assert exit_of(toy) == EXIT_GATE
     assert toy.ran == ["check", "preflight", "work", "deliver", "after"]

@@ -1,5 +1,5 @@
 """The matrix ``drift --server vllm`` runs (``kvdoctor.core.vllm.matrix``), pure: no vLLM needed (main suite;
-tests/vllm is skipped whole where vLLM is not installed).
+tests/engines/vllm is skipped whole where vLLM is not installed).
 
 Its fixtures are exactly the bundled ones ``inspect --server vllm`` answers for; its launch lines are valid vLLM
 lines to kvdoctor's own parser, named uniquely, and their values come from the generated flag table.
@@ -14,7 +14,7 @@ from kvdoctor.core.config import bundled_fixtures
 from kvdoctor.core.vllm import matrix
 from kvdoctor.core.vllm.analysis import analyze_vllm
 from kvdoctor.core.vllm.flags import parse_vllm_flags
-from tests.vllm.test_vllm_agrees import FIXTURES
+from tests.engines.vllm.test_vllm_agrees import FIXTURES
 
 
 def test_the_fixtures_are_exactly_those_inspect_server_vllm_answers_for() -> None:

@@ -167,7 +167,7 @@ def test_per_token_and_per_request_components_keep_their_one_size_key() -> None:
     assert "bytes_per_request" in by_name["conv_state"] and "bytes_per_token" not in by_name["conv_state"]
 
 
-# ---- --engine sglang's shapes (SGLang runs in .venv-sglang: tests/engines/test_sglang_inspect.py) --
+# ---- --engine sglang's shapes (SGLang runs in .venv-sglang: tests/engines/sglang/test_sglang_inspect.py) --
 def _answers(drift: tuple[FieldDrift, ...] = ()) -> SglangAnswers:
     return SglangAnswers(
         engine=EngineRef("sglang", "0.5.23", "/site-packages/sglang"),

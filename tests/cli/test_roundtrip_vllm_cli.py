@@ -1,6 +1,6 @@
 """`roundtrip --server vllm --engine vllm` refusals that need no vLLM: which engine runs which server's round
 trip, and only the options and faults it acts on. Each is one exit-2 line before anything is imported (the
-vLLM runs themselves: tests/vllm/test_vllm_roundtrip_cli.py, in .venv-vllm)."""
+vLLM runs themselves: tests/engines/vllm/test_vllm_roundtrip_cli.py, in .venv-vllm)."""
 
 from __future__ import annotations
 

@@ -45,7 +45,7 @@ RENDER = {
     "inspect": (["inspect", "inkling-small"], "kvdoctor.cli.verdict:print_verdict"),
 }
 LINES = {signal.SIGINT: (130, "kvdoctor: interrupted"), signal.SIGTERM: (143, "kvdoctor: terminated")}
-# The real-server commands, stopped inside their servers' supervision (kvdoctor.pd.signals' latch: the run
+# The real-server commands, stopped inside their servers' supervision (kvdoctor.deploy.signals' latch: the run
 # catches the signal, tears down, and returns a result that says 130/143). The seeded checkpoint is stubbed as
 # cached, so no transformers is needed; nothing is launched before the block.
 STUB_CHECKPOINT = (

@@ -16,6 +16,7 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
+import pytest
 import typer
 from typer.testing import CliRunner
 
@@ -86,7 +87,7 @@ def test_building_the_cli_imports_no_command_module() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     (top, bench), modules = json.loads(out.stdout)
-    assert top == ["inspect", "roundtrip", "pd-eval", "consistency", "drift", "schema", "bench"]
+    assert top == ["inspect", "roundtrip", "pd-eval", "consistency", "drift", "faults", "schema", "bench"]
     assert bench == ["mxfp8", "roundtrip", "pd-eval", "startup", "consistency"]
     assert set(COMMAND_MODULES).isdisjoint(modules), modules
     assert not _loaded(("kvdoctor.core", "kvdoctor.engines", "kvdoctor.pd", "kvdoctor.report"), modules), modules
@@ -128,7 +129,7 @@ def test_a_plain_inspect_loads_no_report_writer_and_nothing_of_vllm(tmp_path: Pa
     """Tables and the verdict line only: no JUnit writer, no path checks, no JSON writer, no vLLM analysis.
 
     Each was imported by every ``inspect`` through the shared reporters (``report.verdicts`` and
-    ``report.inspect_publication`` imported ``junit`` at load time, ``report.envelope`` the JSON writer)."""
+    ``report.inspect_report`` imported ``junit`` at load time, ``report.envelope`` the JSON writer)."""
     modules = _modules_after(tmp_path, "inspect", "inkling-small")
     assert "kvdoctor.core.sglang.inspect_result" in modules  # it did answer, and published its verdict
     assert "kvdoctor.report.verdicts" in modules  # the unfinished-run record was kept, as in every run
@@ -162,15 +163,29 @@ def test_inspect_json_on_an_sglang_question_imports_nothing_of_vllm(tmp_path: Pa
 
 
 def test_inspect_for_vllm_imports_no_sglang_engine_and_no_torch(tmp_path: Path) -> None:
-    """What holds for ``--server vllm`` today: vLLM's rule model answers, with no server, torch or pd-eval
-    module. (It still imports SGLang's rule model: ``publish_inspect`` reads ``ungated`` and the report
-    types from ``kvdoctor.core.sglang.inspect_result``, which imports the SGLang analysis.)"""
+    """``--server vllm``: vLLM's rule model answers, with no server, torch or pd-eval module."""
     modules = _modules_after(tmp_path, "inspect", "llama-3.1-8b", "--server", "vllm")
     assert "kvdoctor.core.vllm.analysis" in modules  # it did answer, from vLLM's rule model
     assert _loaded(("vllm", "sglang", "kvdoctor.engines.vllm", "kvdoctor.engines.sglang"), modules) == []
     assert _loaded(("torch", "triton", "kvdoctor.pd", "httpx"), modules) == []
     others = [m for m in COMMAND_MODULES if m not in ("kvdoctor.cli.inspect_cmd", "kvdoctor.cli.inspect_vllm")]
     assert _loaded(tuple(others), modules) == []
+
+
+def test_inspect_for_vllm_imports_nothing_of_sglangs_rule_model(tmp_path: Path) -> None:
+    """A vLLM question loads nothing of SGLang's rule model, in tables or JSON (issue 29: it loaded all of it,
+    ~40 modules, through the shared hazards table's imports and the verdict's ``ungated``), and a launch line
+    without an option loads no vLLM flag table (1,900 generated lines); a line with a flag still reads it."""
+    for argv in (
+        ("inspect", "llama-3.1-8b", "--server", "vllm"),
+        ("inspect", "llama-3.1-8b", "--server", "vllm", "--json"),
+    ):
+        modules = _modules_after(tmp_path, *argv)
+        assert "kvdoctor.core.vllm.analysis" in modules  # it did answer, from vLLM's rule model
+        assert _loaded(("kvdoctor.core.sglang",), modules) == [], argv
+        assert _loaded(("kvdoctor.core.vllm._generated.server_flags",), modules) == [], argv
+    flagged = _modules_after(tmp_path, "inspect", "llama-3.1-8b", "--server", "vllm", "--block-size", "32")
+    assert "kvdoctor.core.vllm._generated.server_flags" in flagged  # the flag went through vLLM's vocabulary
 
 
 def test_a_group_lists_its_commands_without_building_them() -> None:
@@ -223,15 +238,18 @@ def test_lazy_help_is_the_help_typer_builds_up_front() -> None:
         assert lazy_out.output == eager_out.output, argv
 
 
-def test_a_plain_inspect_makes_its_classes_as_records(tmp_path: Path) -> None:
-    """Every kvdoctor dataclass a plain ``inspect`` loads is a ``kvdoctor.core.record`` (no compiled __repr__,
-    __eq__, __hash__, __setattr__, __delattr__: ~1 ms a class of start-up, issue 17), and the value grammars
-    of ``core/flag_values`` are compiled only when a launch line has such a value. A ``@dataclass`` put back
-    on that path, or a grammar compiled at import again, turns this red."""
+@pytest.mark.parametrize(
+    "argv", [["inspect", "inkling-small"], ["inspect", "llama-3.1-8b", "--server", "vllm"]], ids=["sglang", "vllm"]
+)
+def test_a_plain_inspect_makes_its_classes_as_records(tmp_path: Path, argv: list[str]) -> None:
+    """Every kvdoctor dataclass a plain ``inspect`` loads, for either server, is a ``kvdoctor.core.record`` (no
+    compiled __repr__, __eq__, __hash__, __setattr__, __delattr__: ~1 ms a class of start-up, issues 17 and 29),
+    and the value grammars of ``core/flag_values`` are compiled only when a launch line has such a value. A
+    ``@dataclass`` put back on that path, or a grammar compiled at import again, turns this red."""
     code = (
         "import dataclasses, sys\n"
         "from kvdoctor.cli import app\n"
-        "sys.argv = ['kvdoctor', 'inspect', 'inkling-small']\n"
+        f"sys.argv = ['kvdoctor', *{argv!r}]\n"
         "try:\n"
         "    app.main()\n"
         "except SystemExit:\n"
@@ -251,11 +269,11 @@ def test_a_plain_inspect_makes_its_classes_as_records(tmp_path: Path) -> None:
 def test_a_plain_inspect_builds_no_flag_parser_and_no_torch_command_enum(tmp_path: Path) -> None:
     """A launch line without a modelled server flag reads ServerFlags' defaults without building kvdoctor's
     argparse parser (argparse and ~40 add_argument calls: ~5 ms, issue 17), one without an option loads no
-    SGLang flag table, and ``cli/options`` makes the torch commands' ``--device`` enum (``kvdoctor.state.choices``)
+    SGLang flag table, and ``cli/options`` makes the torch commands' ``--device`` enum (``kvdoctor.choices``)
     only when such a command imports it. Building the parser, the table or the enums at import again turns this
     red; a modelled flag still builds the parser."""
     plain = _modules_after(tmp_path, "inspect", "inkling-small")
-    assert _loaded(("argparse", "kvdoctor.state.choices", "kvdoctor.core.sglang._generated.server_flags"), plain) == []
+    assert _loaded(("argparse", "kvdoctor.choices", "kvdoctor.core.sglang._generated.server_flags"), plain) == []
     flagged = _modules_after(tmp_path, "inspect", "inkling-small", "--page-size", "16")
     assert "argparse" in flagged  # the modelled flag went through the parser
 
@@ -283,8 +301,8 @@ def test_the_parser_free_path_reads_what_the_parser_reads() -> None:
 def test_device_option_is_the_device_enum_when_a_torch_command_imports_it() -> None:
     from typing import get_args
 
+    from kvdoctor.choices import Device
     from kvdoctor.cli import options
-    from kvdoctor.state.choices import Device
 
     kind, option = get_args(options.DeviceOption)
     assert kind is Device and option.help.startswith("Where the work runs")

@@ -155,7 +155,6 @@ def test_the_state_trace_validates_against_the_published_schema(tmp_path: Path) 
 
     log = _write(tmp_path / "d.jsonl", _cycle(0, 1.0, kv_tokens=20, state_pos=21) + _cycle(2, 5.0))
     trace = attribution.attribute(log, PROMPTS, [_diff(0, True, 3), _diff(1, True, 9), _diff(2, False)])
-    r = ConsistencyResult("lfm2-1.2b", "lfm2", "pd", "cpu", True, Workload().to_dict())
-    r.state_trace = trace.to_dict()
+    r = ConsistencyResult("lfm2-1.2b", "lfm2", "pd", "cpu", True, Workload().to_dict(), state_trace=trace)
     doc = assert_valid(json_document(r), "consistency")
     assert doc["state_trace"]["finding"]["component"] == "conv_state"

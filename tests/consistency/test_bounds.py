@@ -132,6 +132,27 @@ def test_sglangs_limit_is_the_shrunk_configs_context_less_what_its_scheduler_kee
         context_limit.check(limit, MAX_POSITIONS - 6, 1, "sglang")
 
 
+def test_each_servers_limit_is_its_table_line_and_a_refusal_cites_the_request_check_its_limit_carries() -> None:
+    """``limit(server)`` reads LIMITS (no branch on the name); SGLang's refusal names its scheduler's check,
+    vLLM's names none."""
+    loaded = load_config("llama-3.1-8b")
+    config = shrink(dict(loaded.top))
+    sglang = context_limit.limit("sglang", config, loaded.source, ())
+    assert sglang == context_limit.sglang(config, loaded.source, ())
+    with pytest.raises(InputError) as refused:
+        context_limit.check(sglang, 64, MAX_POSITIONS, "sglang")
+    assert f"cut every request ({context_limit.SGLANG_REQUEST_CHECK}): use at most" in str(refused.value)
+    vllm = context_limit.limit("vllm", config, loaded.source, ())
+    assert vllm == context_limit.vllm(config, loaded.source, ()) and vllm.cite == ""
+    with pytest.raises(InputError, match=r"cut every request: use at most a smaller --max-new-tokens"):
+        context_limit.check(vllm, 64, MAX_POSITIONS, "vllm")
+    with pytest.raises(KeyError, match="no context limit for server 'trt'"):
+        context_limit.limit("trt", config, loaded.source, ())
+    third = context_limit.Limit(100, "its context", cite="worker.py:7")  # a third server's, named by its limit
+    with pytest.raises(InputError, match=r"longer than trt serves whole.*every request \(worker\.py:7\): use"):
+        context_limit.check(third, 64, 64, "trt")
+
+
 def test_a_context_length_after_dashdash_lowers_it_and_one_above_the_model_is_sglangs_refusal(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

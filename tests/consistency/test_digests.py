@@ -1,6 +1,7 @@
 """The in-server recorder (``kvdoctor.engines.sglang.digests``) on stand-in pools shaped like SGLang's: the copy's
 digest equals the live slots' for a faithful copy and not for a changed byte; the ledger gives the positions;
-a failure inside the recorder never reaches SGLang. (SGLang's own pools: tests/engines/test_sglang_state_trace.py.)"""
+a failure inside the recorder never reaches SGLang.
+(SGLang's own pools: tests/engines/sglang/test_sglang_state_trace.py.)"""
 
 from __future__ import annotations
 

@@ -19,7 +19,7 @@ from kvdoctor.consistency.report import json_document
 from kvdoctor.consistency.result import ConsistencyResult
 from kvdoctor.consistency.run import evaluate
 from kvdoctor.consistency.workload import Workload
-from kvdoctor.pd.metrics import MalformedMetric
+from kvdoctor.deploy.metrics import MalformedMetric
 from kvdoctor.report.serialize import dumps
 from tests.schema_check import assert_valid
 
@@ -38,10 +38,17 @@ def with_logprob(g: Generation, position: int, value: float) -> Generation:
 
 
 def result() -> ConsistencyResult:
-    r = ConsistencyResult("llama-3.1-8b", "dense", "single", "cpu", True, Workload().to_dict())
-    r.retractions, r.retraction_source = {"reference": 0, "pressured": 3}, "metrics"
-    r.stand_in = {"used": True, "calls": []}
-    return r
+    return ConsistencyResult(
+        "llama-3.1-8b",
+        "dense",
+        "single",
+        "cpu",
+        True,
+        Workload().to_dict(),
+        retractions={"reference": 0, "pressured": 3},
+        retraction_source="metrics",
+        stand_in={"used": True, "calls": []},
+    )
 
 
 def logprobs_gate(r: ConsistencyResult) -> gates.Gate:
@@ -59,7 +66,7 @@ def test_a_null_at_token_0_no_longer_hides_a_later_drift() -> None:
     assert d.max_abs_dlogprob == pytest.approx(0.003)  # over the finite tokens: a number, never NaN
     assert [(x.run, x.request, x.position, x.value) for x in d.non_finite] == [("pressured", 3, 0, "null/NaN")]
     r = result()
-    evaluate(r, ref, ref, got, stand_in_used=True)
+    r = evaluate(r, ref, ref, got, stand_in_used=True)
     gate = logprobs_gate(r)
     assert not gate.passed and gate.reason == "malformed_reply" and r.exit_code == 1
     assert "the pressured run's request 3 at token 0 (null/NaN)" in gate.message
@@ -72,7 +79,7 @@ def test_a_null_logprob_alone_is_unknown_never_a_pass() -> None:
     got = list(ref)
     got[5] = with_logprob(ref[5], 9, NAN)
     r = result()
-    evaluate(r, ref, ref, got, stand_in_used=True)
+    r = evaluate(r, ref, ref, got, stand_in_used=True)
     assert r.identical == r.total  # every token is the reference's: only the malformed reply turns it red
     assert not logprobs_gate(r).passed and r.exit_reason == "malformed_reply"
     assert "request 5 at token 9" in logprobs_gate(r).message
@@ -85,7 +92,7 @@ def test_a_nan_in_the_reference_keeps_the_threshold_a_number_and_the_gate_red() 
     floor = noise_floor(ref, ref)
     assert floor.max_abs_dlogprob == 0.0 and math.isfinite(drift(against(ref, got, floor), floor)["threshold"])
     r = result()
-    evaluate(r, ref, ref, got, stand_in_used=True)
+    r = evaluate(r, ref, ref, got, stand_in_used=True)
     gate = logprobs_gate(r)
     assert not gate.passed and gate.reason == "malformed_reply"
     assert "the reference run's request 0 at token 0" in gate.message
@@ -143,7 +150,7 @@ def test_a_finite_runs_json_keeps_exactly_its_keys() -> None:
     """The rows' keys are a published contract: the non-finite record is no dataclass field, and the drift and
     noise-floor keys appear only when there is something to say."""
     r = result()
-    evaluate(r, run(REF), run(REF), run(REF), stand_in_used=True)
+    r = evaluate(r, run(REF), run(REF), run(REF), stand_in_used=True)
     doc = json.loads(dumps(json_document(r)))
     assert set(doc["requests"][0]) == {
         "index",
@@ -167,7 +174,7 @@ def test_a_malformed_runs_json_is_valid_and_says_where() -> None:
     got = list(ref)
     got[6] = with_logprob(ref[6], 0, NAN)
     r = result()
-    evaluate(r, ref, ref, got, stand_in_used=True)
+    r = evaluate(r, ref, ref, got, stand_in_used=True)
     doc = assert_valid(json.loads(dumps(json_document(r))), "consistency")
     assert doc["exit_code"] == 1 and doc["exit_reason"] == "malformed_reply"
     assert doc["logprob_drift"]["non_finite"]["first"][0] == {

@@ -4,9 +4,9 @@ and every refusal naming consistency's own terms.
 ``consistency MODEL --shrink -- --model PATH`` once swapped the model on every server while the report named
 the seeded checkpoint: ``--model`` is SGLang's alias of ``--model-path`` and the check matched names. Now an
 owned flag is held by its dest (the generated ``*_FLAG_DESTS`` tables, read from each server's own parser;
-tests/engines/test_sglang_owned_flags.py and tests/vllm/test_vllm_owned_flags.py hold them to the installed
-parsers): every alias, unique prefix and (vLLM) underscore spelling is refused, exit 2, one line, before any
-work. And the refusals no longer name pd-eval's options (``--prefill-port``, ``--bootstrap-port``, ``--tp``).
+tests/engines/sglang/test_sglang_owned_flags.py and tests/engines/vllm/test_vllm_owned_flags.py hold them to
+the installed parsers): every alias, unique prefix and (vLLM) underscore spelling is refused, exit 2, one line,
+before any work. And the refusals no longer name pd-eval's options (``--prefill-port``, ``--bootstrap-port``, ``--tp``).
 """
 
 from __future__ import annotations
@@ -21,11 +21,12 @@ from typer.testing import CliRunner
 
 from kvdoctor._exceptions import InputError
 from kvdoctor.cli.app import app
-from kvdoctor.consistency import deploy, deploy_vllm
+from kvdoctor.consistency import deploy
+from kvdoctor.consistency.servers.vllm import plan as deploy_vllm
 from kvdoctor.core.owned_flags import spellings
 from kvdoctor.core.sglang._generated.server_flags import SGLANG_FLAG_DESTS, SGLANG_FLAG_VALUES, SGLANG_SERVER_FLAGS
 from kvdoctor.core.vllm._generated.server_flags import VLLM_FLAG_DESTS, VLLM_FLAG_VALUES, VLLM_SERVER_FLAGS
-from kvdoctor.pd import plan
+from kvdoctor.deploy import plan
 
 ROOT = Path(__file__).resolve().parents[2]
 # What only pd-eval offers: a consistency refusal must never send the user to these.
@@ -308,7 +309,7 @@ def test_bench_consistency_refuses_the_swap_before_any_work(tmp_path: Path) -> N
 def test_the_real_server_envs_kvdoctor_refuses_the_swap(tmp_path: Path) -> None:
     """Run with .venv-server's kvdoctor (real SGLang 0.5.23 installed): the refusal is before any launch, so no
     server is needed to prove it; the flag table it resolves with is the one its SGLang's parser holds
-    (tests/engines/test_sglang_owned_flags.py)."""
+    (tests/engines/sglang/test_sglang_owned_flags.py)."""
     out = tmp_path / "out"
     # --dry-run: the refusal comes first either way, and a regression prints a plan instead of launching servers
     args = ["consistency", "llama-3.1-8b", "--shrink", "--topology", "pd", "--dry-run", "--output-dir", str(out)]

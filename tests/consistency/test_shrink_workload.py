@@ -6,9 +6,12 @@ import json
 
 import pytest
 
-from kvdoctor.consistency.shrink import VLLM_MAMBA_STATE, VOCAB, kept_layers, shrink
+from kvdoctor.consistency import shrink as shrink_module
+from kvdoctor.consistency.shrink import VOCAB, kept_layers, shrink
 from kvdoctor.consistency.workload import FIRST_ID, Workload, prompts
+from kvdoctor.core import consistency_facts
 from kvdoctor.core.config import resolve_config_path
+from kvdoctor.core.vllm.consistency_facts import MAMBA_STATE as VLLM_MAMBA_STATE
 
 
 def fixture(name: str) -> dict[str, object]:
@@ -55,6 +58,26 @@ def test_the_vllm_shrink_makes_a_mamba2_state_small_and_the_sglang_shrink_keeps_
     assert shrink(fixture("llama-3.1-8b"), server="vllm") == shrink(fixture("llama-3.1-8b"))
     with pytest.raises(ValueError, match="server must be one of"):
         shrink(nemotron, server="trt")
+
+
+# A third server's room, reached through the table alone (shrink names no server).
+FAKE = consistency_facts.ConsistencyFacts(
+    mamba_state={"mamba_num_heads": 4, "mamba_head_dim": 32, "ssm_state_size": 8, "n_groups": 2},
+    shrinks_untied_mamba=True,
+    pressed="evicted",
+    pressure_consequence="nothing was evicted",
+    fault_site="inside pressured ({hook})",
+    fault_hooks={"": "Fake.evict"},
+    fault_tally="installed {installed}",
+    fault_problem="failed",
+)
+
+
+def test_a_server_added_to_the_table_gets_its_own_mamba_state(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(consistency_facts.TABLE, "fake", f"{__name__}:FAKE")
+    small = shrink(fixture("nemotron-h-8b"), server="fake")
+    assert {k: small[k] for k in FAKE.mamba_state} == FAKE.mamba_state
+    assert shrink_module.small_mamba_state(fixture("nemotron-h-8b"), "fake") == FAKE.mamba_state
 
 
 def test_prompts_are_seeded_and_skip_special_ids() -> None:

@@ -3,14 +3,17 @@ unknown, and the state trace cites none of SGLang's lines (issue 28, defect 1's 
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from kvdoctor.consistency import attribution, deploy_vllm
-from kvdoctor.consistency import run as consistency_run
+from kvdoctor.consistency import attribution
 from kvdoctor.consistency.gates import Gate
-from kvdoctor.consistency.result import ConsistencyResult, FaultReport
+from kvdoctor.consistency.result import ConsistencyResult, FaultReport, settled
+from kvdoctor.consistency.servers.sglang import deployment as sglang_room
+from kvdoctor.consistency.servers.vllm import deployment as vllm_room
+from kvdoctor.consistency.servers.vllm import plan as deploy_vllm
 from kvdoctor.consistency.workload import Workload
 from tests.consistency.test_attribution import PROMPTS, _cycle, _diff, _write
 
@@ -26,11 +29,18 @@ VLLM_FAULT = ["301 loaded drop-kv", "302 loaded drop-kv", "302 fault-installed d
 
 def _green(topology: str = "pd", server: str = "sglang") -> ConsistencyResult:
     """A run whose comparison passed: what the logs say is all that can turn it."""
-    result = ConsistencyResult("llama-3.1-8b", "llama", topology, "cpu", True, Workload().to_dict(), server=server)
-    result.gates = [Gate("tokens", True, "passed", "16/16 identical")]
-    result.stand_in = {"used": True, "calls": []}
-    consistency_run._settle(result)
-    return result
+    result = ConsistencyResult(
+        "llama-3.1-8b",
+        "llama",
+        topology,
+        "cpu",
+        True,
+        Workload().to_dict(),
+        server=server,
+        gates=[Gate("tokens", True, "passed", "16/16 identical")],
+        stand_in={"used": True, "calls": []},
+    )
+    return settled(result)
 
 
 @pytest.mark.parametrize("diverged", [False, True])
@@ -38,12 +48,13 @@ def test_a_fault_in_the_site_hook_log_of_a_run_without_inject_is_red_and_unknown
     tmp_path: Path, diverged: bool
 ) -> None:
     """Whatever else the gates say (the fault's divergence, measured live: 8/16), the reason is the fault."""
-    (tmp_path / consistency_run.HOOK_LOG).write_text("\n".join(SGLANG_FAULT) + "\n")
+    (tmp_path / sglang_room.HOOK_LOG).write_text("\n".join(SGLANG_FAULT) + "\n")
     result = _green()
     if diverged:
-        result.gates = [Gate("tokens", False, "diverged", "8/16 requests diverge"), *result.gates[1:]]
-        consistency_run._settle(result)
-    consistency_run._read_hook_logs(tmp_path, result)
+        result = settled(
+            replace(result, gates=[Gate("tokens", False, "diverged", "8/16 requests diverge"), *result.gates[1:]])
+        )
+    result = sglang_room.read_hook_logs(tmp_path, result)
     assert (result.exit_code, result.exit_reason) == (1, attribution.UNREQUESTED)
     assert result.message.startswith("a fault nobody asked for ran inside the servers (fault-armed drop-kv")
 
@@ -51,25 +62,23 @@ def test_a_fault_in_the_site_hook_log_of_a_run_without_inject_is_red_and_unknown
 def test_a_fault_in_the_vllm_plugin_log_of_a_run_without_inject_is_red_and_unknown(tmp_path: Path) -> None:
     (tmp_path / deploy_vllm.PLUGIN_LOG).write_text("\n".join(VLLM_FAULT) + "\n")
     result = _green(server="vllm")
-    consistency_run._read_plugin_log(tmp_path, result)
+    result = vllm_room.read_plugin_log(tmp_path, result)
     assert (result.exit_code, result.exit_reason) == (1, attribution.UNREQUESTED)
 
 
 @pytest.mark.parametrize("log", [["101 patched x", "202 digests-armed y"], []])
 def test_a_clean_log_leaves_a_green_run_green(tmp_path: Path, log: list[str]) -> None:
-    (tmp_path / consistency_run.HOOK_LOG).write_text("".join(line + "\n" for line in log))
+    (tmp_path / sglang_room.HOOK_LOG).write_text("".join(line + "\n" for line in log))
     (tmp_path / deploy_vllm.PLUGIN_LOG).write_text("301 loaded -\n")
-    for read, server in ((consistency_run._read_hook_logs, "sglang"), (consistency_run._read_plugin_log, "vllm")):
-        result = _green(server=server)
-        read(tmp_path, result)
+    for read, server in ((sglang_room.read_hook_logs, "sglang"), (vllm_room.read_plugin_log, "vllm")):
+        result = read(tmp_path, _green(server=server))
         assert (result.exit_code, result.exit_reason) == (0, "passed")
 
 
 def test_a_fault_asked_for_is_judged_by_its_own_gate_not_this_one(tmp_path: Path) -> None:
-    (tmp_path / consistency_run.HOOK_LOG).write_text("\n".join(SGLANG_FAULT) + "\n")
-    result = _green()
-    result.fault = FaultReport("drop-kv", "decode-pressured")
-    consistency_run._read_hook_logs(tmp_path, result)
+    (tmp_path / sglang_room.HOOK_LOG).write_text("\n".join(SGLANG_FAULT) + "\n")
+    result = replace(_green(), fault=FaultReport("drop-kv", "decode-pressured"))
+    result = sglang_room.read_hook_logs(tmp_path, result)
     assert attribution.UNREQUESTED not in {g.reason for g in result.gates}
     assert result.fault.installed and result.fault.restores == 1
 

@@ -8,7 +8,7 @@ No server exports the offload counters here (vLLM refuses the OffloadingConnecto
 (the library vLLM exports with) with the metric names and labels vLLM's code gives (vLLM 0.32
 distributed/kv_transfer/kv_connector/v1/offloading/metrics.py, ``_TransferMetricName``; v1/metrics/loggers.py), so
 the parsing is of real Prometheus text, the numbers are made up. The fault against vLLM's real worker is
-tests/vllm/test_vllm_offload_fault.py; a GPU run is not measured.
+tests/engines/vllm/test_vllm_offload_fault.py; a GPU run is not measured.
 """
 
 from __future__ import annotations
@@ -22,10 +22,12 @@ from typer.testing import CliRunner
 
 from kvdoctor._exceptions import EXIT_GATE, EXIT_INPUT, EXIT_PASS, InputError
 from kvdoctor.cli.app import app
-from kvdoctor.consistency import deploy_vllm, gates, prefix, probe_vllm, report, run
+from kvdoctor.consistency import gates, prefix, probe_vllm, report, run
 from kvdoctor.consistency.compare import Generation
 from kvdoctor.consistency.probe_vllm import OffloadCount
 from kvdoctor.consistency.result import ConsistencyResult, FaultReport, OffloadResult
+from kvdoctor.consistency.servers.vllm import deployment as vllm_room
+from kvdoctor.consistency.servers.vllm import plan as deploy_vllm
 from kvdoctor.consistency.workload import Workload
 from kvdoctor.engines.vllm import server_plugin
 from tests.schema_check import assert_valid
@@ -83,21 +85,21 @@ def test_the_cpu_tier_holds_every_in_flight_requests_blocks() -> None:
     concurrency; the size is what --kv-offloading-size says (vLLM: GiB x 2^30 bytes)."""
     for concurrency in (4, 32, 256):
         prepared = _prepared(workload=Workload(requests=256, concurrency=concurrency))
-        o = run._vllm_options(prepared, "/ckpt", None)
+        o = vllm_room.options(prepared, "/ckpt", None)
         per_request, tier = deploy_vllm.offload_bytes(o)
         assert per_request > 0
         assert tier >= o.workload.in_flight * per_request * deploy_vllm.OFFLOAD_HEADROOM
         press = run.plan_for(prepared, "/ckpt", None).steps[1]
         assert float(_flag(press.argv, "--kv-offloading-size")) * (1 << 30) == tier
-    small = deploy_vllm.offload_bytes(run._vllm_options(_prepared(workload=Workload(concurrency=4)), "/c", None))
-    big = deploy_vllm.offload_bytes(run._vllm_options(_prepared(workload=Workload(concurrency=32)), "/c", None))
+    small = deploy_vllm.offload_bytes(vllm_room.options(_prepared(workload=Workload(concurrency=4)), "/c", None))
+    big = deploy_vllm.offload_bytes(vllm_room.options(_prepared(workload=Workload(concurrency=32)), "/c", None))
     assert small[0] == big[0]
 
 
 def test_one_requests_bytes_are_every_layers_pages_of_its_blocks() -> None:
     """The shrunk Llama on a GPU: 16-token blocks, float16/bfloat16 K and V per layer (the sizing model's page)."""
     prepared = _prepared()
-    o = run._vllm_options(prepared, "/ckpt", None)
+    o = vllm_room.options(prepared, "/ckpt", None)
     a = deploy_vllm._analysis(o, deploy_vllm._server_flags(o))
     assert a.groups is not None
     want = sum(
@@ -221,11 +223,20 @@ def _gens(n: int = 8) -> list[Generation]:
 def _evaluated(
     reference: OffloadCount, subject: OffloadCount, preemptions: int = 37, got: list[Generation] | None = None
 ) -> OffloadResult:
-    r = OffloadResult("m", "dense", "single", "cuda", True, Workload().to_dict(), server="vllm")
-    r.retractions, r.retraction_source = {"reference": 0, "pressured": preemptions}, "metrics"
-    r.offload = {"load_bytes": {"reference": reference.load_bytes, "pressured": subject.load_bytes}}
+    r = OffloadResult(
+        "m",
+        "dense",
+        "single",
+        "cuda",
+        True,
+        Workload().to_dict(),
+        server="vllm",
+        retractions={"reference": 0, "pressured": preemptions},
+        retraction_source="metrics",
+        offload={"load_bytes": {"reference": reference.load_bytes, "pressured": subject.load_bytes}},
+    )
     ref = _gens()
-    run.evaluate(r, ref, ref, got or ref, stand_in_used=False, server="vllm", offload_loads=(reference, subject))
+    r = run.evaluate(r, ref, ref, got or ref, stand_in_used=False, server="vllm", offload_loads=(reference, subject))
     return r
 
 
@@ -273,10 +284,19 @@ def test_drop_offload_that_never_fired_or_copied_nothing_is_red(tmp_path: Path) 
         ".submit_load\n7 fault-failed job=3 drop-offload suppressed no copy (the load issued none)\n",
         encoding="utf-8",
     )
-    r = OffloadResult("m", "dense", "single", "cuda", True, {}, server="vllm")
-    r.fault = FaultReport("drop-offload", "pressured")
-    r.gates, r.exit_code = [gates.Gate("tokens", True, "passed", "32/32 identical")], EXIT_PASS
-    run._read_plugin_log(tmp_path, r)
+    r = OffloadResult(
+        "m",
+        "dense",
+        "single",
+        "cuda",
+        True,
+        {},
+        server="vllm",
+        fault=FaultReport("drop-offload", "pressured"),
+        gates=[gates.Gate("tokens", True, "passed", "32/32 identical")],
+        exit_code=EXIT_PASS,
+    )
+    r = vllm_room.read_plugin_log(tmp_path, r)
     assert r.exit_code == EXIT_GATE and r.exit_reason == "fault_failed" and "suppressed no copy" in r.message
 
 
@@ -301,8 +321,8 @@ def test_the_offload_json_is_declared_and_a_preempt_document_has_none_of_its_key
     ref = _probe(monkeypatch, PREFIX_PAGE, PREFIX_PAGE)
     loaded = _probe(monkeypatch, BEFORE, AFTER)
     r = OffloadResult("m", "dense", "single", "cuda", True, Workload().to_dict(), server="vllm")
-    run.record_offload(r, prepared, ref, loaded)
-    run.evaluate(r, _gens(), _gens(), _gens(), stand_in_used=False, server="vllm", offload_loads=(ref, loaded))
+    r = vllm_room.record_offload(r, prepared, ref, loaded)
+    r = run.evaluate(r, _gens(), _gens(), _gens(), stand_in_used=False, server="vllm", offload_loads=(ref, loaded))
     doc = assert_valid(_document(r), "consistency")
     assert doc["scenario"] == "offload" and doc["offload"]["load_bytes"] == {"reference": None, "pressured": 2359296}
     assert doc["offload"]["kv_offloading_size_gib"] == 0.01 and doc["offload"]["source"] == "none/metrics"
@@ -316,10 +336,18 @@ def test_the_terminal_names_the_offload_evidence_and_the_fault(monkeypatch: pyte
     from kvdoctor.cli.consistency import print_result
 
     ref, loaded = _probe(monkeypatch, PREFIX_PAGE, PREFIX_PAGE), _probe(monkeypatch, BEFORE, AFTER)
-    r = OffloadResult("m", "dense", "single", "cuda", True, Workload().to_dict(), server="vllm")
-    r.fault = FaultReport("drop-offload", "pressured", installed=True, restores=3)
-    run.record_offload(r, _prepared(), ref, loaded)
-    run.evaluate(r, _gens(), _gens(), _gens(), stand_in_used=False, server="vllm", offload_loads=(ref, loaded))
+    r = OffloadResult(
+        "m",
+        "dense",
+        "single",
+        "cuda",
+        True,
+        Workload().to_dict(),
+        server="vllm",
+        fault=FaultReport("drop-offload", "pressured", installed=True, restores=3),
+    )
+    r = vllm_room.record_offload(r, _prepared(), ref, loaded)
+    r = run.evaluate(r, _gens(), _gens(), _gens(), stand_in_used=False, server="vllm", offload_loads=(ref, loaded))
     console = Console(record=True, width=200)
     print_result(console, r)
     text = console.export_text()

@@ -15,14 +15,17 @@ from typer.testing import CliRunner
 
 from kvdoctor._exceptions import EXIT_GATE, EXIT_INPUT, InputError
 from kvdoctor.cli.app import app
-from kvdoctor.consistency import deploy_vllm, gates, probe_vllm, run
+from kvdoctor.consistency import gates, probe_vllm, run
 from kvdoctor.consistency.client import completion_body, parse_completion
 from kvdoctor.consistency.result import ConsistencyResult, FaultReport
-from kvdoctor.consistency.shrink import VLLM_MAMBA_STATE, shrink
+from kvdoctor.consistency.servers.vllm import deployment as vllm_room
+from kvdoctor.consistency.servers.vllm import plan as deploy_vllm
+from kvdoctor.consistency.shrink import shrink
 from kvdoctor.consistency.workload import Workload
 from kvdoctor.core.config import load_config
+from kvdoctor.core.vllm.consistency_facts import MAMBA_STATE as VLLM_MAMBA_STATE
+from kvdoctor.deploy.metrics import CounterWentBackwards, MalformedMetric
 from kvdoctor.engines.vllm import server_plugin
-from kvdoctor.pd.metrics import CounterWentBackwards, MalformedMetric
 
 
 def _options(model: str = "llama-3.1-8b", server: str = "sglang", **kw: object) -> deploy_vllm.VllmDeployOptions:
@@ -290,12 +293,19 @@ def test_drop_kv_zeroes_a_resumed_requests_blocks_one_step_later_and_logs_it(
 def test_a_fault_that_never_fired_or_failed_turns_the_run_red(tmp_path: Path) -> None:
     def settled(lines: list[str]) -> ConsistencyResult:
         (tmp_path / deploy_vllm.PLUGIN_LOG).write_text("".join(f"1 {line}\n" for line in lines))
-        r = ConsistencyResult("m", "dense", "single", "cpu", True, {}, server="vllm")
-        r.fault = FaultReport("drop-kv", "pressured")
-        r.gates = [gates.Gate("tokens", True, "passed", "32/32 identical")]
-        r.exit_code = 0
-        run._read_plugin_log(tmp_path, r)
-        return r
+        r = ConsistencyResult(
+            "m",
+            "dense",
+            "single",
+            "cpu",
+            True,
+            {},
+            server="vllm",
+            fault=FaultReport("drop-kv", "pressured"),
+            gates=[gates.Gate("tokens", True, "passed", "32/32 identical")],
+            exit_code=0,
+        )
+        return vllm_room.read_plugin_log(tmp_path, r)
 
     quiet = settled(["loaded drop-kv", "fault-installed drop-kv x"])
     assert quiet.exit_code == EXIT_GATE and quiet.exit_reason == "no_teeth"
@@ -314,8 +324,19 @@ def test_the_pressure_gate_speaks_of_preemptions_for_vllm_and_is_unchanged_for_s
 
 def test_the_verdict_line_counts_preemptions_for_vllm_and_retractions_for_sglang() -> None:
     def line(server: str) -> str:
-        r = ConsistencyResult("m", "dense", "single", "cpu", True, {}, server=server)
-        r.exit_code, r.identical, r.total, r.retractions = 0, 32, 32, {"pressured": 24, "reference": 0}
+        r = ConsistencyResult(
+            "m",
+            "dense",
+            "single",
+            "cpu",
+            True,
+            {},
+            server=server,
+            exit_code=0,
+            identical=32,
+            total=32,
+            retractions={"pressured": 24, "reference": 0},
+        )
         return r.summary_line()
 
     assert line("vllm").startswith("32/32 requests identical, 24 preemptions")

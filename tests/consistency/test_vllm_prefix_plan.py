@@ -9,6 +9,7 @@ said cached_tokens 128).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import types
 from pathlib import Path
@@ -19,14 +20,16 @@ from typer.testing import CliRunner
 
 from kvdoctor._exceptions import EXIT_GATE, EXIT_INPUT, EXIT_PASS, InputError, MalformedReply
 from kvdoctor.cli.app import app
-from kvdoctor.consistency import deploy_vllm, gates, prefix, probe_vllm, report, run
+from kvdoctor.consistency import gates, prefix, probe_vllm, report, run
 from kvdoctor.consistency.client import parse_completion
 from kvdoctor.consistency.compare import Generation
 from kvdoctor.consistency.probe_vllm import PrefixCacheCount
 from kvdoctor.consistency.result import ConsistencyResult, FaultReport, PrefixCacheResult
+from kvdoctor.consistency.servers.vllm import deployment as vllm_room
+from kvdoctor.consistency.servers.vllm import plan as deploy_vllm
 from kvdoctor.consistency.workload import Workload
+from kvdoctor.deploy.metrics import CounterWentBackwards
 from kvdoctor.engines.vllm import server_plugin
-from kvdoctor.pd.metrics import CounterWentBackwards
 from tests.schema_check import assert_valid
 
 PAGE = (Path(__file__).with_name("vllm_metrics_prefix_cache.txt")).read_text(encoding="utf-8")
@@ -65,7 +68,7 @@ def test_the_subject_caches_prefixes_the_reference_computes_every_token_and_noth
 
 def test_the_pool_holds_the_whole_concurrent_demand_so_nothing_must_preempt() -> None:
     prepared = _prepared()
-    o = run._vllm_options(prepared, "/ckpt", None)
+    o = vllm_room.options(prepared, "/ckpt", None)
     sized = deploy_vllm.pools(o)
     demand = Workload().in_flight * sized.per_request_blocks
     assert sized.reference_blocks == sized.pressured_blocks > demand
@@ -142,10 +145,10 @@ def test_a_mamba2_hybrid_on_a_cpu_is_refused_with_vllms_crash_named() -> None:
 def test_each_server_gets_the_mamba_cache_mode_vllm_gives_it() -> None:
     """On a GPU the hybrid plans: the subject in 'align' (prefix caching on), the reference in 'none'."""
     prepared = _prepared("nemotron-h-8b", device="cuda")
-    o = run._vllm_options(prepared, "/ckpt", None)
+    o = vllm_room.options(prepared, "/ckpt", None)
     assert deploy_vllm.mamba_cache_mode(o, "pressured") == "align"
     assert deploy_vllm.mamba_cache_mode(o, "reference") == "none"
-    assert deploy_vllm.mamba_cache_mode(run._vllm_options(_prepared(), "/ckpt", None), "pressured") is None
+    assert deploy_vllm.mamba_cache_mode(vllm_room.options(_prepared(), "/ckpt", None), "pressured") is None
     assert not any(e.name == "--no-enable-prefix-caching" for e in deploy_vllm.enablers(o))
 
 
@@ -258,7 +261,7 @@ def test_the_pool_keeps_every_prefix_until_its_hit_phase_requests_read_it(concur
     concurrency 1, where the hit phase's allocations evicted another group's prefix)."""
     w = Workload(concurrency=concurrency)
     prepared = _prepared(workload=w)
-    sized = deploy_vllm.pools(run._vllm_options(prepared, "/ckpt", None))
+    sized = deploy_vllm.pools(vllm_room.options(prepared, "/ckpt", None))
     assert sized.per_request_blocks == 7
     shared = prefix.PREFIX_BLOCKS
     assert sized.pressured_blocks == prefix.pool_blocks(w, 7, shared)
@@ -314,12 +317,21 @@ def _gens(n: int = 8) -> list[Generation]:
 
 
 def _evaluated(ref_hits: int | None, subject_hits: int | None) -> PrefixCacheResult:
-    r = PrefixCacheResult("m", "dense", "single", "cpu", True, Workload().to_dict(), server="vllm")
-    r.retractions, r.retraction_source = {"reference": 0, "pressured": 0}, "metrics"
     counts = (PrefixCacheCount(ref_hits, 0, "metrics"), PrefixCacheCount(subject_hits, 99, "metrics"))
-    r.prefix_cache = {"hits": {"reference": ref_hits, "pressured": subject_hits}}  # as record_prefix_cache sets it
+    r = PrefixCacheResult(
+        "m",
+        "dense",
+        "single",
+        "cpu",
+        True,
+        Workload().to_dict(),
+        server="vllm",
+        retractions={"reference": 0, "pressured": 0},
+        retraction_source="metrics",
+        prefix_cache={"hits": {"reference": ref_hits, "pressured": subject_hits}},  # as record_prefix_cache sets it
+    )
     ref = _gens()
-    run.evaluate(r, ref, ref, ref, stand_in_used=False, server="vllm", prefix_hits=counts)
+    r = run.evaluate(r, ref, ref, ref, stand_in_used=False, server="vllm", prefix_hits=counts)
     return r
 
 
@@ -339,15 +351,24 @@ def _recorded(
     prepared: run.Prepared, cached: list[int | None], configs: tuple[dict | None, dict | None] = (None, None)
 ) -> PrefixCacheResult:
     """record_prefix_cache on a made-up subject whose compared replies said CACHED, then evaluate."""
-    r = PrefixCacheResult("m", "dense", "single", "cpu", True, Workload().to_dict(), server="vllm")
-    r.retractions, r.retraction_source = {"reference": 0, "pressured": 0}, "metrics"
+    r = PrefixCacheResult(
+        "m",
+        "dense",
+        "single",
+        "cpu",
+        True,
+        Workload().to_dict(),
+        server="vllm",
+        retractions={"reference": 0, "pressured": 0},
+        retraction_source="metrics",
+    )
     ref_count = PrefixCacheCount(0, 0, "metrics", configs[0])
     subject = PrefixCacheCount(3072, 16480, "metrics", configs[1])
     gens = [
         Generation(tuple(range(i, i + 16)), (-1.0,) * 16, (0.5,) * 16, cached_tokens=c) for i, c in enumerate(cached)
     ]
-    run.record_prefix_cache(r, prepared, ref_count, subject, gens)
-    run.evaluate(r, gens, gens, gens, stand_in_used=False, server="vllm", prefix_hits=(ref_count, subject))
+    r = vllm_room.record_prefix_cache(r, prepared, ref_count, subject, gens)
+    r = run.evaluate(r, gens, gens, gens, stand_in_used=False, server="vllm", prefix_hits=(ref_count, subject))
     return r
 
 
@@ -438,7 +459,7 @@ def test_the_recorded_pages_zero_delta_turns_the_run_red(monkeypatch: pytest.Mon
     count = p.finish()
     assert count.hits == 0
     r = PrefixCacheResult("m", "dense", "single", "cpu", True, {}, server="vllm")
-    run.evaluate(r, _gens(), _gens(), _gens(), stand_in_used=False, server="vllm", prefix_hits=(count, count))
+    r = run.evaluate(r, _gens(), _gens(), _gens(), stand_in_used=False, server="vllm", prefix_hits=(count, count))
     assert r.exit_code == EXIT_GATE and next(g for g in r.gates if g.name == "prefix-cache").reason == "no_teeth"
 
 
@@ -580,10 +601,21 @@ def test_a_firing_that_zeroed_no_block_logs_fault_failed_not_fired(
     assert [e[0] for e in events] == ["fault-installed", "fault-failed"]
     assert "zeroed 0 blocks" in events[1][1] and bool(kv.eq(1).all())
     (tmp_path / deploy_vllm.PLUGIN_LOG).write_text(log.read_text())
-    r = ConsistencyResult("m", "dense", "single", "cpu", True, {}, server="vllm")
-    r.fault = report_fault = FaultReport(fault, "pressured")
-    r.gates, r.exit_code = [gates.Gate("tokens", True, "passed", "32/32 identical")], EXIT_PASS
-    run._read_plugin_log(tmp_path, r)
+    r = ConsistencyResult(
+        "m",
+        "dense",
+        "single",
+        "cpu",
+        True,
+        {},
+        server="vllm",
+        fault=FaultReport(fault, "pressured"),
+        gates=[gates.Gate("tokens", True, "passed", "32/32 identical")],
+        exit_code=EXIT_PASS,
+    )
+    r = vllm_room.read_plugin_log(tmp_path, r)
+    report_fault = r.fault
+    assert report_fault is not None
     assert r.exit_code == EXIT_GATE and report_fault.restores == 0, "the gate is red, not passed"
 
 
@@ -595,19 +627,21 @@ def _document(r: ConsistencyResult) -> dict[str, object]:
 
 
 def test_the_prefix_cache_json_is_declared_and_a_preempt_document_has_none_of_its_keys() -> None:
-    r = _evaluated(0, 3072)
-    r.prefix_cache = {
-        "workload": prefix.build(Workload(), 1024, 32, 232).to_dict(),
-        "hits": {"reference": 0, "pressured": 3072},
-        "queries": {"reference": 0, "pressured": 16480},
-        "source": "metrics",
-        "mamba_cache_mode": {"reference": None, "pressured": None},
-        "server_cache_config": {"reference": {"enable_prefix_caching": "False"}, "pressured": None},
-        "request_phases": ["fill", "hit"],
-        "cached_tokens": [0, 128],
-        "by_phase": prefix.cached_by_phase(["fill", "hit"], [0, 128]),
-        "recomputed_after_eviction": 4,
-    }
+    r = dataclasses.replace(
+        _evaluated(0, 3072),
+        prefix_cache={
+            "workload": prefix.build(Workload(), 1024, 32, 232).to_dict(),
+            "hits": {"reference": 0, "pressured": 3072},
+            "queries": {"reference": 0, "pressured": 16480},
+            "source": "metrics",
+            "mamba_cache_mode": {"reference": None, "pressured": None},
+            "server_cache_config": {"reference": {"enable_prefix_caching": "False"}, "pressured": None},
+            "request_phases": ["fill", "hit"],
+            "cached_tokens": [0, 128],
+            "by_phase": prefix.cached_by_phase(["fill", "hit"], [0, 128]),
+            "recomputed_after_eviction": 4,
+        },
+    )
     doc = assert_valid(_document(r), "consistency")
     assert doc["scenario"] == "prefix-cache" and doc["prefix_cache"]["hits"]["pressured"] == 3072
     plain = ConsistencyResult("m", "dense", "single", "cpu", True, Workload().to_dict(), server="vllm")

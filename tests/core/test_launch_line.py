@@ -23,7 +23,8 @@ def test_the_scanner_has_no_default_server() -> None:
 
 
 def test_one_word_reads_per_the_vocabulary_it_is_given() -> None:
-    # Both expand a unique prefix (argparse's allow_abbrev, on in both parsers: tests/vllm/test_vllm_owned_flags.py);
+    # Both expand a unique prefix (argparse's allow_abbrev, on in both parsers:
+    # tests/engines/vllm/test_vllm_owned_flags.py);
     # vLLM reads underscores as dashes first, SGLang does not; a prefix of two flags is ambiguous to both.
     assert scan(["--tp", "2"], SGLANG).options[0].name == "--tp-size"
     assert scan(["--tensor-parallel", "2"], VLLM).options[0].name == "--tensor-parallel-size"

@@ -158,6 +158,11 @@ CASES: tuple[Case, ...] = (
     Case("roundtrip-repeated-inject", ("roundtrip", *INKLING, "--inject", "missing-mamba", "--inject", "drop-swa")),
     # --- schema
     Case("schema-inspect", ("schema", "inspect")),
+    # --- faults: the one fault registry
+    Case("faults", ("faults",)),
+    Case("faults-vllm-cols80", ("faults", "--server", "vllm"), env={"COLUMNS": "80"}),
+    Case("faults-json", ("faults", "--json")),
+    Case("faults-bad-path", ("faults", "--path", "nowhere")),
     # --- roundtrip (kvdoctor's own model, CPU)
     Case("roundtrip-demo", ("roundtrip", *INKLING, "--device", "cpu")),
     Case(

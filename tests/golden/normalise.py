@@ -19,7 +19,7 @@ from pathlib import Path
 
 # An ISO 8601 instant: the JSON header's "timestamp", JUnit's timestamp="..." attribute.
 TIMESTAMP = re.compile(r"\b\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:Z|[+-]\d{2}:?\d{2})?")
-# pd-eval's run directory: run-<YYYYmmdd-HHMMSS>-<8 hex> (kvdoctor/pd/rundir.py).
+# pd-eval's run directory: run-<YYYYmmdd-HHMMSS>-<8 hex> (kvdoctor/deploy/rundir.py).
 RUN_DIR = re.compile(r"\brun-\d{8}-\d{6}-[0-9a-f]{8}\b")
 # JSON durations, by key (every duration key in kvdoctor/schemas): roundtrip's "elapsed_s", drift's "seconds"
 # per cell, pd-eval's "wall_s" and "latency_s", consistency's "launch_s"/"build_s". Only a number is replaced.

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 from mxfp8_impls import KERNEL_DEVICE, exact, torch_fast, triton_kernel
 
 from kvdoctor import mxfp8
-from kvdoctor.state.choices import ScaleMode
+from kvdoctor.choices import ScaleMode
 
 MODES = [m.value for m in ScaleMode]  # every --scale-mode
 

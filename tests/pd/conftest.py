@@ -12,8 +12,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from kvdoctor.pd.ports import free_ports
-from kvdoctor.pd.supervisor import marked_processes
+from kvdoctor.deploy.ports import free_ports
+from kvdoctor.deploy.supervisor import marked_processes
 from tests.pd.helpers import KNOB, STANDINS, Deploy
 
 TAG_ENV = "KVDOCTOR_TEST_TAG"

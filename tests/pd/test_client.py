@@ -9,7 +9,7 @@ from collections.abc import Callable
 import httpx
 import pytest
 
-from kvdoctor.pd import client
+from kvdoctor.deploy import client
 
 SAMPLING = client.Sampling(max_new_tokens=512, stop=("Question", "Assistant:"), model="m")
 

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 import kvdoctor
+from kvdoctor.deploy.supervisor import RUN_MARKER_ENV, Supervisor
 from kvdoctor.engines import hook_log
 from kvdoctor.engines.hook_log import CONTROL_ENV
-from kvdoctor.pd.supervisor import RUN_MARKER_ENV, Supervisor
 
 ENGINES = Path(kvdoctor.__file__).parent / "engines"
 DUMP_ENV = "import json, os, sys; json.dump(dict(os.environ), open(sys.argv[1], 'w'))"

@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 
 from kvdoctor._exceptions import Interrupted
-from kvdoctor.pd import supervisor as supervisor_module
-from kvdoctor.pd.signals import signals_raise
-from kvdoctor.pd.supervisor import Supervisor
+from kvdoctor.deploy import supervisor as supervisor_module
+from kvdoctor.deploy.signals import signals_raise
+from kvdoctor.deploy.supervisor import Supervisor
 from tests.pd.helpers import pid_alive
 
 _ARMED: list[signal.Signals] = []  # the signal the at-fork hook sends on the next fork (once), if any

@@ -9,8 +9,9 @@ from types import SimpleNamespace
 import pytest
 
 from kvdoctor._exceptions import ConfigError
-from kvdoctor.pd import gate, prediction
-from kvdoctor.pd.metrics import RetractionCount
+from kvdoctor.deploy import prediction
+from kvdoctor.deploy.metrics import RetractionCount
+from kvdoctor.pd import gate
 
 
 def test_accuracy_gate_is_inclusive() -> None:

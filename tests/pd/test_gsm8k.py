@@ -15,8 +15,8 @@ import httpx
 import pytest
 
 from kvdoctor._exceptions import InputError
+from kvdoctor.deploy import http as gsm8k_http
 from kvdoctor.pd import gsm8k
-from kvdoctor.pd import http as gsm8k_http
 from tests.pd.helpers import GSM8K, invoke
 
 
@@ -39,7 +39,7 @@ def test_parse_number_without_a_number_is_invalid() -> None:
 
 
 def test_gold_values_of_the_real_file() -> None:
-    records = gsm8k.load_records(GSM8K)
+    records = gsm8k.load_examples(GSM8K)
     assert len(records) == 1319
     assert gsm8k.gold_value(records[0].answer) == 18
     assert gsm8k.gold_value(records[489].answer) == -10  # a negative gold
@@ -47,9 +47,9 @@ def test_gold_values_of_the_real_file() -> None:
 
 
 def test_select_excludes_the_shots_from_scoring() -> None:
-    records = gsm8k.load_records(GSM8K)
+    records = gsm8k.load_examples(GSM8K)
     questions = gsm8k.select(records, num_shots=10, num_questions=200)
-    assert [q.record.line for q in questions] == list(range(10, 210))
+    assert [q.example.line for q in questions] == list(range(10, 210))
     prompt = questions[0].prompt
     assert prompt.startswith(f"Question: {records[0].question}\nAnswer: {records[0].answer}\n\n")
     assert prompt.count("Question: ") == 11
@@ -57,7 +57,7 @@ def test_select_excludes_the_shots_from_scoring() -> None:
 
 
 def test_select_refuses_more_questions_than_follow_the_shots_and_rejects_nonsense() -> None:
-    records = gsm8k.load_records(GSM8K)
+    records = gsm8k.load_examples(GSM8K)
     assert len(gsm8k.select(records, 5, 1314)) == 1314  # every question after the shots: allowed
     with pytest.raises(InputError, match="holds only 1,314 questions after the 5 shots"):
         gsm8k.select(records, 5, 1315)  # once capped silently at 1,314
@@ -198,7 +198,7 @@ def test_bad_data_file_is_an_input_error(tmp_path: Path, content: bytes, match: 
     path = tmp_path / "bad.jsonl"
     path.write_bytes(content)
     with pytest.raises(InputError, match=match):
-        gsm8k.load_records(path)
+        gsm8k.load_examples(path)
 
 
 def test_cached_download_is_readable_by_others(

@@ -24,8 +24,9 @@ import httpx
 import pytest
 from click.testing import Result
 
-from kvdoctor.pd import ports, render, supervisor, urls
-from kvdoctor.pd.ports import free_ports
+from kvdoctor.deploy import ports, supervisor, urls
+from kvdoctor.deploy.ports import free_ports
+from kvdoctor.pd import render
 from tests.pd.helpers import KNOB, KVDOCTOR, ROOT, STANDINS, Deploy, invoke, pd_args, result_json, run_dir
 
 pytestmark = pytest.mark.usefixtures("no_leftovers")

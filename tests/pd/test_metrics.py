@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from kvdoctor.pd import metrics
+from kvdoctor.deploy import metrics
 
 PAGE = """\
 # HELP sglang:num_retracted_requests_total Total number of retracted requests.

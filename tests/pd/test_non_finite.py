@@ -9,8 +9,10 @@ from kvdoctor.consistency.compare import Generation
 from kvdoctor.consistency.result import ConsistencyResult
 from kvdoctor.consistency.run import evaluate
 from kvdoctor.consistency.workload import Workload
-from kvdoctor.pd import gate, metrics, plan, prediction, reporting, tokens
-from kvdoctor.pd.metrics import RetractionCount
+from kvdoctor.deploy import metrics, plan, prediction
+from kvdoctor.deploy.metrics import RetractionCount
+from kvdoctor.pd import gate, tokens
+from kvdoctor.pd import report as pd_report
 from kvdoctor.pd.run import PdEvalOptions
 from tests.schema_check import assert_valid
 
@@ -39,17 +41,26 @@ def test_a_decode_pool_of_0_tokens_says_nothing_fits() -> None:
 
 
 def test_a_null_logprob_is_red_through_pd_evals_tokens_oracle() -> None:
-    r = ConsistencyResult("llama-3.1-8b", "dense", "pd", "cpu", True, Workload(requests=4).to_dict())
-    r.retractions, r.retraction_source = {"reference": 0, "pressured": 5}, "metrics"
-    r.stand_in = {"used": True, "log": "x", "calls": []}
     prefill = plan.Step("prefill", ("x", "--disaggregation-bootstrap-port", "8998"), "http://127.0.0.1:1", "/health")
-    r.deployment = {"steps": [prefill.to_dict()]}
-    r.run_dir, r.wall_s = "/tmp/run", 12.0
+    r = ConsistencyResult(
+        "llama-3.1-8b",
+        "dense",
+        "pd",
+        "cpu",
+        True,
+        Workload(requests=4).to_dict(),
+        retractions={"reference": 0, "pressured": 5},
+        retraction_source="metrics",
+        stand_in={"used": True, "log": "x", "calls": []},
+        deployment={"steps": [prefill.to_dict()]},
+        run_dir="/tmp/run",
+        wall_s=12.0,
+    )
     ref = [Generation(tuple(range(i, i + 20)), tuple([-1.0] * 20), tuple([0.1] * 20)) for i in range(4)]
     got = [Generation(g.tokens, (NAN, *(x - 0.003 for x in g.logprobs[1:])), g.margins) for g in ref]
-    evaluate(r, ref, ref, got, stand_in_used=True)
+    r = evaluate(r, ref, ref, got, stand_in_used=True)
     result = tokens.to_result(PdEvalOptions(model="llama-3.1-8b", oracle="tokens", shrink=True), "generic", r)
-    doc = assert_valid(reporting.document(result), "pd-eval")
+    doc = assert_valid(pd_report.document(result), "pd-eval")
     assert (doc["verdict"], doc["exit_code"], doc["exit_reason"]) == ("fail", 1, "malformed_reply")
     logprobs = next(g for g in result.gates if g.name == "logprobs")
     assert logprobs.status == gate.FAILED and "request 0 at token 0" in logprobs.message

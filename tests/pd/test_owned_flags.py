@@ -17,7 +17,7 @@ import pytest
 from kvdoctor._exceptions import InputError
 from kvdoctor.core.owned_flags import spellings
 from kvdoctor.core.sglang._generated.server_flags import SGLANG_FLAG_DESTS, SGLANG_FLAG_VALUES, SGLANG_SERVER_FLAGS
-from kvdoctor.pd import plan
+from kvdoctor.deploy import plan
 from tests.consistency.test_owned_flags import shortest_prefix, value
 from tests.pd.helpers import GSM8K, invoke
 

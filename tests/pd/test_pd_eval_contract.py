@@ -21,8 +21,10 @@ from typer.testing import CliRunner
 
 from kvdoctor.cli.app import app
 from kvdoctor.core.sglang.rules import RULES_REVISION
-from kvdoctor.pd import client, gate, plan, presets, publish, reporting
-from kvdoctor.pd.metrics import RetractionCount
+from kvdoctor.deploy import client, plan, presets
+from kvdoctor.deploy.metrics import RetractionCount
+from kvdoctor.pd import gate, publish
+from kvdoctor.pd import report as pd_report
 from kvdoctor.pd.result import PdEvalResult, Score
 from kvdoctor.report.envelope import SCHEMA_VERSION
 from tests.pd.helpers import GSM8K, KVDOCTOR, ROOT, invoke, pd_args, result_json, run_dir
@@ -171,12 +173,12 @@ def _result(exit_code: int, reason: str, *, scored: bool, gates_pass: bool = Tru
 )
 def test_junit_and_step_summary_are_red_exactly_when_the_exit_code_is(result: PdEvalResult) -> None:
     red = result.exit_code != 0
-    cases = reporting.junit_cases(result)
+    cases = pd_report.junit_cases(result)
     assert any(c.status in ("failed", "error") for c in cases) == red
-    headline = reporting.step_summary(result).split("\n")[2]  # the status line, under the title
+    headline = pd_report.step_summary(result).split("\n")[2]  # the status line, under the title
     word = {0: "**passed", 1: "**FAILED**"}.get(result.exit_code, "**ERROR**")
     assert headline.startswith(word), headline  # the JSON verdict's word, never FAILED for a deployment error
-    doc = assert_valid(reporting.document(result), "pd-eval")
+    doc = assert_valid(pd_report.document(result), "pd-eval")
     assert doc["verdict"] == ("pass" if not red else "fail" if result.exit_code == 1 else "error")
 
 

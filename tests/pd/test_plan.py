@@ -12,7 +12,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from kvdoctor.pd import plan, presets
+from kvdoctor.deploy import plan, presets
 from kvdoctor.pd.run import PdEvalOptions, prepare
 from tests.pd.helpers import GSM8K, invoke
 

@@ -19,7 +19,7 @@ import psutil
 import pytest
 
 from kvdoctor._exceptions import Interrupted
-from kvdoctor.pd import reaper, signals, supervisor
+from kvdoctor.deploy import reaper, signals, supervisor
 from kvdoctor.pd import run as run_mod
 from tests.pd.helpers import KVDOCTOR, ROOT, SERVER, default_sigint, invoke, pd_args, pid_alive, result_json
 
@@ -103,7 +103,7 @@ KVDOCTOR_PDEATHSIG = [
     sys.executable,
     "-c",
     "import sys\n"
-    "import kvdoctor.pd.supervisor as s\n"
+    "import kvdoctor.deploy.supervisor as s\n"
     "if sys.argv.pop(1) == 'off':\n"
     "    s.PARENT_DEATH_SIGNAL = None\n"
     "from kvdoctor.cli.app import main\n"

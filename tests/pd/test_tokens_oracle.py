@@ -18,7 +18,9 @@ from kvdoctor.consistency.compare import Generation
 from kvdoctor.consistency.result import ConsistencyResult
 from kvdoctor.consistency.run import evaluate
 from kvdoctor.consistency.workload import Workload
-from kvdoctor.pd import oracle, plan, reporting, tokens
+from kvdoctor.deploy import plan
+from kvdoctor.pd import oracle, tokens
+from kvdoctor.pd import report as pd_report
 from kvdoctor.pd.run import PdEvalOptions
 from kvdoctor.pd.run import prepare as gsm8k_prepare
 from kvdoctor.report import junit
@@ -177,17 +179,26 @@ def test_a_fault_for_state_the_model_lacks_is_refused() -> None:
 
 
 def _consistency(diverge: bool = False, pressured: int = 5) -> ConsistencyResult:
-    r = ConsistencyResult("llama-3.1-8b", "dense", "pd", "cpu", True, Workload(requests=4).to_dict())
-    r.retractions, r.retraction_source = {"reference": 0, "pressured": pressured}, "metrics"
-    r.stand_in = {"used": True, "log": "x", "calls": []}
     prefill = plan.Step("prefill", ("x", "--disaggregation-bootstrap-port", "8998"), "http://127.0.0.1:1", "/health")
-    r.deployment = {"steps": [prefill.to_dict()]}
-    r.run_dir, r.wall_s = "/tmp/run", 12.0
+    r = ConsistencyResult(
+        "llama-3.1-8b",
+        "dense",
+        "pd",
+        "cpu",
+        True,
+        Workload(requests=4).to_dict(),
+        retractions={"reference": 0, "pressured": pressured},
+        retraction_source="metrics",
+        stand_in={"used": True, "log": "x", "calls": []},
+        deployment={"steps": [prefill.to_dict()]},
+        run_dir="/tmp/run",
+        wall_s=12.0,
+    )
     ref = [Generation(tuple(range(i, i + 20)), tuple([-1.0] * 20), tuple([0.1] * 20)) for i in range(4)]
     got = list(ref)
     if diverge:
         got[2] = Generation((*ref[2].tokens[:3], 999, *ref[2].tokens[4:]), ref[2].logprobs, ref[2].margins)
-    evaluate(r, ref, ref, got, stand_in_used=True)
+    r = evaluate(r, ref, ref, got, stand_in_used=True)
     return r
 
 
@@ -196,44 +207,52 @@ OPTIONS = PdEvalOptions(model="llama-3.1-8b", oracle="tokens", shrink=True, devi
 
 def test_identical_tokens_under_retraction_pass_through_pd_evals_reporters() -> None:
     result = tokens.to_result(OPTIONS, "generic", _consistency())
-    doc = assert_valid(reporting.document(result), "pd-eval")
+    doc = assert_valid(pd_report.document(result), "pd-eval")
     assert (doc["verdict"], doc["exit_code"], doc["oracle"], doc["retractions"]) == ("pass", 0, "tokens", 5)
     assert doc["threshold"] is None and doc["launch_plan"]["bootstrap_port"] == 8998
     assert doc["tokens"]["identical"] == doc["tokens"]["total"] == 4
-    assert reporting.verdict_detail(result) == "4/4 requests identical, 5 retractions (12 s)"
-    assert all(c.status == junit.PASSED for c in reporting.junit_cases(result))
+    assert pd_report.verdict_detail(result) == "4/4 requests identical, 5 retractions (12 s)"
+    assert all(c.status == junit.PASSED for c in pd_report.junit_cases(result))
 
 
 def test_a_divergence_is_red_and_named_everywhere() -> None:
     result = tokens.to_result(OPTIONS, "generic", _consistency(diverge=True))
-    doc = assert_valid(reporting.document(result), "pd-eval")
+    doc = assert_valid(pd_report.document(result), "pd-eval")
     assert (doc["verdict"], doc["exit_code"], doc["exit_reason"]) == ("fail", 1, "diverged")
-    detail = reporting.verdict_detail(result)
+    detail = pd_report.verdict_detail(result)
     assert "1/4 requests diverge" in detail and "first: request 2 at token 3 (5 → 999" in detail
-    failed = [c.name for c in reporting.junit_cases(result) if c.status == junit.FAILED]
+    failed = [c.name for c in pd_report.junit_cases(result) if c.status == junit.FAILED]
     assert failed == ["tokens", "request-2"]
-    assert {r.check: r.status for r in reporting.summary_rows(result)}["tokens"] == "failed"
+    assert {r.check: r.status for r in pd_report.summary_rows(result)}["tokens"] == "failed"
 
 
 def test_a_pressured_decode_that_retracted_nothing_is_red() -> None:
     result = tokens.to_result(OPTIONS, "generic", _consistency(pressured=0))
-    doc = assert_valid(reporting.document(result), "pd-eval")
+    doc = assert_valid(pd_report.document(result), "pd-eval")
     assert (doc["exit_code"], doc["exit_reason"]) == (1, "no_teeth")
-    assert "retracted nothing" in reporting.verdict_detail(result)
+    assert "retracted nothing" in pd_report.verdict_detail(result)
 
 
 def test_a_failed_deployment_leaves_no_green_case() -> None:
-    c = ConsistencyResult("llama-3.1-8b", "dense", "pd", "cpu", True, Workload().to_dict())
-    c.exit_reason, c.message = "server_exited", "decode-pressured exited with code 1"
+    c = ConsistencyResult(
+        "llama-3.1-8b",
+        "dense",
+        "pd",
+        "cpu",
+        True,
+        Workload().to_dict(),
+        exit_reason="server_exited",
+        message="decode-pressured exited with code 1",
+    )
     result = tokens.to_result(OPTIONS, "generic", c)
-    doc = assert_valid(reporting.document(result), "pd-eval")
+    doc = assert_valid(pd_report.document(result), "pd-eval")
     assert (doc["verdict"], doc["exit_code"]) == ("error", 3)
-    cases = reporting.junit_cases(result)
+    cases = pd_report.junit_cases(result)
     assert [(x.name, x.status) for x in cases] == [("deployment", junit.ERROR), ("tokens", junit.ERROR)]
 
 
 def test_the_schema_holds_each_oracle_to_its_own_keys() -> None:
-    tokens_doc = reporting.document(tokens.to_result(OPTIONS, "generic", _consistency()))
+    tokens_doc = pd_report.document(tokens.to_result(OPTIONS, "generic", _consistency()))
     broken = {**tokens_doc, "tokens": {k: v for k, v in tokens_doc["tokens"].items() if k != "noise_floor"}}
     assert any("noise_floor" in e for e in errors(broken, "pd-eval"))  # the body is consistency's, checked
     assert errors({**tokens_doc, "tokens": None}, "pd-eval")

@@ -10,7 +10,7 @@ import pytest
 
 from kvdoctor._exceptions import EXIT_PASS
 from kvdoctor.consistency.result import ConsistencyResult
-from kvdoctor.pd import reporting
+from kvdoctor.pd import report as pd_report
 from kvdoctor.pd.result import PdEvalResult, Score
 from kvdoctor.report.units import noun_for
 
@@ -31,9 +31,20 @@ def test_an_irregular_plural_and_a_flag_are_not_one() -> None:
 @pytest.mark.parametrize(("server", "noun"), [("sglang", "retraction"), ("vllm", "preemption")])
 @pytest.mark.parametrize("count", [1, 7])
 def test_consistencys_verdict_line_counts_in_the_right_number(server: str, noun: str, count: int) -> None:
-    r = ConsistencyResult("m", "dense", "single", "cpu", True, {}, server=server)
-    r.exit_code, r.identical, r.total, r.wall_s = EXIT_PASS, 16, 16, 301.0
-    r.retractions = {"reference": 0, "pressured": count}
+    r = ConsistencyResult(
+        "m",
+        "dense",
+        "single",
+        "cpu",
+        True,
+        {},
+        server=server,
+        exit_code=EXIT_PASS,
+        identical=16,
+        total=16,
+        wall_s=301.0,
+        retractions={"reference": 0, "pressured": count},
+    )
     word = noun if count == 1 else f"{noun}s"
     assert r.summary_line() == f"16/16 requests identical, {count} {word} (301 s)"
 
@@ -44,4 +55,4 @@ def test_pd_evals_verdict_line_counts_in_the_right_number(count: int) -> None:
     r.exit_code, r.exit_reason = EXIT_PASS, "passed"
     r.retractions, r.score = count, Score(1.0, 0.0, count, 10, 1.0)
     s = "" if count == 1 else "s"
-    assert reporting.verdict_detail(r) == f"accuracy 1.000 ≥ 0.800, {count} retraction{s}, {count} question{s}"
+    assert pd_report.verdict_detail(r) == f"accuracy 1.000 ≥ 0.800, {count} retraction{s}, {count} question{s}"

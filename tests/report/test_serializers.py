@@ -1,4 +1,4 @@
-"""The generic report serializers: atomic files, JSON, JUnit, GitHub summary, records."""
+"""The generic report serializers: atomic files, JSON, JUnit, GitHub summary, per-row tables."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 
 from kvdoctor._exceptions import InputError
-from kvdoctor.report import atomic, github, junit, records, serialize
+from kvdoctor.report import atomic, github, junit, rows, serialize
 
 
 def test_atomic_write_leaves_the_old_file_when_interrupted(tmp_path: Path) -> None:
@@ -93,16 +93,16 @@ def test_annotation_escaping() -> None:
 
 @pytest.mark.parametrize("suffix", [".csv", ".parquet"])
 def test_tables_round_trip(tmp_path: Path, suffix: str) -> None:
-    rows = [{"line": 5, "correct": True, "prediction": "18"}, {"line": 6, "correct": False, "prediction": None}]
+    table = [{"line": 5, "correct": True, "prediction": "18"}, {"line": 6, "correct": False, "prediction": None}]
     target = tmp_path / f"q{suffix}"
-    records.write(target, rows)
+    rows.write(target, table)
     frame = pd.read_csv(target) if suffix == ".csv" else pd.read_parquet(target)
     assert frame["line"].tolist() == [5, 6] and frame["correct"].tolist() == [True, False]
 
 
 def test_tables_refuse_unknown_formats(tmp_path: Path) -> None:
     with pytest.raises(InputError):
-        records.write(tmp_path / "q.xlsx", [{"a": 1}])
+        rows.write(tmp_path / "q.xlsx", [{"a": 1}])
 
 
 def test_junit_strips_characters_xml_cannot_carry(tmp_path: Path) -> None:

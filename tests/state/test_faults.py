@@ -5,6 +5,8 @@ from __future__ import annotations
 import pytest
 
 from kvdoctor._exceptions import InputError
+from kvdoctor.core import faults as registry
+from kvdoctor.core.faults import Target
 from kvdoctor.state.faults import FAULTS
 from tests.state.helpers import roundtrip, row
 
@@ -20,6 +22,12 @@ def _red(model: tuple[str, ...], fault: str) -> list[str]:
     assert not result.ok
     assert result.injected == fault
     return result.failing
+
+
+def test_the_model_implements_exactly_the_registry_s_model_faults() -> None:
+    """How each fault is done lives here, what it is in the registry: the two name the same faults, in order."""
+    assert list(FAULTS) == list(registry.names(server="sglang", target=Target.MODEL))
+    assert [f.summary for f in FAULTS.values()] == [f.does for f in registry.select(target=Target.MODEL)]
 
 
 def test_baseline_is_green() -> None:

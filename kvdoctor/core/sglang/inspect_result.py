@@ -22,7 +22,7 @@ from typing import Any
 
 from kvdoctor.core.engine_ref import EngineRef
 from kvdoctor.core.record import record
-from kvdoctor.core.registry import ERROR, WARNING, Hazard, RefusalFacts
+from kvdoctor.core.registry import Hazard, RefusalFacts, ungated
 from kvdoctor.core.sglang.analysis import Analysis
 from kvdoctor.core.sglang.policy import Condition, PoolLayout
 from kvdoctor.core.sglang.sizing import Sizing, forecast
@@ -356,13 +356,3 @@ def inspect_report(a: Analysis, request_tokens: int, concurrent: int) -> Inspect
         not_modelled_flags=tuple(a.flags.not_modelled),
         rules_revision=a.rules_revision,
     )
-
-
-def ungated(hazards: tuple[Hazard, ...], *, strict: bool) -> list[str]:
-    """The findings reported but not gated, as the run header's ``warnings``.
-
-    Warning hazards never gate; error hazards gate only under ``--strict`` (without it they are
-    reported, and the verdict is ``warn``, not ``pass``). Info hazards are notes, not warnings.
-    """
-    levels = {WARNING} if strict else {WARNING, ERROR}
-    return [f"{h.code} ({h.severity}): {h.message}" for h in hazards if h.severity in levels]

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from kvdoctor.core import registry
 from kvdoctor.core.config import ModelConfig, load_config
+from kvdoctor.core.record import record
 from kvdoctor.core.registry import Hazard, RefusalFacts
 from kvdoctor.core.vllm import rules
 from kvdoctor.core.vllm.connectors import ConnectorVerdict, HybridManager, hybrid_manager, verdict
@@ -19,8 +19,10 @@ from kvdoctor.core.vllm.specs import ModelSpecs, SpecKind, build_specs
 SEVERITY_ORDER = {"error": 0, "warning": 1, "info": 2}
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class VllmAnalysis:
+    """Everything the vLLM rule model derived for one launch; :meth:`report` makes the typed result."""
+
     config: ModelConfig
     flags: VllmFlags
     specs: ModelSpecs
@@ -90,8 +92,10 @@ class VllmAnalysis:
 
 
 # ---- the typed result (its field names are the --json keys users parse: add, never rename) -------
-@dataclass(frozen=True)
+@record(frozen=True)
 class VllmModelFacts:
+    """The model as vLLM classifies it: config source, type, architecture, family, layers with state."""
+
     source: str
     model_type: str
     architecture: str
@@ -99,8 +103,10 @@ class VllmModelFacts:
     layers: int  # layers that hold state
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class BlockSizeFacts:
+    """The block size vLLM runs with and why (and the max_model_len and Mamba block it derives)."""
+
     tokens: int
     reason: str
     mamba_state_bytes_before_padding: int | None
@@ -110,8 +116,10 @@ class BlockSizeFacts:
     mamba_block_reason: str | None = None
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class LayerSpecRow:
+    """One layer's KV cache spec, as ``--json`` lists it."""
+
     layer: str
     spec: str
     block_size: int
@@ -120,15 +128,19 @@ class LayerSpecRow:
     detail: str
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class HybridFacts:
+    """Whether the hybrid KV cache manager is on, why, and where vLLM decides it."""
+
     enabled: bool
     reason: str
     where: str | None
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class GroupRow:
+    """One KV cache group per TP rank: its spec, layers, block, page and bytes."""
+
     group: int
     spec: str
     layers: tuple[str, ...]
@@ -140,15 +152,19 @@ class GroupRow:
     padding_layers: int
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class PreemptionFacts:
+    """What vLLM does with a preempted request's state (recompute, no backup), and where."""
+
     mode: str
     backup: None  # vLLM keeps no copy of a preempted request's state: it recomputes
     where: str
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class ConnectorGroupRow:
+    """Whether the connector carries one group's state, why, and where vLLM says so."""
+
     group: int  # -1: every group
     spec: str
     layers: int
@@ -157,8 +173,10 @@ class ConnectorGroupRow:
     where: str
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class ConnectorFacts:
+    """The connector a launch selects, its HMA support, and one row per group."""
+
     name: str
     source: str
     role: str | None
@@ -168,7 +186,7 @@ class ConnectorFacts:
     groups: tuple[ConnectorGroupRow, ...]
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class VllmReport:
     """``kvdoctor inspect --server vllm``'s result from the vLLM rule model."""
 
@@ -185,7 +203,7 @@ class VllmReport:
     hazards: tuple[Hazard, ...]
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class VllmUnavailable:
     """``--engine vllm`` where vLLM cannot be imported: the rule model answered alone, and why."""
 
@@ -193,23 +211,27 @@ class VllmUnavailable:
     reason: str
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class VllmCheck:
+    """One question both answered: kvdoctor's answer, vLLM's, and whether they agree."""
+
     question: str
     kvdoctor: str
     vllm: str
     agree: bool
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class VllmGroupAnswer:
+    """One KV cache group as the installed vLLM builds it."""
+
     spec: str
     layers: tuple[str, ...]
     block_size: int
     page_size_bytes: int
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class VllmAnswersFacts:
     """The installed vLLM's own answers, question by question, beside the rule model's."""
 
@@ -222,7 +244,7 @@ class VllmAnswersFacts:
     groups: tuple[VllmGroupAnswer, ...] | None
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class VllmBesideReport(VllmReport):
     """``--engine vllm``: the rule model's result and vLLM's own answers (or why there are none)."""
 

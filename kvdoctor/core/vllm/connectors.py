@@ -8,9 +8,9 @@ connector move it, and is it allowed to start at all (the hybrid KV cache manage
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from enum import Enum
 
+from kvdoctor.core.record import record
 from kvdoctor.core.vllm import rules
 from kvdoctor.core.vllm.flags import KvTransfer, VllmFlags
 from kvdoctor.core.vllm.grouping import Group
@@ -27,7 +27,7 @@ class Status(str, Enum):
     UNKNOWN = "not modelled"
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class HybridManager:
     """Whether vLLM runs the hybrid KV cache manager (one block table per group) and why."""
 
@@ -37,8 +37,10 @@ class HybridManager:
     conflict: bool = False  # explicitly enabled, but the connector forbids it: vLLM raises
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class GroupRow:
+    """One group's fate under the connector: carried or not, why, and vLLM's file:lines."""
+
     group: int
     kind: str
     layers: int
@@ -47,7 +49,7 @@ class GroupRow:
     where: rules.Cite
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class ConnectorVerdict:
     """The connector (or None), its HMA support, and one row per group."""
 

@@ -12,25 +12,27 @@ Spellings and defaults: ``engine/arg_utils.py`` (``EngineArgs``), ``config/cache
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
 from kvdoctor._exceptions import FlagError
 from kvdoctor.core.flag_values import CONVERTERS
-from kvdoctor.core.launch_line import FlagVocabulary, LaunchLine, Option, check_values, scan, split_launcher
-from kvdoctor.core.owned_flags import Owned, find_owned
-from kvdoctor.core.vllm import rules
-from kvdoctor.core.vllm._generated.server_flags import (
-    VLLM_FLAG_DESTS,
-    VLLM_FLAG_VALUES,
-    VLLM_MULTI_VALUE,
-    VLLM_OPTIONAL_VALUE,
-    VLLM_SERVER_FLAGS,
-    VLLM_SWITCHES,
-    VLLM_VERSION,
+from kvdoctor.core.launch_line import (
+    FlagVocabulary,
+    LaunchLine,
+    Option,
+    Scan,
+    check_values,
+    is_option,
+    scan,
+    split_launcher,
 )
+from kvdoctor.core.owned_flags import Owned, find_owned
+from kvdoctor.core.record import record
+from kvdoctor.core.vllm import rules
 from kvdoctor.text import shown
 
 MODEL_FLAGS = ("--model",)
@@ -53,7 +55,7 @@ KV_ROLES = ("kv_producer", "kv_consumer", "kv_both")
 OFFLOADING_BACKENDS = ("native", "lmcache")  # KVOffloadingBackend, config/cache.py:178
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class KvTransfer:
     """The connector a launch line selects: from ``--kv-transfer-config`` or the offloading flags."""
 
@@ -64,7 +66,7 @@ class KvTransfer:
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class VllmFlags:
     """The modelled ``vllm serve`` flags, named as vLLM's ``EngineArgs`` fields."""
 
@@ -124,14 +126,9 @@ def _spellings(flag: str) -> dict[str, bool]:
     return {flag: True, "--no-" + flag[2:]: False, inverse: False, "--no-" + inverse[2:]: True}
 
 
-BOOLEAN_SPELLINGS = {
-    spelling: (field, value)
-    for flag, field in BOOLEANS.items()
-    for spelling, value in _spellings(flag).items()
-    if spelling in VLLM_SERVER_FLAGS  # the spellings vLLM's parser registers
-}
 # The valued flags parse_vllm_flags reads itself (with its own messages); the scanner checks every other one.
-MODELLED = frozenset(
+# MODELLED is these and BOOLEAN_SPELLINGS.
+_MODELLED_VALUED = frozenset(
     {
         "--kv-cache-dtype",
         "--dtype",
@@ -145,40 +142,94 @@ MODELLED = frozenset(
         "--kv-offloading-backend",
         "--kv-transfer-config",
         "--max-model-len",
-        *BOOLEAN_SPELLINGS,
     }
 )
 
-# vLLM's flag vocabulary for the shared scanner (``core/launch_line.py``): its parser reads options as
-# SGLang's does, reads ``--max_model_len`` as ``--max-model-len`` (utils/argparse_utils.py:372-390), then takes a
-# unique prefix as argparse does: ``FlexibleArgumentParser`` leaves ``allow_abbrev`` on, in the api_server entry
-# kvdoctor launches (vLLM 0.33 entrypoints/launchers/api_server/entry.py:218) as in ``vllm serve``
-# (tests/vllm/test_vllm_owned_flags.py holds this to the installed parser).
-VLLM = FlagVocabulary(
-    label="vLLM flags",
-    server="vLLM",
-    flag_kind=f"a vLLM {VLLM_VERSION} server flag",
-    known=frozenset(VLLM_SERVER_FLAGS),
-    switches=frozenset(VLLM_SWITCHES),
-    multi_value=frozenset(VLLM_MULTI_VALUE),
-    optional_value=frozenset(VLLM_OPTIONAL_VALUE),
-    values=VLLM_FLAG_VALUES,
-    modelled=MODELLED,
-    abbreviations=True,
-    underscores=True,
-)
+
+# ``BOOLEAN_SPELLINGS``, ``MODELLED`` and ``VLLM`` read the generated flag table (``_generated/server_flags.py``,
+# 1,900 lines), so they are made on first read (module ``__getattr__`` below), as SGLang's ``SGLANG`` is: a launch
+# line without an option (``inspect MODEL --server vllm``) loads no flag table.
+@functools.cache
+def _boolean_spellings() -> dict[str, tuple[str, bool]]:
+    """``BOOLEAN_SPELLINGS``: each spelling of a modelled boolean that vLLM's parser registers, and what it sets."""
+    from kvdoctor.core.vllm._generated.server_flags import VLLM_SERVER_FLAGS
+
+    return {
+        spelling: (field, value)
+        for flag, field in BOOLEANS.items()
+        for spelling, value in _spellings(flag).items()
+        if spelling in VLLM_SERVER_FLAGS  # the spellings vLLM's parser registers
+    }
+
+
+@functools.cache
+def _modelled() -> frozenset[str]:
+    """``MODELLED``: every flag parse_vllm_flags reads itself."""
+    return _MODELLED_VALUED | frozenset(_boolean_spellings())
+
+
+@functools.cache
+def _vocabulary() -> FlagVocabulary:
+    """``VLLM``: vLLM's flag vocabulary for the shared scanner (``core/launch_line.py``), from the generated table.
+
+    Its parser reads options as SGLang's does, reads ``--max_model_len`` as ``--max-model-len``
+    (utils/argparse_utils.py:372-390), then takes a unique prefix as argparse does: ``FlexibleArgumentParser``
+    leaves ``allow_abbrev`` on, in the api_server entry kvdoctor launches (vLLM 0.33
+    entrypoints/launchers/api_server/entry.py:218) as in ``vllm serve`` (tests/engines/vllm/test_vllm_owned_flags.py
+    holds this to the installed parser)."""
+    from kvdoctor.core.vllm._generated.server_flags import (
+        VLLM_FLAG_VALUES,
+        VLLM_MULTI_VALUE,
+        VLLM_OPTIONAL_VALUE,
+        VLLM_SERVER_FLAGS,
+        VLLM_SWITCHES,
+        VLLM_VERSION,
+    )
+
+    return FlagVocabulary(
+        label="vLLM flags",
+        server="vLLM",
+        flag_kind=f"a vLLM {VLLM_VERSION} server flag",
+        known=frozenset(VLLM_SERVER_FLAGS),
+        switches=frozenset(VLLM_SWITCHES),
+        multi_value=frozenset(VLLM_MULTI_VALUE),
+        optional_value=frozenset(VLLM_OPTIONAL_VALUE),
+        values=VLLM_FLAG_VALUES,
+        modelled=_modelled(),
+        abbreviations=True,
+        underscores=True,
+    )
+
+
+_LAZY = {"VLLM": _vocabulary, "BOOLEAN_SPELLINGS": _boolean_spellings, "MODELLED": _modelled}
+
+
+def __getattr__(name: str) -> object:
+    """``VLLM``, ``BOOLEAN_SPELLINGS`` and ``MODELLED``, made from the generated flag table on first read."""
+    if name in _LAZY:
+        return _LAZY[name]()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _scan(tokens: Sequence[str], own_options: Collection[str]) -> Scan:
+    """``scan`` with vLLM's vocabulary; words without an option need none (all of them are positionals)."""
+    if not any(is_option(token) for token in tokens):
+        return Scan((), tuple(tokens))
+    return scan(tokens, _vocabulary(), own_options)
 
 
 def owned_word(words: Sequence[str], owned: Collection[str]) -> Owned | None:
     """The first of WORDS (vLLM flags ``scan`` accepted) that vLLM's parser reads as a flag in OWNED: itself, an
     alias or inverse (one dest), a unique prefix, or underscores for dashes (``kvdoctor.core.owned_flags``)."""
-    return find_owned(words, VLLM, VLLM_FLAG_DESTS, owned)
+    from kvdoctor.core.vllm._generated.server_flags import VLLM_FLAG_DESTS
+
+    return find_owned(words, _vocabulary(), VLLM_FLAG_DESTS, owned)
 
 
 def parse_vllm_launch_line(tokens: Sequence[str], *, own_options: Collection[str] = ()) -> LaunchLine:
     """MODEL (positional, ``vllm serve``'s model_tag, or ``--model``) and the vLLM flags."""
     before, after, launcher = split_launcher(tokens, LAUNCHERS)
-    head, tail = scan(before, VLLM, own_options), scan(after, VLLM, own_options)
+    head, tail = _scan(before, own_options), _scan(after, own_options)
     options = [*head.options, *tail.options]
     positionals = [*head.positionals, *tail.positionals]
     named = [o.values[-1] for o in options if o.name in MODEL_FLAGS and o.values]
@@ -252,23 +303,24 @@ def parse_kv_transfer_config(text: str) -> dict[str, Any]:
         known = ", ".join(sorted(rules.CONNECTORS))
         raise FlagError(
             f"--kv-transfer-config: unknown connector {shown(connector)!r}: not one vLLM "
-            f"{VLLM_VERSION} registers ({known})"
+            f"{rules.VLLM_VERSION} registers ({known})"
         )
     return value
 
 
 def parse_vllm_flags(argv: Sequence[str], *, own_options: Collection[str] = ()) -> VllmFlags:
     """Parse vLLM server flags (no MODEL) into ``VllmFlags``; unmodelled vLLM flags are kept."""
-    found = scan(argv, VLLM, own_options)
+    found = _scan(argv, own_options)
     options, positionals = found.options, found.positionals
     if positionals:
         raise FlagError(f"unexpected argument {shown(positionals[0])!r} among the vLLM flags")
     values: dict[str, Any] = {}
     not_modelled: list[str] = []
     kv_dtypes = tuple(rules.KV_DTYPE_BYTES)
+    booleans = _boolean_spellings() if options else {}
     for o in options:
-        if o.name in BOOLEAN_SPELLINGS:
-            name, value = BOOLEAN_SPELLINGS[o.name]
+        if o.name in booleans:
+            name, value = booleans[o.name]
             values[name] = value
         elif o.name == "--kv-cache-dtype":
             values["kv_cache_dtype"] = _one(o)
@@ -303,7 +355,8 @@ def parse_vllm_flags(argv: Sequence[str], *, own_options: Collection[str] = ()) 
             values["max_model_len"] = _one(o)  # converted below, once vLLM's grammar has accepted it
         else:
             not_modelled.append(" ".join((o.name, *o.values)))
-    check_values([o for o in options if o.name in MODELLED], VLLM)  # vLLM's grammar, beyond kvdoctor's reading
+    if options:  # vLLM's grammar, beyond kvdoctor's reading
+        check_values([o for o in options if o.name in _modelled()], _vocabulary())
     if "max_model_len" in values:
         values["max_model_len_text"] = values["max_model_len"]
         values["max_model_len"] = _max_model_len(values["max_model_len"])
@@ -314,6 +367,8 @@ def _max_model_len(text: str) -> int:
     """``--max-model-len`` as vLLM reads it (rules.MAX_LEN_FLAG: ``1k``, ``1K``, ``auto``/``-1``), then the two
     checks ``ModelConfig`` makes whatever the model: ``Field(ge=-1)`` (rules.MAX_LEN_FIELD) and a positive
     length once resolved (rules.MAX_LEN_POSITIVE: only 0 can reach it). Both are exit 2, in vLLM's words."""
+    from kvdoctor.core.vllm._generated.server_flags import VLLM_FLAG_VALUES
+
     convert, _ = CONVERTERS[VLLM_FLAG_VALUES["--max-model-len"][0]]
     value = int(convert(text))  # check_values has run: the grammar accepts it
     if value < -1:

@@ -15,9 +15,10 @@ default (``LBNHC``, v1/attention/backends/utils.py:228-236), without HiSparse or
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from kvdoctor.core.cite import Cite
+from kvdoctor.core.record import record
 from kvdoctor.core.vllm import rules
 from kvdoctor.core.vllm.specs import LayerSpec, SpecKind
 
@@ -33,7 +34,7 @@ class GroupingRefused(Exception):
         self.where = where
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Group:
     """One KV cache group: its layers (names, model order within the group) and the merged spec."""
 

@@ -8,10 +8,10 @@ below; codes are stable, CI may grep for them.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
 
 from kvdoctor.core import registry
 from kvdoctor.core.cite import Cite
+from kvdoctor.core.record import record
 from kvdoctor.core.registry import ERROR, INFO, WARNING, Hazard, Rule
 from kvdoctor.core.vllm import rules
 from kvdoctor.core.vllm.connectors import ConnectorVerdict, HybridManager, Status
@@ -83,7 +83,7 @@ VLLM_DRIFT = Rule(
 )
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class VllmContext:
     """Everything a vLLM hazard rule may look at."""
 

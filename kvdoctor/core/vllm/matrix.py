@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from kvdoctor._exceptions import InputError, InternalError
 from kvdoctor.core.config import bundled_fixtures, load_config
 from kvdoctor.core.flag_values import CONVERTERS
+from kvdoctor.core.record import record
 from kvdoctor.core.vllm import rules
 from kvdoctor.core.vllm._generated.server_flags import VLLM_FLAG_VALUES, VLLM_SERVER_FLAGS, VLLM_SWITCHES
 from kvdoctor.core.vllm.flags import BOOLEAN_SPELLINGS
@@ -55,7 +55,7 @@ class MatrixError(InternalError):
     """The matrix names a flag or a value the generated vLLM flag table does not have: a kvdoctor bug."""
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class LaunchCase:
     """One launch line of the matrix: its name (``tp2+fp8+offload+no-prefix``) and its vLLM flags."""
 

@@ -25,18 +25,18 @@ in when config.json leaves it out (the length says so when no key was found), an
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from kvdoctor._exceptions import ConfigError
 from kvdoctor.core.config import ModelConfig
+from kvdoctor.core.record import record
 from kvdoctor.core.vllm import rules
 from kvdoctor.core.vllm.refusals import VllmRefusal
 
 AUTO = -1  # --max-model-len -1 / auto (human_readable_int_or_auto)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class ModelLength:
     """The ``max_model_len`` a launch runs with, and how vLLM arrived at it."""
 

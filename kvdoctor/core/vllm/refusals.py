@@ -9,14 +9,13 @@ applies is listed.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from kvdoctor.core.config import ModelConfig
+from kvdoctor.core.record import record
 from kvdoctor.core.vllm import rules
 from kvdoctor.core.vllm.flags import VllmFlags
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class VllmRefusal:
     """One start-up refusal vLLM would raise for this launch: its message and where it raises."""
 

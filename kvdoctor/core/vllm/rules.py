@@ -1,18 +1,20 @@
 """What vLLM 0.33.0 does, restated once, each fact naming the file and lines of the wheel it mirrors.
 
 Read from ``pip download --no-deps vllm==0.33.0`` (never imported here). When vLLM moves, this module
-(and the generated ``server_flags``/``architectures``) is what gets re-checked; ``tests/vllm`` holds
+(and the generated ``server_flags``/``architectures``) is what gets re-checked; ``tests/engines/vllm`` holds
 vLLM's own code to every answer derived from it.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from enum import Enum
 
 from kvdoctor.core.cite import Citations, Cite
-from kvdoctor.core.vllm._generated.server_flags import VLLM_VERSION
+from kvdoctor.core.record import record
 
+# Restated here, not read from the generated flag table (1,900 lines a launch line without an option never needs):
+# tests/core/test_servers.py holds it to the table's VLLM_VERSION and to the seam's facts (core/vllm/server.py).
+VLLM_VERSION = "0.33.0"
 RULES_REVISION = f"vllm=={VLLM_VERSION}"
 
 
@@ -86,7 +88,7 @@ KV_DTYPE_BYTES: dict[str, float | None] = {
 BLOCK_SCALED_KV_DTYPES = frozenset({"nvfp4", "nvfp4_4over6"})
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class TokenHeadMode:
     """One per-token-head KV dtype: the element dtype kvdoctor names, and the K/V values one byte holds."""
 
@@ -200,7 +202,7 @@ LFM2_CONV_L_CACHE = 3
 HEAD_FROM_HIDDEN = frozenset({"GraniteMoeHybridForCausalLM", "JambaForCausalLM", "Lfm2ForCausalLM"})
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Unmodelled:
     """A hybrid vLLM serves whose state kvdoctor's vLLM rules do not derive yet: what they lack, and where."""
 
@@ -351,7 +353,7 @@ class Carries(str, Enum):
     REFUSED = "start-up failure"
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class ConnectorRule:
     """One registered connector (factory.py:153-249): its class, HMA support, and what it moves."""
 

@@ -10,16 +10,16 @@ until one attention page holds a Mamba state, and the Mamba page is padded to th
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from enum import Enum
 
 from kvdoctor._exceptions import ConfigError, FlagError, UnknownModelError
 from kvdoctor.core.config import ModelConfig
 from kvdoctor.core.model_types import check_model_type
+from kvdoctor.core.record import record
 from kvdoctor.core.vllm import rules
 from kvdoctor.core.vllm._generated.architectures import VLLM_ARCHITECTURES
 from kvdoctor.core.vllm._generated.model_types import VLLM_MODEL_TYPES
-from kvdoctor.core.vllm._generated.server_flags import VLLM_VERSION
 from kvdoctor.core.vllm.flags import VllmFlags
 from kvdoctor.core.vllm.model_len import ModelLength, max_model_len
 
@@ -49,7 +49,7 @@ class SpecKind(str, Enum):
         return self is not SpecKind.MAMBA
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class LayerSpec:
     """One layer's KV cache spec, restating the vLLM fields that decide bytes and grouping."""
 
@@ -105,7 +105,7 @@ class LayerSpec:
         return text + (f", window {self.sliding_window}" if self.sliding_window else "")
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class ModelSpecs:
     """Every layer's spec, keyed by layer name in model order, and how they were derived."""
 
@@ -149,7 +149,10 @@ def classify(cfg: ModelConfig) -> rules.Family:
             "registers (model_executor/models/registry.py)"
         )
     check_model_type(
-        cfg, VLLM_MODEL_TYPES, f"vLLM {VLLM_VERSION}", f"vllm/{rules.CONFIG_LOADER.path}:{rules.CONFIG_LOADER.lines}"
+        cfg,
+        VLLM_MODEL_TYPES,
+        f"vLLM {rules.VLLM_VERSION}",
+        f"vllm/{rules.CONFIG_LOADER.path}:{rules.CONFIG_LOADER.lines}",
     )
     family = rules.FAMILIES.get(arch)
     if family is None and arch in rules.UNMODELLED:
@@ -372,7 +375,7 @@ def _attention_spec(cfg: ModelConfig, kind: str, family: rules.Family, flags: Vl
             raise FlagError("--kv-cache-dtype nvfp4 on an MLA model: vLLM's MLA uses nvfp4_ds_mla, not modelled")
         if token_head:
             raise FlagError(
-                f"--kv-cache-dtype {flags.kv_cache_dtype} on an MLA model: no MLA backend of vLLM {VLLM_VERSION} "
+                f"--kv-cache-dtype {flags.kv_cache_dtype} on an MLA model: no MLA backend of vLLM {rules.VLLM_VERSION} "
                 f"lists it (only TRITON_ATTN does, {rules.PER_TOKEN_HEAD_BACKEND})"
             )
         latent = cfg.positive_int("kv_lora_rank") + int(cfg.get("qk_rope_head_dim") or 0)

@@ -1,7 +1,8 @@
 """The seven ``--inject`` faults, done to SGLang's own objects at run time.
 
-Names, summaries and target components come from :data:`kvdoctor.state.faults.FAULTS` (one list
-of faults for both engines); only *how* each is done differs: here it is an instance attribute or a
+Names and summaries come from the fault registry (``kvdoctor.core.faults``, target ``engine-roundtrip``), the
+target components from :data:`kvdoctor.state.faults.FAULTS` (one list of faults for both engines); only *how*
+each is done differs: here it is an instance attribute or a
 wrapper on one of SGLang's pool objects (never an edit of SGLang's files), installed through
 :class:`Patches` and undone when the run ends. Each fault says when it cannot apply (an MXFP8 scale
 fault on a bf16 pool proves nothing), and the round trip refuses it instead of passing green.
@@ -16,6 +17,9 @@ from typing import Any
 import torch
 
 from kvdoctor._exceptions import InputError
+from kvdoctor.core import faults as registry
+from kvdoctor.core.faults import Target
+from kvdoctor.core.servers import Server
 from kvdoctor.engines.sglang._instruments import Patches
 from kvdoctor.engines.sglang._pools import EnginePools
 from kvdoctor.state.faults import FAULTS
@@ -152,7 +156,7 @@ class EngineFault:
 
     @property
     def summary(self) -> str:
-        return FAULTS[self.name].summary
+        return registry.get(self.name, server=Server.SGLANG, target=Target.ENGINE).does
 
     @property
     def targets(self) -> tuple[str, ...]:

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from kvdoctor._exceptions import EngineUnavailable
+from kvdoctor.core.sglang.server import RULES_VERSION as RULES_SGLANG_VERSION  # what the rules restate
 
-RULES_SGLANG_VERSION = "0.5.23"  # the SGLang kvdoctor's rule model restates (core/sglang/rules)
 SUPPORTED: tuple[str, str] = ("0.5.20", "0.5.23")  # the range the adapter is measured to drive, both ends in
 
 

@@ -14,13 +14,13 @@ from typing import Any
 
 import torch
 
-from kvdoctor.bench.roundtrip import BenchOptions, ExtraPath
 from kvdoctor.engines import GpuArch
 from kvdoctor.engines.sglang import _pools, _runtime
 from kvdoctor.engines.sglang._faults import FaultState
 from kvdoctor.engines.sglang._instruments import Instruments, Patches
 from kvdoctor.engines.sglang._planes import planes_of
 from kvdoctor.engines.sglang.roundtrip import _admit, _Run
+from kvdoctor.roundtrip.options import BenchOptions, ExtraPath
 from kvdoctor.state.run import resolve_device
 
 FILL_BLOCK = 1 << 24

@@ -9,7 +9,8 @@ with a ``cpu_tensor`` backup. The first call installs the fault on those objects
 never an edit of SGLang's files); every later backup and restore runs through it.
 
 One fault exists only here: ``drop-kv`` (the restore brings nothing of the full-attention KV back),
-the KV counterpart of ``drop-swa`` for dense models, which have no recurrent state to lose.
+the KV counterpart of ``drop-swa`` for dense models, which have no recurrent state to lose. Which faults a live
+server takes, what each does and needs, is the fault registry's (``kvdoctor.core.faults``, target ``consistency``).
 """
 
 from __future__ import annotations
@@ -20,18 +21,13 @@ from types import SimpleNamespace
 from typing import Any
 
 from kvdoctor._exceptions import InputError
+from kvdoctor.core import faults as registry
+from kvdoctor.core.faults import Target
+from kvdoctor.core.servers import Server
 
-# name -> (summary, what the model must have: "recurrent", "swa" or "kv")
+# name -> (summary, what the model must have: "recurrent", "swa" or "kv"), read from the registry
 LIVE_FAULTS: dict[str, tuple[str, str]] = {
-    "missing-mamba": (
-        "the KV pool's CPU copy leaves the recurrent state behind while the caller trusts it",
-        "recurrent",
-    ),
-    "double-mamba": ("the pool and the caller both copy the recurrent state", "recurrent"),
-    "host-pool-on-ssm": ("the backup moves KV pages only (no recurrent-state sidecar)", "recurrent"),
-    "restore-order": ("the recurrent state is loaded one restore late (after the request ran again)", "recurrent"),
-    "drop-swa": ("the restore brings the full-attention KV back but not the sliding-window KV", "swa"),
-    "drop-kv": ("the restore brings nothing of the full-attention KV back", "kv"),
+    f.name: (f.does, f.needs.value) for f in registry.select(server=Server.SGLANG, target=Target.SERVER)
 }
 NEEDS_TEXT = {
     "recurrent": "recurrent (conv/temporal) state",

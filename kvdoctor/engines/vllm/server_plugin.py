@@ -7,7 +7,7 @@ the pressured server only). Then, when the worker imports vLLM's model runner, i
 wrapped: a request the scheduler resumed from preemption (``scheduled_cached_reqs.resumed_req_ids``) has, one
 step later (its recomputed KV written), its blocks zeroed in the KV cache tensors of the groups the fault names:
 
-- ``drop-kv``: every attention group (the resumed request's KV is lost);
+- ``zero-kv`` (formerly ``drop-kv``, still accepted): every attention group (the resumed request's KV is lost);
 - ``zero-state``: every Mamba group (its recurrent conv/SSM state is lost);
 - ``drop-prefix`` (``--scenario prefix-cache``): a *new* request that got blocks from the prefix cache
   (``scheduled_new_reqs`` with ``num_computed_tokens`` > 0) has its first ``num_computed_tokens // block_size``
@@ -39,6 +39,9 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
+from kvdoctor.core import faults as registry
+from kvdoctor.core.faults import Needs, StatePath, Target
+from kvdoctor.core.servers import Server
 from kvdoctor.engines import hook_log
 
 INJECT_ENV = "KVDOCTOR_VLLM_INJECT"
@@ -51,15 +54,13 @@ TARGET = "vllm.v1.worker.gpu_model_runner"  # GPUModelRunner; vLLM's CPUModelRun
 OFFLOAD_TARGET = "vllm.v1.kv_offload.cpu.gpu_worker"
 OFFLOAD_WORKERS = ("CPUOffloadingWorker",)
 LOAD_HANDLERS = ("_load_handler", "_expedited_load_handler")
-# name -> (needs recurrent state, what it does)
-FAULTS: dict[str, tuple[bool, str]] = {
-    "drop-kv": (False, "zeroes every attention KV block of a request resumed from preemption, one step later"),
-    "zero-state": (True, "zeroes the recurrent (Mamba) state blocks of a request resumed from preemption"),
-    "drop-prefix": (False, "zeroes the attention KV blocks a new request got from the prefix cache, before its step"),
-    "drop-offload": (False, "completes every CPU -> GPU load of the offloading worker without copying a byte"),
-}
-PREFIX_FAULTS = ("drop-prefix",)  # faults on prefix-cache hits (--scenario prefix-cache); the rest on preemption
-OFFLOAD_FAULTS = ("drop-offload",)  # faults on the OffloadingConnector's loads (--scenario offload)
+_LIVE = {"server": Server.VLLM, "target": Target.SERVER}  # the registry's records of this plugin's faults
+# name -> (needs recurrent state, what it does), read from the registry; an old spelling (drop-kv) stands for its
+# fault now (zero-kv) and is done by the same code (``_wanted`` tells zero-state apart, every other name zeroes KV).
+FAULTS: dict[str, tuple[bool, str]] = {f.name: (f.needs is Needs.RECURRENT, f.does) for f in registry.select(**_LIVE)}
+FAULTS |= {old: FAULTS[new] for old, new in registry.renamed(**_LIVE).items()}
+PREFIX_FAULTS = registry.names(**_LIVE, path=StatePath.PREFIX_HIT)  # --scenario prefix-cache; the rest on preemption
+OFFLOAD_FAULTS = registry.names(**_LIVE, path=StatePath.OFFLOAD)  # the OffloadingConnector's loads (--scenario offload)
 
 
 def _log(event: str, detail: str = "") -> None:
@@ -122,7 +123,7 @@ UpdateStates = Callable[[Any, Any], Any]
 
 
 def _wrap_resumed(original: UpdateStates, fault: str) -> UpdateStates:
-    """``drop-kv`` / ``zero-state``: a request resumed from preemption is zeroed one step later (its recomputed
+    """``zero-kv`` / ``zero-state``: a request resumed from preemption is zeroed one step later (its recomputed
     state written by then)."""
 
     def _update_states(self: Any, scheduler_output: Any) -> Any:

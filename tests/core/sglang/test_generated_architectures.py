@@ -6,7 +6,8 @@ defaults that the rules read; each test turns red if its correction is removed:
 - Gemma 3n keeps one ``intermediate_size`` per layer (``rules.GEMMA3N_INTERMEDIATE_SOURCE``);
 - a loop model holds one KV-pool layer per layer and loop (``rules.LOOP_LAYERS_SOURCE``: Nanbeige 22 x 2);
 - Laguna's window without a sliding layer and IQuest Q1's MTP draft (its one layer slides) each leave one SWAKVPool
-  sub-pool without layers (drift shows it as none on both sides: ``tests/engines/test_sglang_drift_architectures.py``);
+  sub-pool without layers (drift shows it as none on both sides:
+  ``tests/engines/sglang/test_sglang_drift_architectures.py``);
 - IQuest Q1 runs FA3, so page 1, and refuses any other backend (``rules.IQUEST_Q1_BACKEND_SOURCE``).
 """
 

@@ -1,6 +1,6 @@
 """The vLLM rule model's hybrids beyond the first 13 architectures (no vLLM, no torch): Granite 4.0
 (GraniteMoeHybrid), Nemotron-H as transformers 5 writes it, the pure-Mamba offload rule, and the refusals naming
-what is missing (tests/vllm holds vLLM's own code to the same answers)."""
+what is missing (tests/engines/vllm holds vLLM's own code to the same answers)."""
 
 from __future__ import annotations
 
@@ -92,7 +92,7 @@ def test_granite_bad_layer_type_is_one_config_error(tmp_path: Path) -> None:
 
 def test_pure_mamba_model_offloads_without_prefix_caching(tmp_path: Path) -> None:
     # build_offloading_config asserts only where an attention block does not divide the Mamba block: a model with
-    # no attention layer passes (vLLM's own answer, tests/vllm/test_vllm_hybrids.py), a hybrid does not.
+    # no attention layer passes (vLLM's own answer, tests/engines/vllm/test_vllm_hybrids.py), a hybrid does not.
     pure = analyze_vllm(granite(tmp_path, ["mamba"] * 4), [*OFFLOAD, "--no-enable-prefix-caching"])
     assert [r.status for r in pure.connector.rows] == [Status.CARRIED] * len(pure.connector.rows)
     hybrid = analyze_vllm(granite(tmp_path, ["mamba", "attention"] * 2), [*OFFLOAD, "--no-enable-prefix-caching"])

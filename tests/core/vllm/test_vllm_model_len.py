@@ -1,8 +1,8 @@
 """vLLM's ``max_model_len`` in kvdoctor's vLLM rule model (core/vllm/model_len.py), pure: no vLLM, no torch.
 
 The derived length over several length keys and RoPE scaling, ``--max-model-len`` as vLLM reads it (and refuses
-it), and where the rule model uses it: the Mamba block without prefix caching. tests/vllm holds the same
-answers to vLLM's own ``_get_and_verify_max_len`` (tests/vllm/test_vllm_drift.py).
+it), and where the rule model uses it: the Mamba block without prefix caching. tests/engines/vllm holds the same
+answers to vLLM's own ``_get_and_verify_max_len`` (tests/engines/vllm/test_vllm_drift.py).
 """
 
 from __future__ import annotations

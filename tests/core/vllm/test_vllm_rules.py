@@ -34,7 +34,7 @@ def statuses(a: VllmAnalysis) -> list[tuple[str, str]]:
     return [(r.kind, r.status.value) for r in a.connector.rows]
 
 
-# --- specs and groups, per fixture (tests/vllm holds vLLM's own get_kv_cache_groups to the same) ---
+# --- specs and groups, per fixture (tests/engines/vllm holds vLLM's own get_kv_cache_groups to the same) ---
 
 
 def test_qwen3_next_gdn_groups_and_hybrid_block_size() -> None:

@@ -1,6 +1,6 @@
 """vLLM's per-token-head KV dtypes in kvdoctor's rule model (no vLLM, no torch): an fp32 scale per (token, head) and
-side inside each page (rules.PER_TOKEN_HEAD). tests/vllm holds vLLM's own TritonAttentionBackend.customize_spec to
-the same bytes and shows a wrong rule drifting."""
+side inside each page (rules.PER_TOKEN_HEAD). tests/engines/vllm holds vLLM's own
+TritonAttentionBackend.customize_spec to the same bytes and shows a wrong rule drifting."""
 
 from __future__ import annotations
 

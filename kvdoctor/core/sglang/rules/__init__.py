@@ -4,7 +4,7 @@ Each entry restates (never copies) a rule of SGLang's own source at ``RULES_REVI
 with :func:`~kvdoctor.core.sglang.rules.citations.cite`: a file inside the ``sglang`` package of the wheel
 (``pip download --no-deps sglang==0.5.23``), a symbol that file names within the cited lines, and the lines.
 The citations are data (:data:`CITATIONS`), so a test in the engine suite
-(``tests/engines/test_sglang_citations.py``) opens every cited range in the installed SGLang and checks
+(``tests/engines/sglang/test_sglang_citations.py``) opens every cited range in the installed SGLang and checks
 the symbol is there: when SGLang moves, one package is re-checked, by a machine. Everything else in
 ``kvdoctor.core.sglang`` evaluates these tables; none of it holds a rule of its own.
 

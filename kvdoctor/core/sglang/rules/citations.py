@@ -1,7 +1,7 @@
 """The one SGLang release every rule of this package restates, and the citations the rules make of it.
 
 Every module of the package cites SGLang through :func:`cite`; each call records its :class:`~kvdoctor.core.cite.Cite`
-in :data:`CITATIONS`, which the engine suite (``tests/engines/test_sglang_citations.py``) opens in the installed
+in :data:`CITATIONS`, which the engine suite (``tests/engines/sglang/test_sglang_citations.py``) opens in the installed
 SGLang.
 """
 

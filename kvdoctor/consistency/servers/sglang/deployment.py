@@ -1,0 +1,202 @@
+"""SGLang's side of a consistency run (:class:`kvdoctor.consistency.servers.Deployment`).
+
+Two servers (``single``) or a shared prefill with a decode and a mini-lb per deployment (``pd``,
+:mod:`kvdoctor.consistency.deploy`); retractions from ``/metrics`` (or the server's log) through
+:class:`kvdoctor.deploy.metrics.RetractionProbe`; faults from kvdoctor's site hook
+(:mod:`kvdoctor.engines.sglang.live_faults`), counted from its log with the CPU stand-in's calls
+(:mod:`kvdoctor.engines.sglang.cpu_shims`); under ``pd`` the pressured decode's state trace joined with the
+comparison (:mod:`kvdoctor.consistency.attribution`).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import time
+from collections.abc import Mapping
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from kvdoctor._exceptions import EXIT_GATE, EXIT_PASS, InputError
+from kvdoctor.consistency import attribution, context_limit, deploy, gates, runnable
+from kvdoctor.consistency.client import SGLANG_API, Api
+from kvdoctor.consistency.compare import Generation
+from kvdoctor.consistency.prepared import STANDIN_LOG, ConsistencyOptions, Prepared, check_footprint
+from kvdoctor.consistency.result import ConsistencyResult, settled
+from kvdoctor.consistency.scenario import PREEMPT
+from kvdoctor.consistency.servers import Notify, Probe
+from kvdoctor.consistency.shrink import shrink as shrink_config
+from kvdoctor.consistency.workload import prompts
+from kvdoctor.deploy import ports as pd_ports
+from kvdoctor.deploy.metrics import RetractionProbe
+
+HOOK_LOG = "site-hook.log"
+
+
+def stand_in_needed(device: str) -> bool:
+    """The stand-in goes on the servers' path only on CPU and only when no real sgl_kernel is installed."""
+    return device == "cpu" and importlib.util.find_spec("sgl_kernel") is None
+
+
+def deploy_options(
+    o: ConsistencyOptions,
+    kind: runnable.ModelKind,
+    model_dir: str,
+    stand_in: bool,
+    log_env: dict[str, str],
+    digest_log: str | None = None,
+) -> deploy.DeployOptions:
+    from kvdoctor.engines.sglang.cpu_shims import SHIM_DIR
+
+    hook = Path(SHIM_DIR).parent / "site_hook"
+    needs_hook = o.inject is not None or o.topology == "pd"  # pd: the pressured decode records its state trace
+    return deploy.DeployOptions(
+        model_dir=model_dir,
+        topology=o.topology,
+        device=o.device,
+        workload=o.workload,
+        has_recurrent=kind.has_recurrent,
+        host=o.host,
+        extra_args=o.extra_args,
+        inject=o.inject,
+        stand_in_dir=str(SHIM_DIR) if stand_in else None,
+        site_hook_dir=str(hook) if needs_hook else None,
+        inherited_pythonpath=os.environ.get("PYTHONPATH", ""),
+        log_env=log_env,
+        digest_log=digest_log if o.topology == "pd" else None,
+        choices=o.plan,
+    )
+
+
+class SglangDeployment:
+    scenarios = (PREEMPT,)
+
+    def check(self, o: ConsistencyOptions) -> None:
+        if o.topology not in deploy.TOPOLOGIES:
+            raise InputError(f"--topology must be one of {', '.join(deploy.TOPOLOGIES)}, got {o.topology!r}")
+
+    def check_extra_args(self, args: tuple[str, ...]) -> None:
+        deploy.check_extra_args(args)
+
+    def shrink(self, config: dict[str, Any]) -> dict[str, Any]:
+        return shrink_config(config)
+
+    def check_model(self, o: ConsistencyOptions, kind: runnable.ModelKind) -> None:
+        if o.device == "cpu":
+            runnable.check_cpu(kind, o.model)
+
+    def check_fault(self, o: ConsistencyOptions, kind: runnable.ModelKind) -> None:
+        from kvdoctor.engines.sglang import live_faults
+
+        assert o.inject is not None
+        live_faults.check(o.inject, has_recurrent=kind.has_recurrent, has_swa=kind.has_swa)
+        if o.topology != "pd":
+            deploy.build(deploy_options(o, kind, "<model>", False, {}), [0] * 6)  # raises the InputError
+
+    def stand_in(self, device: str) -> bool:
+        return stand_in_needed(device)
+
+    def bound(self, prepared: Prepared) -> Prepared:
+        o, w = prepared.options, prepared.options.workload
+        limit = context_limit.sglang(prepared.config, prepared.source, o.extra_args)
+        context_limit.check(limit, w.prompt_tokens, w.max_new_tokens, "sglang")
+        check_footprint(prepared, self.plan(prepared, "<model>", None))
+        return replace(prepared, prompts=prompts(w, prepared.vocab_size))
+
+    def plan(self, prepared: Prepared, model_dir: str, run_dir: Path | None) -> deploy.Deployment:
+        o = prepared.options
+        base = run_dir if run_dir is not None else Path("<run-dir>")
+        log_env = {"KVDOCTOR_STANDIN_LOG": str(base / STANDIN_LOG), "KVDOCTOR_HOOK_LOG": str(base / HOOK_LOG)}
+        count = deploy.ports_needed(o.topology, o.plan)
+        free = pd_ports.free_ports(count, host=o.host) if run_dir is not None else list(range(30000, 30000 + count))
+        digest_log = str(base / attribution.DIGEST_LOG)
+        options = deploy_options(o, prepared.kind, model_dir, prepared.stand_in, log_env, digest_log)
+        return deploy.build(options, free)
+
+    def api(self) -> Api:
+        return SGLANG_API
+
+    def probes(self, prepared: Prepared, url: str, log: Path) -> dict[str, Probe]:
+        return {"pressure": RetractionProbe(url, log)}
+
+    def mark(self, prepared: Prepared, run_dir: Path, burst: str) -> None:
+        if prepared.options.topology == "pd" and burst == "pressured":  # the trace's events from here on are its
+            attribution.mark_burst(run_dir / attribution.DIGEST_LOG, "pressured", time.time())
+
+    def record(
+        self,
+        result: ConsistencyResult,
+        prepared: Prepared,
+        evidence: Mapping[str, Mapping[str, Any]],
+        got: list[Generation],
+        say: Notify,
+    ) -> tuple[ConsistencyResult, dict[str, Any]]:
+        return result, {}
+
+    def read_log(self, prepared: Prepared, run_dir: Path, result: ConsistencyResult, say: Notify) -> ConsistencyResult:
+        return trace(prepared, run_dir, read_hook_logs(run_dir, result), say)
+
+
+DEPLOYMENT = SglangDeployment()
+
+
+def trace(prepared: Prepared, run_dir: Path, result: ConsistencyResult, say: Notify) -> ConsistencyResult:
+    """PD: join the pressured decode's state trace with the comparison; say why each diverging request did.
+    Reported, not gated: the tokens and logprobs decide the verdict; the trace says where the state went wrong."""
+    if prepared.options.topology != "pd" or not result.requests:
+        return result
+    hook_path = run_dir / HOOK_LOG
+    lines = hook_path.read_text(encoding="utf-8").splitlines() if hook_path.exists() else []
+    failed = [line.split(" ", 2)[-1] for line in lines if line.split(" ", 2)[1:2] == ["digest-failed"]]
+    joined = attribution.attribute(
+        run_dir / attribution.DIGEST_LOG,
+        prepared.prompts,
+        result.requests,
+        injected=prepared.options.inject,
+        failure=failed[0] if failed else None,
+        drifted=list((result.logprob_drift or {}).get("requests", [])),
+        unrequested=attribution.unrequested_fault(lines, prepared.options.inject),
+    )
+    for line in joined.lines():
+        say("attribute", line)
+    incomplete = [] if joined.complete else [f"the state trace is incomplete ({joined.failure or 'see state_trace'})"]
+    return replace(result, state_trace=joined, warnings=[*result.warnings, *incomplete])
+
+
+def read_hook_logs(run_dir: Path, result: ConsistencyResult) -> ConsistencyResult:
+    """RESULT with what the servers' stand-in and site hook recorded; a stand-in call or a refused fault turns the
+    run red."""
+    calls_path = run_dir / STANDIN_LOG
+    calls = calls_path.read_text(encoding="utf-8").split("\n") if calls_path.exists() else []
+    called = [c.split(" ", 1)[-1] for c in calls if c.strip()]
+    hook_path = run_dir / HOOK_LOG
+    events = (
+        [line.split(" ", 2) for line in hook_path.read_text(encoding="utf-8").splitlines()]
+        if hook_path.exists()
+        else []
+    )
+    patched = sorted({e[2] for e in events if len(e) > 2 and e[1] == "patched"})
+    result = replace(result, stand_in={**result.stand_in, "calls": called, "site_hook_patches": patched})
+    if result.fault is not None:
+        refused = [e[2] for e in events if len(e) > 2 and e[1] == "fault-refused"]
+        fault = replace(
+            result.fault,
+            installed=any(e[1] == "fault-installed" for e in events if len(e) > 1),
+            backups=sum(e[1] == "fault-offload" for e in events if len(e) > 1),
+            restores=sum(e[1] == "fault-restore" for e in events if len(e) > 1),
+            refused=refused[0] if refused else None,
+        )
+        result = replace(result, fault=fault)
+    failed = [" ".join(e[2:]) for e in events if len(e) > 1 and e[1] == "hook-failed"]
+    if result.exit_code not in (EXIT_PASS, EXIT_GATE):
+        return result
+    judged = list(result.gates)
+    if called:
+        gate = gates.stand_in(called, True)
+        judged = [g for g in judged if g.name != gate.name] + [gate]
+    if failed:
+        judged.append(gates.Gate("site-hook", False, "site_hook_failed", f"kvdoctor's site hook failed: {failed[0]}"))
+    # first: what diverged is then the fault's, so the verdict's reason is the fault nobody asked for
+    stray = attribution.unrequested_gates(map(" ".join, events), result.fault and result.fault.name)
+    return settled(replace(result, gates=[*stray, *judged]))

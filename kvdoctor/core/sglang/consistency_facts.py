@@ -1,0 +1,23 @@
+"""SGLang's part of ``kvdoctor consistency``'s shared modules (:mod:`kvdoctor.core.consistency_facts`)."""
+
+from __future__ import annotations
+
+from kvdoctor.core.consistency_facts import ConsistencyFacts
+
+__all__ = ["FACTS", "MAMBA_STATE"]
+
+# --shrink: 8 heads x 32 (expand 2: 8 x 32 = 2 x the shrunk hidden 128), state 64, 1 group. SGLang sizes its Mamba
+# pool apart from its KV pages, so the state may stay this large, and a NemotronH (Mamba width tied to nothing)
+# keeps its full-size state: a real-size state is what its pool then holds.
+MAMBA_STATE = {"mamba_num_heads": 8, "mamba_head_dim": 32, "ssm_state_size": 64, "n_groups": 1}
+
+FACTS = ConsistencyFacts(
+    mamba_state=MAMBA_STATE,
+    shrinks_untied_mamba=False,
+    pressed="retracted",
+    pressure_consequence="no state was ever backed up and restored",
+    fault_site="inside decode-pressured (site hook on {hook})",
+    fault_hooks={"": "Req.offload_kv_cache"},
+    fault_tally="installed {installed}, {backups} backups and {restores} restores through it",
+    fault_problem="refused",
+)
