@@ -35,17 +35,17 @@ def explicit(ctx: typer.Context, name: str) -> bool:
     return source is not None and source.name != "DEFAULT"
 
 
-def _check_fault(run: RoundtripRun, *, vllm: bool) -> None:
+def _check_fault(run: RoundtripRun) -> None:
     from kvdoctor.roundtrip.faults import check_fault
 
-    check_fault(run.settings["inject"], vllm=vllm)
+    check_fault(run.settings["inject"], server=run.server)
 
 
 class SglangSide:
     """SGLang's pools: kvdoctor's model of them or the installed SGLang; every option is theirs."""
 
     def check(self, run: RoundtripRun) -> None:
-        _check_fault(run, vllm=False)
+        _check_fault(run)
 
 
 class VllmSide:
@@ -59,7 +59,7 @@ class VllmSide:
                 "roundtrip --server vllm runs vLLM's own offloading worker: add --engine vllm "
                 "(kvdoctor's own model is of SGLang's pools)"
             )
-        _check_fault(run, vllm=True)
+        _check_fault(run)
         given = [o for name, o in SGLANG_ONLY.items() if explicit(run.ctx, name)]
         if given:
             raise InputError(

@@ -42,6 +42,8 @@ __all__ = [
     "names",
     "register",
     "renamed",
+    "roundtrip_names",
+    "roundtrip_words",
     "select",
 ]
 
@@ -145,6 +147,20 @@ def register(server: str, records: Iterable[Fault]) -> None:
 def _room(path: str) -> tuple[Fault, ...]:
     module, _, name = path.partition(":")
     return tuple(getattr(importlib.import_module(module), name))
+
+
+def roundtrip_names(server: Server | str) -> tuple[str, ...]:
+    """The faults ``roundtrip --server SERVER --inject`` takes: its model's and its engine's, in registry order."""
+    found = (*select(server=server, target=Target.MODEL), *select(server=server, target=Target.ENGINE))
+    return tuple(dict.fromkeys(f.name for f in found))
+
+
+def roundtrip_words(server: Server | str) -> tuple[str, str]:
+    """How a refusal names SERVER's round-trip faults (their owner) and who injects them (its room's words)."""
+    path = _ROOMS.get(str(_value(server)))
+    room = importlib.import_module(path.partition(":")[0]) if path else None
+    name = str(_value(server))
+    return getattr(room, "ROUNDTRIP_OWNER", f"{name}'s pools"), getattr(room, "ROUNDTRIP_INJECTOR", f"--engine {name}")
 
 
 @cache

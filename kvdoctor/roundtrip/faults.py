@@ -1,10 +1,10 @@
-"""The faults ``roundtrip --inject`` takes, per engine, as one enum that imports nothing heavy.
+"""The faults ``roundtrip --inject`` takes, every server's, as one enum that imports nothing heavy.
 
-kvdoctor's model and ``--engine sglang`` reproduce SGLang's known silent failures
-(:data:`SGLANG_FAULTS`); ``--engine vllm`` wraps vLLM's offloading worker (:data:`VLLM_FAULTS`, acted on in
-``kvdoctor.engines.vllm.roundtrip``). Both lists are read from the fault registry (``kvdoctor.core.faults``).
-Typer lists :class:`InjectName` in ``--help`` and refuses a typo while it parses; :func:`check_fault` refuses a
-fault of the other engine (exit 2, one line) before anything is imported.
+kvdoctor's model and ``--engine sglang`` reproduce SGLang's known silent failures; ``--engine vllm`` wraps vLLM's
+offloading worker (acted on in ``kvdoctor.engines.vllm.roundtrip``). The lists are read from the fault registry
+(``kvdoctor.core.faults.roundtrip_names``), server by server. Typer lists :class:`InjectName` in ``--help`` and
+refuses a typo while it parses; :func:`check_fault` refuses another server's fault (exit 2, one line) before
+anything is imported.
 """
 
 from __future__ import annotations
@@ -13,31 +13,25 @@ from enum import Enum
 
 from kvdoctor._exceptions import InputError
 from kvdoctor.core import faults
-from kvdoctor.core.faults import Target
-from kvdoctor.core.servers import Server
+from kvdoctor.core.servers import Server, servers
 
-__all__ = ["SGLANG_FAULTS", "VLLM_FAULTS", "InjectName", "check_fault"]
-
-SGLANG_FAULTS: tuple[str, ...] = faults.names(
-    server=Server.SGLANG, target=Target.MODEL
-)  # the model and --engine sglang
-VLLM_FAULTS: tuple[str, ...] = faults.names(server=Server.VLLM, target=Target.ENGINE)  # --engine vllm
+__all__ = ["InjectName", "check_fault"]
 
 InjectName = Enum(  # type: ignore[misc]  # the functional API: one member per fault, value = its spelling
-    "InjectName", [(name.upper().replace("-", "_"), name) for name in (*SGLANG_FAULTS, *VLLM_FAULTS)], type=str
+    "InjectName",
+    [(n.upper().replace("-", "_"), n) for n in dict.fromkeys(n for s in servers() for n in faults.roundtrip_names(s))],
+    type=str,
 )
 
 
-def check_fault(fault: str | None, *, vllm: bool) -> None:
-    """Exit 2 when FAULT belongs to the other engine: injecting it here would break nothing and pass."""
+def check_fault(fault: str | None, *, server: Server | str) -> None:
+    """Exit 2 when FAULT is another server's round-trip fault: injecting it here would break nothing and pass."""
     if fault is None:
         return
-    if vllm and fault not in VLLM_FAULTS:
-        raise InputError(
-            f"--inject {fault} is a fault of SGLang's pools; --engine vllm injects {', '.join(VLLM_FAULTS)}"
-        )
-    if not vllm and fault not in SGLANG_FAULTS:
-        raise InputError(
-            f"--inject {fault} is a fault of vLLM's offloading worker (--server vllm --engine vllm); "
-            f"this engine injects {', '.join(SGLANG_FAULTS)}"
-        )
+    here = faults.roundtrip_names(server)
+    if fault in here:
+        return
+    owner = next((s for s in servers() if fault in faults.roundtrip_names(s)), None)
+    owned_by = faults.roundtrip_words(owner)[0] if owner else "no round trip"
+    injector = faults.roundtrip_words(server)[1]
+    raise InputError(f"--inject {fault} is a fault of {owned_by}; {injector} injects {', '.join(here)}")

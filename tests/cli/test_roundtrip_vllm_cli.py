@@ -93,9 +93,11 @@ def test_without_vllm_the_vllm_round_trip_names_the_install_command() -> None:
 
 def test_the_inject_choices_are_every_engines_faults_and_the_engine_lists_agree() -> None:
     """The --inject enum is SGLang's faults then vLLM's; each engine's own list is the one it acts on."""
-    from kvdoctor.roundtrip.faults import SGLANG_FAULTS, VLLM_FAULTS, InjectName
+    from kvdoctor.core.faults import roundtrip_names
+    from kvdoctor.roundtrip.faults import InjectName
     from kvdoctor.state.faults import FAULTS
 
-    assert [f.value for f in InjectName] == [*SGLANG_FAULTS, *VLLM_FAULTS]
-    assert list(SGLANG_FAULTS) == list(FAULTS)
-    assert VLLM_FAULTS == ("drop-group", "reorder-blocks", "skip-scales")
+    sglang, vllm = roundtrip_names("sglang"), roundtrip_names("vllm")
+    assert [f.value for f in InjectName] == [*sglang, *vllm]
+    assert list(sglang) == list(FAULTS)
+    assert vllm == ("drop-group", "reorder-blocks", "skip-scales")

@@ -102,8 +102,10 @@ def test_the_old_tables_are_read_from_the_registry() -> None:
     from kvdoctor.roundtrip import faults as roundtrip_faults
 
     assert [f.value for f in faults.FaultName] == list(faults.names(target=Target.MODEL))
-    assert faults.names(server="sglang", target=Target.ENGINE) == roundtrip_faults.SGLANG_FAULTS
-    assert faults.names(server="vllm", target=Target.ENGINE) == roundtrip_faults.VLLM_FAULTS
+    assert faults.names(server="sglang", target=Target.ENGINE) == faults.roundtrip_names("sglang")
+    assert faults.names(server="vllm", target=Target.ENGINE) == faults.roundtrip_names("vllm")
+    both = [*faults.roundtrip_names("sglang"), *faults.roundtrip_names("vllm")]
+    assert [f.value for f in roundtrip_faults.InjectName] == both
     live = faults.select(server="sglang", target=Target.SERVER)
     assert {f.name: (f.does, f.needs.value) for f in live} == live_faults.LIVE_FAULTS
     assert set(server_plugin.FAULTS) == {*faults.names(server="vllm", target="consistency"), "drop-kv"}

@@ -32,6 +32,10 @@ OFFLOAD = hook("srt/managers/schedule_batch.py", "offload_kv_cache", 2109, 2128)
 Row = tuple[Needs, tuple[Cite, ...], str]  # (what it needs, the hooks it wraps, what it does)
 
 # name -> Row: the seven faults of the model and of SGLang's pools.
+# How roundtrip's refusal of another engine's fault names this server's faults and who injects them here.
+ROUNDTRIP_OWNER = "SGLang's pools"
+ROUNDTRIP_INJECTOR = "this engine"  # kvdoctor's model and --engine sglang
+
 _POOL_FAULTS: dict[str, Row] = {
     "missing-mamba": (
         Needs.RECURRENT,

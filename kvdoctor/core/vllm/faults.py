@@ -41,6 +41,10 @@ def _live(name: str, path: StatePath, needs: Needs, does: str, *hooks: Cite, for
     return Fault(name, "vllm", Target.SERVER, path, Role.SINGLE, hooks, does, needs, formerly=formerly)
 
 
+# How roundtrip's refusal of another engine's fault names this server's faults and who injects them here.
+ROUNDTRIP_OWNER = "vLLM's offloading worker (--server vllm --engine vllm)"
+ROUNDTRIP_INJECTOR = "--engine vllm"
+
 FAULTS: tuple[Fault, ...] = (
     _offload(
         "drop-group",

@@ -69,7 +69,7 @@ class VllmAdapter(Adapter):
         from kvdoctor.roundtrip.options import check_options
 
         check_options(options)
-        check_fault(options.inject, vllm=True)
+        check_fault(options.inject, server=Server.VLLM)
         refused = analyze_vllm(model, list(server_argv)).refusal
         if refused is not None:
             raise InputError(f"vLLM refuses this launch line: {refused}")

@@ -32,18 +32,20 @@ from typing import Any
 
 from kvdoctor._exceptions import InputError, InternalError
 from kvdoctor.core.engine_ref import EngineRef
+from kvdoctor.core.faults import roundtrip_names
+from kvdoctor.core.servers import Server
 from kvdoctor.core.vllm.analysis import analyze_vllm
 from kvdoctor.core.vllm.specs import SpecKind
 from kvdoctor.engines.vllm import _offload_shims as shims
 from kvdoctor.engines.vllm import _runtime as rt
 from kvdoctor.engines.vllm import cache_config
 from kvdoctor.engines.vllm.inspect import mamba_state, vllm_spec
-from kvdoctor.roundtrip.faults import VLLM_FAULTS, check_fault
+from kvdoctor.roundtrip.faults import check_fault
 from kvdoctor.roundtrip.result import ComponentCheck, RoundtripResult, VllmGroup, VllmUsed
 
 __all__ = ["FAULTS", "WORKER", "GroupCopy", "VllmRoundtrip", "VllmRow", "roundtrip_result", "run_vllm_roundtrip"]
 
-FAULTS = VLLM_FAULTS
+FAULTS = roundtrip_names(Server.VLLM)  # the faults this engine acts on, from the registry
 WORKER = "CPUOffloadingWorker"  # v1/kv_offload/cpu/gpu_worker.py: stores and loads every group's blocks
 MEMORY_SHARE = 0.5  # the run allocates at most this share of the memory available now (else exit 2)
 Progress = Callable[[str, int, int], None]
@@ -237,7 +239,7 @@ def run_vllm_roundtrip(
     progress: Progress | None = None,
 ) -> VllmRoundtrip:
     """Store one request's blocks of every group with vLLM's CPUOffloadingWorker, load them into fresh ids, diff."""
-    check_fault(inject, vllm=True)
+    check_fault(inject, server=Server.VLLM)
     report = progress or (lambda what, done, total: None)
     info = rt.engine_info()
     start = time.perf_counter()

@@ -30,6 +30,7 @@ from kvdoctor.consistency.shrink import shrink as shrink_config
 from kvdoctor.consistency.workload import prompts
 from kvdoctor.deploy import ports as pd_ports
 from kvdoctor.deploy.metrics import RetractionProbe
+from kvdoctor.engines import hook_log
 
 HOOK_LOG = "site-hook.log"
 
@@ -146,9 +147,8 @@ def trace(prepared: Prepared, run_dir: Path, result: ConsistencyResult, say: Not
     Reported, not gated: the tokens and logprobs decide the verdict; the trace says where the state went wrong."""
     if prepared.options.topology != "pd" or not result.requests:
         return result
-    hook_path = run_dir / HOOK_LOG
-    lines = hook_path.read_text(encoding="utf-8").splitlines() if hook_path.exists() else []
-    failed = [line.split(" ", 2)[-1] for line in lines if line.split(" ", 2)[1:2] == ["digest-failed"]]
+    log = hook_log.read(run_dir / HOOK_LOG)
+    failed = log.details("digest-failed")
     joined = attribution.attribute(
         run_dir / attribution.DIGEST_LOG,
         prepared.prompts,
@@ -156,7 +156,7 @@ def trace(prepared: Prepared, run_dir: Path, result: ConsistencyResult, say: Not
         injected=prepared.options.inject,
         failure=failed[0] if failed else None,
         drifted=list((result.logprob_drift or {}).get("requests", [])),
-        unrequested=attribution.unrequested_fault(lines, prepared.options.inject),
+        unrequested=attribution.unrequested_fault(log, prepared.options.inject),
     )
     for line in joined.lines():
         say("attribute", line)
@@ -170,25 +170,20 @@ def read_hook_logs(run_dir: Path, result: ConsistencyResult) -> ConsistencyResul
     calls_path = run_dir / STANDIN_LOG
     calls = calls_path.read_text(encoding="utf-8").split("\n") if calls_path.exists() else []
     called = [c.split(" ", 1)[-1] for c in calls if c.strip()]
-    hook_path = run_dir / HOOK_LOG
-    events = (
-        [line.split(" ", 2) for line in hook_path.read_text(encoding="utf-8").splitlines()]
-        if hook_path.exists()
-        else []
-    )
-    patched = sorted({e[2] for e in events if len(e) > 2 and e[1] == "patched"})
+    log = hook_log.read(run_dir / HOOK_LOG)
+    patched = sorted({d for d in log.details("patched") if d})
     result = replace(result, stand_in={**result.stand_in, "calls": called, "site_hook_patches": patched})
     if result.fault is not None:
-        refused = [e[2] for e in events if len(e) > 2 and e[1] == "fault-refused"]
+        refused = [d for d in log.details("fault-refused") if d]
         fault = replace(
             result.fault,
-            installed=any(e[1] == "fault-installed" for e in events if len(e) > 1),
-            backups=sum(e[1] == "fault-offload" for e in events if len(e) > 1),
-            restores=sum(e[1] == "fault-restore" for e in events if len(e) > 1),
+            installed=log.count("fault-installed") > 0,
+            backups=log.count("fault-offload"),
+            restores=log.count("fault-restore"),
             refused=refused[0] if refused else None,
         )
         result = replace(result, fault=fault)
-    failed = [" ".join(e[2:]) for e in events if len(e) > 1 and e[1] == "hook-failed"]
+    failed = log.details("hook-failed")
     if result.exit_code not in (EXIT_PASS, EXIT_GATE):
         return result
     judged = list(result.gates)
@@ -198,5 +193,5 @@ def read_hook_logs(run_dir: Path, result: ConsistencyResult) -> ConsistencyResul
     if failed:
         judged.append(gates.Gate("site-hook", False, "site_hook_failed", f"kvdoctor's site hook failed: {failed[0]}"))
     # first: what diverged is then the fault's, so the verdict's reason is the fault nobody asked for
-    stray = attribution.unrequested_gates(map(" ".join, events), result.fault and result.fault.name)
+    stray = attribution.unrequested_gates(log, result.fault and result.fault.name)
     return settled(replace(result, gates=[*stray, *judged]))

@@ -44,6 +44,7 @@ from kvdoctor.consistency.shrink import shrink as shrink_config
 from kvdoctor.consistency.workload import prompts
 from kvdoctor.core.faults import StatePath
 from kvdoctor.deploy import ports as pd_ports
+from kvdoctor.engines import hook_log
 
 
 def options(prepared: Prepared, model_dir: str, plugin_log: str | None) -> deploy_vllm.VllmDeployOptions:
@@ -250,19 +251,18 @@ def read_plugin_log(run_dir: Path, result: Result) -> Result:
     """RESULT with what kvdoctor's vLLM plugin recorded: a fault asked for that never installed, never fired or
     failed is red (a fault run that hit nothing proves nothing)."""
     path = run_dir / deploy_vllm.PLUGIN_LOG
-    lines = path.read_text(encoding="utf-8").splitlines() if path.exists() else []
-    events = [line.split(" ", 2) for line in lines]
-    names = [e[1] for e in events if len(e) > 1]
+    log = hook_log.read(path)
+    names = log.names()
     result = replace(
         result, stand_in={**result.stand_in, "vllm_plugin": {"log": str(path), "loaded": names.count("loaded")}}
     )
     judged = result.exit_code in (EXIT_PASS, EXIT_GATE)
     if result.fault is None:
-        if judged and (stray := attribution.unrequested_gates(lines, None)):
+        if judged and (stray := attribution.unrequested_gates(log, None)):
             # first: a fault nobody asked for makes the verdict unknown
             return settled(replace(result, gates=[*stray, *result.gates]))
         return result
-    failed = [e[2] for e in events if len(e) > 2 and e[1] in ("fault-failed", "fault-refused")]
+    failed = [d for d in log.details("fault-failed", "fault-refused") if d]
     f = replace(
         result.fault,
         installed="fault-installed" in names,
