@@ -9,10 +9,11 @@ from typing import Annotated
 import typer
 
 from kvdoctor.consistency.workload import Workload
+from kvdoctor.core import servers
 
 DEFAULT_OUTPUT_DIR = Path("kvdoctor-out/consistency")
 DEFAULT_TIMEOUT_S = 1800.0
-DEFAULT_SERVER = "sglang"  # --server's default: the head line names the server only when it is another
+DEFAULT_SERVER = servers.DEFAULT_SERVER.value  # --server's default: the head line names another server only
 WORKLOAD = Workload()  # the workload options' defaults
 
 ModelArgument = Annotated[

@@ -26,6 +26,7 @@ from kvdoctor.cli.command import CommandRun, ErrorCase, check_reports
 from kvdoctor.cli.launch import own_options
 from kvdoctor.cli.options import DeviceOption, GpuArchOption
 from kvdoctor.cli.progress import with_progress
+from kvdoctor.core.faults import roundtrip_names
 from kvdoctor.core.servers import DEFAULT_SERVER, lookup, rule_model
 from kvdoctor.engines import Capability, Engine, GpuArch, Server, answers_for, require
 from kvdoctor.report.units import NONE, format_bytes, human, noun_for, yes_no
@@ -290,7 +291,7 @@ def roundtrip(
         typer.Option(
             "--inject",
             help="Reproduce a known failure; the components it must turn red are checked (inject_matched). "
-            "--engine vllm: drop-group, reorder-blocks, skip-scales; the others: SGLang's.",
+            f"--engine vllm: {', '.join(roundtrip_names(Server.VLLM))}; the others: SGLang's.",
         ),
     ] = None,
     layers: int | None = typer.Option(

@@ -19,7 +19,7 @@ servers load (after ``--shrink``) and the flags after ``--``:
   short. Not modelled: the draft-token slots EAGLE speculative decoding reserves on top of the input
   (``compute_num_reserved_tokens``, srt/managers/utils.py:484).
 - vLLM: kvdoctor passes ``--max-model-len`` (the request's tokens rounded up to 32,
-  :func:`kvdoctor.consistency.deploy_vllm.model_len`), a ``--max-model-len`` after ``--`` replaces it (the last
+  :func:`kvdoctor.consistency.servers.vllm.plan.model_len`), a ``--max-model-len`` after ``--`` replaces it (the last
   one wins), and vLLM refuses to start when it exceeds the config's derived length
   (:func:`kvdoctor.core.vllm.model_len.max_model_len`); a request longer than ``max_model_len`` is refused.
 

@@ -237,7 +237,7 @@ def unbuildable(config: Mapping[str, Any]) -> str | None:
 
 def small_mamba_state(config: Mapping[str, Any], server: str = "vllm") -> dict[str, int]:
     """The Mamba2 fields SERVER's shrink sets in CONFIG (empty for a model without them); the default is the one
-    caller's (``deploy_vllm._small_state``)."""
+    caller's (``consistency.servers.vllm.plan._small_state``)."""
     state = consistency_facts(server).mamba_state
     if not all(isinstance(config.get(k), int) for k in state):
         return {}
