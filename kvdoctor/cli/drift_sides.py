@@ -9,6 +9,8 @@ server: each side imports its engine's module inside the call, after ``require``
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from importlib import import_module
 from typing import TYPE_CHECKING, Protocol
 
 from kvdoctor.engines import Adapter, Capability, Engine, GpuArch, require
@@ -40,11 +42,16 @@ class DriftSide(Protocol):
     ) -> DriftReport: ...
 
 
-class SglangSide:
-    """The installed SGLang (``kvdoctor.engines.sglang.drift``), told the GPU it runs on."""
+@dataclass(frozen=True)
+class EngineSide:
+    """A server whose engine (``kvdoctor.engines.<engine>.drift``) runs the generated set; PLATFORM: its answers
+    are told the GPU they run on (``--gpu-arch``), as SGLang's are; vLLM's compared answers take no platform."""
+
+    engine: Engine
+    platform: bool
 
     def adapter(self) -> Adapter:
-        return require(Engine.SGLANG, Capability.DRIFT)
+        return require(self.engine, Capability.DRIFT)
 
     def all_architectures(
         self,
@@ -56,33 +63,11 @@ class SglangSide:
         model_types: tuple[str, ...],
         strict: bool,
     ) -> DriftReport:
-        from kvdoctor.engines.sglang.drift import run_all_architectures  # only after require(): SGLang is here
-
-        return run_all_architectures(
-            cases, gpu_arch, update, output_dir=output_dir, model_types=model_types, strict=strict
-        )
-
-
-class VllmSide:
-    """The installed vLLM (``kvdoctor.engines.vllm.drift``); its compared answers take no platform."""
-
-    def adapter(self) -> Adapter:
-        return require(Engine.VLLM, Capability.DRIFT)
-
-    def all_architectures(
-        self,
-        cases: tuple[str, ...],
-        gpu_arch: GpuArch,
-        update: Progress | None,
-        *,
-        output_dir: Path | None,
-        model_types: tuple[str, ...],
-        strict: bool,
-    ) -> DriftReport:
-        from kvdoctor.engines.vllm.drift import run_all_architectures  # only after require(): vLLM is here
-
-        return run_all_architectures(cases, update, output_dir=output_dir, model_types=model_types, strict=strict)
+        # only after require(): the server is installed here
+        run = import_module(f"kvdoctor.engines.{self.engine.value}.drift").run_all_architectures
+        platform = (gpu_arch,) if self.platform else ()
+        return run(cases, *platform, update, output_dir=output_dir, model_types=model_types, strict=strict)
 
 
-SGLANG: DriftSide = SglangSide()
-VLLM: DriftSide = VllmSide()
+SGLANG: DriftSide = EngineSide(Engine.SGLANG, platform=True)
+VLLM: DriftSide = EngineSide(Engine.VLLM, platform=False)

@@ -2,7 +2,7 @@
 
 This is the server axis's seam, as ``engines.load`` is the engine axis's: code that needs to know
 something about a server (how a sentence names it, which version the rules restate, what it calls a
-request giving its memory back, which distributions install it, its flag vocabulary, its rule model)
+request giving its memory back, which distributions install it, its rule model and, through it, its flag vocabulary)
 asks :func:`facts` or :func:`rule_model` instead of branching on the server's name. Each server's
 facts live in its own room (``core/<server>/server.py``, a module that imports nothing heavy), named
 by one line of :data:`_FACTS`; a third server is one more member of :class:`Server`, one more room and
@@ -78,7 +78,6 @@ class ServerFacts:
     noun: str  # "retraction" | "preemption"
     distributions: tuple[str, ...]
     rule_model: str  # "module:attribute" of the room's RuleModel, imported on first use
-    vocabulary: str  # "module:attribute" of the room's flag Vocabulary, imported on first use
     platform: bool = False  # its rules take the GPU platform (--gpu-arch): SGLang's do, vLLM's take none
 
     @property

@@ -62,7 +62,6 @@ def test_a_registered_server_is_listed_last_and_taken_back() -> None:
         noun="eviction",
         distributions=("toyserve",),
         rule_model="kvdoctor.core.sglang.server:RULES",
-        vocabulary="kvdoctor.core.sglang.flags:SGLANG",
     )
     servers.register(toy)
     try:

@@ -87,7 +87,6 @@ FACTS = ServerFacts(
     noun="eviction",
     distributions=("toyserve",),
     rule_model=f"{HERE}:RULES",
-    vocabulary=f"{HERE}:VOCABULARY",
 )
 TOY_RANGE = ("0.9", "1.0")  # the versions --engine toyserve drives
 

