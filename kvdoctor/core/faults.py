@@ -110,9 +110,11 @@ class Needs(str, Enum):
 @record(frozen=True)
 class Fault:
     """One fault, done in one place. ``hooks``: the server code it acts on (or, for :attr:`Target.MODEL`, the
-    server code kvdoctor's model restates), first the one it wraps; ``replays``: public bugs it reproduces;
-    ``formerly``: old spellings of its name the server's ``--inject`` still accepts (never another fault's name on
-    the same server)."""
+    server code kvdoctor's model restates), first the one it wraps; ``replays``: the public bugs it reproduces (ids
+    of ``kvdoctor.core.bugs``); ``formerly``: old spellings of its name the server's ``--inject`` still accepts
+    (never another fault's name on the same server); ``switchable``: whether it can be armed and disarmed inside a
+    running server between bursts (``kvdoctor.engines.arming``), so one launch serves many cases; a fault that is
+    not gets its own launch."""
 
     name: str
     server: str  # a Server value: the server whose state path it breaks
@@ -124,6 +126,7 @@ class Fault:
     needs: Needs
     replays: tuple[str, ...] = ()
     formerly: tuple[str, ...] = ()
+    switchable: bool = False
 
     @property
     def command(self) -> str:

@@ -26,7 +26,8 @@ __all__ = ["CONTROL_ENV", "Event", "EventLog", "append", "faults", "parse", "rea
 
 CONTROL_ENV = frozenset(
     {
-        "KVDOCTOR_INJECT",  # SGLang site hook (engines/sglang/server_hooks.py): the fault to install
+        "KVDOCTOR_INJECT",  # SGLang site hook (engines/sglang/server_hooks.py): the faults to install (comma-separated)
+        "KVDOCTOR_ARM",  # both servers' faults (engines/arming.py): the file naming the fault armed now
         "KVDOCTOR_PATCHES",  # SGLang site hook: the CPU enablers to apply
         "KVDOCTOR_DIGEST_LOG",  # SGLang site hook: where the state trace goes
         "KVDOCTOR_HOOK_LOG",  # SGLang site hook: this format

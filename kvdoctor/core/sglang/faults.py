@@ -87,8 +87,17 @@ def _records(table: dict[str, Row], target: Target, role: Role, *via: Cite) -> l
     ]
 
 
+# The live faults on the other state paths, one tuple per path, each record whole (its own role, hooks, replays):
+# installed by the module ``kvdoctor.engines.sglang.server_hooks.FAULT_MODULES`` names for its path.
+TRANSFER_FAULTS: tuple[Fault, ...] = ()  # the PD transfer: prefill's send, decode's receive and commit
+HIT_FAULTS: tuple[Fault, ...] = ()  # a radix-cache hit: the cached state a request resumes from
+WINDOW_FAULTS: tuple[Fault, ...] = ()  # sliding-window eviction
+
 FAULTS: tuple[Fault, ...] = (
     *_records(_POOL_FAULTS, Target.MODEL, Role.ANY),
     *_records(_POOL_FAULTS, Target.ENGINE, Role.ANY),
     *_records(_LIVE_FAULTS, Target.SERVER, Role.DECODE, OFFLOAD),
+    *TRANSFER_FAULTS,
+    *HIT_FAULTS,
+    *WINDOW_FAULTS,
 )

@@ -15,9 +15,10 @@ server takes, what each does and needs, is the fault registry's (``kvdoctor.core
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
-from types import SimpleNamespace
+from types import ModuleType, SimpleNamespace
 from typing import Any
 
 from kvdoctor._exceptions import InputError
@@ -78,3 +79,42 @@ def install(name: str, req_to_token_pool: Any, allocator: Any) -> Installed:
         raise RuntimeError(f"--inject {name} needs {reason}; the server's pools have none")
     fault.install(patches, pools, state)  # type: ignore[arg-type]
     return Installed(name, state.deferred)
+
+
+def hooks(name: str) -> dict[str, Callable[[ModuleType], None]]:
+    """Fault NAME's hook (``server_hooks.FAULT_MODULES``): wrap ``Req.offload_kv_cache`` so the first retraction
+    backup installs it on the server's pools, and ``Req.load_kv_cache`` to count restores (and run a deferred one)."""
+    from kvdoctor.engines.sglang.server_hooks import SCHEDULE_BATCH_MODULE, log
+
+    def hook(module: ModuleType) -> None:
+        req_class = module.Req
+        original = req_class.offload_kv_cache
+        original_load = req_class.load_kv_cache
+        box: dict[str, Any] = {}
+
+        @functools.wraps(original)
+        def offload_kv_cache(self: Any, req_to_token_pool: Any, allocator: Any) -> Any:
+            if "installed" not in box:
+                try:
+                    box["installed"] = install(name, req_to_token_pool, allocator)
+                except Exception as exc:
+                    log("fault-refused", f"{name}: {exc}")
+                    raise
+                log("fault-installed", name)
+            log("fault-offload", name)
+            return original(self, req_to_token_pool, allocator)
+
+        @functools.wraps(original_load)
+        def load_kv_cache(self: Any, req_to_token_pool: Any, allocator: Any) -> Any:
+            installed = box.get("installed")
+            if installed is not None:
+                while installed.deferred:  # restore-order: the previous restore's state arrives now
+                    installed.deferred.pop(0)()
+                log("fault-restore", name)
+            return original_load(self, req_to_token_pool, allocator)
+
+        req_class.offload_kv_cache = offload_kv_cache
+        req_class.load_kv_cache = load_kv_cache
+        log("fault-armed", f"{name} on Req.offload_kv_cache")
+
+    return {SCHEDULE_BATCH_MODULE: hook}

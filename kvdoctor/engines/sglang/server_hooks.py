@@ -10,9 +10,11 @@ attribute of it. Which changes apply is read from the environment kvdoctor sets 
   records a CUDA event (``srt/disaggregation/prefill.py:1746-1761``), which fails on a CPU-only
   machine; off, the plain ``kv_to_page_indices`` branch runs. A CPU enabler: it changes SGLang's
   behaviour, so kvdoctor prints it.
-- ``KVDOCTOR_INJECT=<fault>``: wraps ``Req.offload_kv_cache`` (``srt/managers/schedule_batch.py``)
-  so the first retraction backup installs the fault on the server's pools
-  (:mod:`kvdoctor.engines.sglang.live_faults`).
+- ``KVDOCTOR_INJECT=<fault>[,<fault>...]``: each fault's module, chosen by the state path its registry record
+  names (:data:`FAULT_MODULES`), hooks the SGLang modules it acts on (``hooks(name)``: SGLang module -> hook);
+  e.g. a retraction fault wraps ``Req.offload_kv_cache`` (``srt/managers/schedule_batch.py``) so the first
+  retraction backup installs it on the server's pools (:mod:`kvdoctor.engines.sglang.live_faults`). Several
+  faults are installed at once only to be armed one at a time (``KVDOCTOR_ARM``, :mod:`kvdoctor.engines.arming`).
 - ``KVDOCTOR_DIGEST_LOG=<file>``: wraps ``Req.offload_kv_cache``/``Req.load_kv_cache`` and
   ``Scheduler.run_batch`` (``srt/managers/scheduler.py``) to record per-component digests of every
   retracted request's state at backup, restore and its next forward, and the positions each covers
@@ -27,7 +29,7 @@ supervisor passes a server only those its run sets, never one inherited from the
 
 from __future__ import annotations
 
-import functools
+import importlib
 import importlib.abc
 import importlib.machinery
 import os
@@ -96,43 +98,6 @@ def _mooncake(module: ModuleType) -> None:
     log("patched", "MooncakeKVSender.supports_host_tensor_indices=False")
 
 
-def _fault(name: str) -> Callable[[ModuleType], None]:
-    def hook(module: ModuleType) -> None:
-        from kvdoctor.engines.sglang import live_faults
-
-        req_class = module.Req
-        original = req_class.offload_kv_cache
-        original_load = req_class.load_kv_cache
-        box: dict[str, Any] = {}
-
-        @functools.wraps(original)
-        def offload_kv_cache(self: Any, req_to_token_pool: Any, allocator: Any) -> Any:
-            if "installed" not in box:
-                try:
-                    box["installed"] = live_faults.install(name, req_to_token_pool, allocator)
-                except Exception as exc:
-                    log("fault-refused", f"{name}: {exc}")
-                    raise
-                log("fault-installed", name)
-            log("fault-offload", name)
-            return original(self, req_to_token_pool, allocator)
-
-        @functools.wraps(original_load)
-        def load_kv_cache(self: Any, req_to_token_pool: Any, allocator: Any) -> Any:
-            installed = box.get("installed")
-            if installed is not None:
-                while installed.deferred:  # restore-order: the previous restore's state arrives now
-                    installed.deferred.pop(0)()
-                log("fault-restore", name)
-            return original_load(self, req_to_token_pool, allocator)
-
-        req_class.offload_kv_cache = offload_kv_cache
-        req_class.load_kv_cache = load_kv_cache
-        log("fault-armed", f"{name} on Req.offload_kv_cache")
-
-    return hook
-
-
 def _digests(path: str) -> tuple[Callable[[ModuleType], None], Callable[[ModuleType], None]]:
     """The two digest hooks (schedule_batch, scheduler), sharing one recorder."""
     from kvdoctor.engines.sglang import digests
@@ -160,21 +125,40 @@ def _chain(*hooks: Callable[[ModuleType], None]) -> Callable[[ModuleType], None]
     return hook
 
 
+# One line per state path: the module whose ``hooks(name)`` installs that path's faults ({SGLang module: hook}).
+FAULT_MODULES: dict[str, str] = {
+    "retraction": "kvdoctor.engines.sglang.live_faults",
+}
+
+
+def fault_hooks(name: str) -> dict[str, Callable[[ModuleType], None]]:
+    """The SGLang modules fault NAME hooks, and how (its record's state path picks the module that knows)."""
+    from kvdoctor.core import faults as registry
+    from kvdoctor.core.faults import Target
+    from kvdoctor.core.servers import Server
+
+    fault = registry.get(name, server=Server.SGLANG, target=Target.SERVER)
+    module = importlib.import_module(FAULT_MODULES[fault.path.value])
+    return module.hooks(fault.name)
+
+
 def install() -> None:
-    hooks: dict[str, Callable[[ModuleType], None]] = {}
+    hooks: dict[str, list[Callable[[ModuleType], None]]] = {}
     patches = {p for p in os.environ.get(PATCHES_ENV, "").split(",") if p}
     if MOONCAKE_HOST_INDICES in patches:
-        hooks[MOONCAKE_MODULE] = _mooncake
-    batch_hooks: list[Callable[[ModuleType], None]] = []
+        hooks.setdefault(MOONCAKE_MODULE, []).append(_mooncake)
     digest_log = os.environ.get(DIGEST_ENV)
     if digest_log:
         on_schedule_batch, on_scheduler = _digests(digest_log)
-        batch_hooks.append(on_schedule_batch)  # first: the fault, if any, wraps the digests
-        hooks[SCHEDULER_MODULE] = on_scheduler
-    fault = os.environ.get(INJECT_ENV)
-    if fault:
-        batch_hooks.append(_fault(fault))
-    if batch_hooks:
-        hooks[SCHEDULE_BATCH_MODULE] = _chain(*batch_hooks)
+        hooks.setdefault(SCHEDULE_BATCH_MODULE, []).append(on_schedule_batch)  # first: a fault wraps the digests
+        hooks.setdefault(SCHEDULER_MODULE, []).append(on_scheduler)
+    for name in (n for n in os.environ.get(INJECT_ENV, "").split(",") if n):
+        try:
+            found = fault_hooks(name)
+        except Exception as exc:  # an unknown fault or a missing module: seen in the log, never silent
+            log("fault-refused", f"{name}: {type(exc).__name__}: {exc}")
+            continue
+        for module, hook in found.items():
+            hooks.setdefault(module, []).append(hook)
     if hooks:
-        sys.meta_path.insert(0, AfterImport(hooks))
+        sys.meta_path.insert(0, AfterImport({module: _chain(*chain) for module, chain in hooks.items()}))
