@@ -116,6 +116,7 @@ class Deployment:
     injected_role: str | None = None
     bootstrap_port: int | None = None  # pd: the one bootstrap port prefill and both decodes share
     preset: str = "consistency"  # whose flags the servers carry (pd-eval's preset under --oracle tokens)
+    arm_file: str | None = None  # the injected faults fire only while this file names them (the run arms them)
 
     def launch_plan(self, model: str) -> plan.LaunchPlan:
         """Every step as pd-eval's launch plan lists them (``launch_plan`` in its JSON, its dry run)."""
@@ -176,6 +177,7 @@ class DeployOptions:
     log_env: Mapping[str, str] = field(default_factory=dict)  # the stand-in and hook logs
     digest_log: str | None = None  # the pressured decode's state trace (kvdoctor.engines.sglang.digests)
     choices: PlanChoices | None = None  # pd-eval's deployment (pd only); None: consistency's own
+    arm_file: str | None = None  # where the run arms the injected faults (kvdoctor.engines.arming), when injecting
 
 
 def pools(w: Workload) -> tuple[int, int]:
@@ -323,6 +325,8 @@ def _env(o: DeployOptions, *, patches: Sequence[str] = (), inject: bool = False,
         env["KVDOCTOR_PATCHES"] = ",".join(patches)
     if inject and o.inject:
         env["KVDOCTOR_INJECT"] = o.inject
+        if o.arm_file:
+            env["KVDOCTOR_ARM"] = o.arm_file
     if trace and o.digest_log and o.site_hook_dir:
         env["KVDOCTOR_DIGEST_LOG"] = o.digest_log
     return env
@@ -433,4 +437,5 @@ def _pd(o: DeployOptions, ports: list[int], roomy: int, tight: int) -> Deploymen
         injected_role="decode-pressured" if o.inject else None,
         bootstrap_port=bootstrap,
         preset=base.name,
+        arm_file=o.arm_file if o.inject else None,
     )

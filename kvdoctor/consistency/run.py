@@ -13,8 +13,9 @@ a scenario is a record (:mod:`kvdoctor.consistency.scenario`).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -49,6 +50,7 @@ from kvdoctor.deploy import rundir
 from kvdoctor.deploy.deadline import Deadline
 from kvdoctor.deploy.signals import SignalLatch, signals_raise
 from kvdoctor.deploy.supervisor import Supervisor
+from kvdoctor.engines import arming
 
 __all__ = ["ConsistencyOptions", "Prepared", "evaluate", "plan_for", "prepare", "run", "timed_burst", "warm_up"]
 
@@ -311,8 +313,24 @@ def _deploy_and_compare(
     _launch(s, deployment)
     _warm_up(s, deployment)
     ref = _measure(s, deployment, "reference", deployment.reference_url, deployment.reference_metrics, 2)
-    press = _measure(s, deployment, "pressured", deployment.pressured_url, deployment.pressured_metrics, 1)
+    with _armed(deployment, prepared.options.inject):
+        press = _measure(s, deployment, "pressured", deployment.pressured_url, deployment.pressured_metrics, 1)
     _compare(s, ref, press)
+
+
+@contextlib.contextmanager
+def _armed(deployment: deploy.Deployment, *faults: str | None) -> Iterator[None]:
+    """FAULTS armed inside the servers while the block runs (a fault on a server both deployments share, PD's
+    prefill, fires for the pressured burst only), disarmed on every way out; nothing without an arm file."""
+    if deployment.arm_file is None:
+        yield
+        return
+    path = Path(deployment.arm_file)
+    arming.arm(path, *(f for f in faults if f))
+    try:
+        yield
+    finally:
+        arming.disarm(path)
 
 
 def _launch(s: _Session, deployment: deploy.Deployment) -> None:
@@ -321,6 +339,8 @@ def _launch(s: _Session, deployment: deploy.Deployment) -> None:
     goes into the result as it is known (a run that fails half-way still names every log)."""
     started: dict[str, tuple[Any, float]] = {}
     startup_from = s.watch.now()
+    if deployment.arm_file is not None:  # every fault disarmed until its burst (warm-up included)
+        arming.disarm(Path(deployment.arm_file))
     for step in deployment.steps:
         launched = s.watch.now()
         managed = s.supervisor.start(step.role, step.argv, step.env)

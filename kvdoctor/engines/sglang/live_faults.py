@@ -25,6 +25,7 @@ from kvdoctor._exceptions import InputError
 from kvdoctor.core import faults as registry
 from kvdoctor.core.faults import Target
 from kvdoctor.core.servers import Server
+from kvdoctor.engines import arming
 
 # name -> (summary, what the model must have: "recurrent", "swa" or "kv"), read from the registry
 LIVE_FAULTS: dict[str, tuple[str, str]] = {
@@ -94,6 +95,8 @@ def hooks(name: str) -> dict[str, Callable[[ModuleType], None]]:
 
         @functools.wraps(original)
         def offload_kv_cache(self: Any, req_to_token_pool: Any, allocator: Any) -> Any:
+            if "installed" not in box and not arming.armed(name):  # installed at the first armed backup, for good
+                return original(self, req_to_token_pool, allocator)
             if "installed" not in box:
                 try:
                     box["installed"] = install(name, req_to_token_pool, allocator)

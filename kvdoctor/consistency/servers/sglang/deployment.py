@@ -33,6 +33,7 @@ from kvdoctor.deploy.metrics import RetractionProbe
 from kvdoctor.engines import hook_log
 
 HOOK_LOG = "site-hook.log"
+ARM_FILE = "armed"  # the file the run names the armed fault in (kvdoctor.engines.arming)
 
 
 def stand_in_needed(device: str) -> bool:
@@ -47,6 +48,7 @@ def deploy_options(
     stand_in: bool,
     log_env: dict[str, str],
     digest_log: str | None = None,
+    arm_file: str | None = None,
 ) -> deploy.DeployOptions:
     from kvdoctor.engines.sglang.cpu_shims import SHIM_DIR
 
@@ -67,6 +69,7 @@ def deploy_options(
         log_env=log_env,
         digest_log=digest_log if o.topology == "pd" else None,
         choices=o.plan,
+        arm_file=arm_file,
     )
 
 
@@ -112,7 +115,9 @@ class SglangDeployment:
         count = deploy.ports_needed(o.topology, o.plan)
         free = pd_ports.free_ports(count, host=o.host) if run_dir is not None else list(range(30000, 30000 + count))
         digest_log = str(base / attribution.DIGEST_LOG)
-        options = deploy_options(o, prepared.kind, model_dir, prepared.stand_in, log_env, digest_log)
+        options = deploy_options(
+            o, prepared.kind, model_dir, prepared.stand_in, log_env, digest_log, str(base / ARM_FILE)
+        )
         return deploy.build(options, free)
 
     def api(self) -> Api:
