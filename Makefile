@@ -3,7 +3,7 @@ PY ?= python3
 INSTALL = $(PY) -m pip install -q -c constraints/cpu.txt -e
 
 .PHONY: demo test test-only lint sglang-env test-sglang vllm-env test-vllm server-env server-apt test-server consistency-matrix \
-	sglang-overlay test-sglang-overlay vllm-server-env test-vllm-server vllm-server-matrix vllm-matrix
+	sglang-overlay test-sglang-overlay vllm-server-env test-vllm-server vllm-server-matrix vllm-matrix replay-matrix replay-bench
 
 ## Install, then run the main job on a built-in default (CPU, no GPU needed).
 demo:
@@ -87,7 +87,9 @@ $(SERVER_VENV)/.installed: constraints/sglang.txt constraints/sglang-server.txt 
 	touch $@
 
 ## Real SGLang servers on this machine (tests marked `server`, in .venv-server/): minutes each. CI runs the
-## chosen few (Llama PD green and red under drop-kv, LFM2 single green); `matrix` tests run in consistency-matrix.
+## chosen few (Llama PD green and red under drop-kv on one launch, LFM2 single green, the replays of a prefix-hit bug
+## and a PD transfer bug each beside its green control on one launch, the docs' fault file red); `matrix` tests run
+## in consistency-matrix.
 test-server: server-env
 	$(SERVER_VENV)/bin/python -m pytest -q -p no:cacheprovider -m "server and not matrix" tests/consistency
 
@@ -124,6 +126,17 @@ CONSISTENCY_OUT ?= kvdoctor-out/consistency
 consistency-matrix: server-env
 	$(SERVER_VENV)/bin/python -m pytest -q -p no:cacheprovider -m server tests/consistency tests/bench
 	$(SERVER_VENV)/bin/kvdoctor consistency llama-3.1-8b --topology single --shrink --device cpu --output-dir $(CONSISTENCY_OUT)
+
+## Every replayed public bug (not part of CI; docs/bugs.md): `kvdoctor replay --all` from .venv-server/, each bug's
+## control and subject on real SGLang servers (cases that share a deployment on one launch, each fault armed at run
+## time), vLLM's through the vLLM engine env's round trip (.venv-vllm/). Then `kvdoctor bench replay --all` measures
+## the same matrix against one launch per case: make replay-bench.
+REPLAY_OUT ?= kvdoctor-out/replay
+replay-matrix: server-env vllm-env
+	$(SERVER_VENV)/bin/kvdoctor replay --all --output-dir $(REPLAY_OUT) --junit $(REPLAY_OUT)/junit.xml
+
+replay-bench: server-env vllm-env
+	$(SERVER_VENV)/bin/kvdoctor bench replay --all --output-dir $(REPLAY_OUT)
 
 ## Another SGLang on the one engine environment (docs/sglang-versions.md): sglang==VERSION without its
 ## dependencies, plus the few pins that version needs (constraints/sglang-overlay-VERSION.txt, which must exist:

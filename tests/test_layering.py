@@ -3,8 +3,8 @@
 Floors, lowest first, one per folder: the error tree, text helpers and the options' enums (``choices``) ·
 ``core`` (pure rules, no torch) · ``roundtrip`` (the torch-free contract ``state`` and the engines return) ·
 ``mxfp8`` · ``state`` (data on torch) · ``report`` · ``schemas`` · ``engines`` (the only door into a server) ·
-``deploy`` (processes, signals, ports, HTTP, plans) · ``consistency`` · ``pd`` (pd-eval) · ``bench`` · ``cli`` ·
-``__main__``. An import may stay on its floor or go down, never up. Neither ``core`` nor ``roundtrip``
+``deploy`` (processes, signals, ports, HTTP, plans) · ``consistency`` · ``pd`` (pd-eval) · ``replay`` · ``bench`` ·
+``cli`` · ``__main__``. An import may stay on its floor or go down, never up. Neither ``core`` nor ``roundtrip``
 imports torch, triton, pandas or httpx.
 Inside ``core``, the modules shared by both servers (directly under ``core/``) import neither server's
 room, and ``core/sglang`` and ``core/vllm`` do not import each other. Only ``engines/`` imports SGLang or
@@ -49,9 +49,10 @@ FLOORS: dict[str, int] = {
     "kvdoctor.deploy": 8,  # what both real-server checks stand on: processes, signals, ports, HTTP, plans
     "kvdoctor.consistency": 9,
     "kvdoctor.pd": 10,  # pd-eval, whose token oracle is consistency's
-    "kvdoctor.bench": 11,
-    "kvdoctor.cli": 12,
-    "kvdoctor.__main__": 13,
+    "kvdoctor.replay": 11,  # public bugs replayed: consistency's runs, the engine round trip, judged per bug
+    "kvdoctor.bench": 12,
+    "kvdoctor.cli": 13,
+    "kvdoctor.__main__": 14,
 }
 HEAVY = frozenset({"torch", "triton", "pandas", "httpx"})  # none of them in core, roundtrip
 TORCH_FREE = ("kvdoctor.core", "kvdoctor.roundtrip")
@@ -192,7 +193,7 @@ def test_core_and_the_roundtrip_contract_import_no_heavy_library() -> None:
 
 
 def test_core_imports_nothing_above_it() -> None:
-    upstairs = ("engines", "cli", "state", "pd", "report", "bench", "consistency", "mxfp8", "roundtrip")
+    upstairs = ("engines", "cli", "state", "pd", "replay", "report", "bench", "consistency", "mxfp8", "roundtrip")
     report(
         "kvdoctor.core imports a package above it",
         (

@@ -65,6 +65,7 @@ COMMANDS = (
     Lazy("consistency", "kvdoctor.cli.consistency", "consistency", {"allow_extra_args": True}),
     Lazy("drift", "kvdoctor.cli.drift", "drift"),
     Lazy("faults", "kvdoctor.cli.faults_cmd", "faults"),
+    Lazy("replay", "kvdoctor.cli.replay_cmd", "replay"),
     Lazy("schema", "kvdoctor.cli.schema_cmd", "schema"),
 )
 BENCH_COMMANDS = (
@@ -73,6 +74,7 @@ BENCH_COMMANDS = (
     Lazy("pd-eval", "kvdoctor.cli.bench_pd_eval", "bench_pd_eval"),
     Lazy("startup", "kvdoctor.cli.bench_startup", "bench_startup"),
     Lazy("consistency", "kvdoctor.cli.bench_consistency", "bench_consistency", {"allow_extra_args": True}),
+    Lazy("replay", "kvdoctor.cli.bench_replay", "bench_replay"),
 )
 
 

@@ -21,6 +21,7 @@ from kvdoctor.cli.consistency_options import (
     DEFAULT_TIMEOUT_S,
     WORKLOAD,
     ConcurrencyOption,
+    FaultFileOption,
     MaxNewTokensOption,
     ModelArgument,
     OutputDirOption,
@@ -58,15 +59,19 @@ def consistency(
     inject: str | None = typer.Option(
         None,
         "--inject",
-        help="A fault applied inside the pressured decode server (pd only; vllm: the pressured server).",
+        help="A fault armed inside the servers for the pressured burst, in the role its record names (kvdoctor "
+        "faults): a retraction fault in the PD decode, a transfer fault in the prefill or decode, a radix-hit or "
+        "window fault in the pressured server; vllm: the pressured server.",
     ),
+    fault_file: FaultFileOption = None,
     scenario: str = typer.Option(
         "preempt",
         "--scenario",
-        help="preempt: forced preemption; prefix-cache (vllm): the same prefixes hit in the prefix cache, evicted, "
-        "sent again, against a server without prefix caching; offload (vllm, GPU only: vLLM refuses it on CPU): "
-        "preemption with vLLM's OffloadingConnector on the pressured server, resumed requests loaded from its CPU "
-        "tier.",
+        help="preempt: forced preemption; prefix-cache (vllm; sglang --topology single): the same prefixes hit in the "
+        "prefix cache, evicted, sent again, against a server without prefix caching; transfer (sglang --topology pd): "
+        "every request's state sent by the prefill and committed by the decode, both decodes roomy; offload (vllm, GPU "
+        "only: vLLM refuses it on CPU): preemption with vLLM's OffloadingConnector on the pressured server, resumed "
+        "requests loaded from its CPU tier.",
     ),
     requests: RequestsOption = WORKLOAD.requests,
     prompt_tokens: PromptTokensOption = WORKLOAD.prompt_tokens,
@@ -91,6 +96,7 @@ def consistency(
             topology=topology,
             device=device,
             inject=inject,
+            fault_file=fault_file,
             output_dir=output_dir,
             timeout_s=timeout,
             server=server,
@@ -214,7 +220,9 @@ def _print_head(console: Console, prepared: Prepared, preview: Deployment) -> No
         pw = prepared.prefix
         phases = ", ".join(f"{ph.name} {len(ph.prompts)}" for ph in pw.phases)
         p(
-            f"scenario: prefix-cache: {pw.groups} prefixes of {pw.prefix_tokens} token ids "
+            f"scenario: prefix-cache: {pw.header.format(phases=phases)}"
+            if pw.header
+            else f"scenario: prefix-cache: {pw.groups} prefixes of {pw.prefix_tokens} token ids "
             f"({pw.prefix_tokens // pw.block_size} blocks of {pw.block_size}) + {w.prompt_tokens} distinct each; "
             f"phases {phases} (evict: unique prompts, 1 new token, not compared); reference "
             "--no-enable-prefix-caching, pressured --enable-prefix-caching; hits from vllm:prefix_cache_hits_total",
@@ -236,6 +244,11 @@ def _print_head(console: Console, prepared: Prepared, preview: Deployment) -> No
             markup=False,
             soft_wrap=True,
         )
+    if o.fault_file is not None:
+        from kvdoctor.consistency import fault_file
+
+        found = fault_file.read(o.fault_file)
+        p(f"fault: --fault-file {found.path} ({found.name}): {found.describe()}", markup=False, soft_wrap=True)
     if o.inject:
         words = consistency_facts(o.server)
         p(f"fault: --inject {o.inject} {words.fault_site.format(hook=words.fault_hook(o.scenario))}", markup=False)

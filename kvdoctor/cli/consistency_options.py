@@ -33,3 +33,11 @@ OutputDirOption = Annotated[
     Path, typer.Option("--output-dir", help="Run directories and the checkpoint cache go here.")
 ]
 TimeoutOption = Annotated[float, typer.Option("--timeout", help="Seconds for the whole run.")]
+FaultFileOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--fault-file",
+        help="Your own fault: a Python file wrapping server functions in a role (prefill, decode, single, any), "
+        "installed inside those servers and armed for the pressured burst (docs/fault-file.md). Not with --inject.",
+    ),
+]

@@ -177,23 +177,29 @@ def _rank(name: str) -> int:
     return ORDER.index(name) if name in ORDER else len(ORDER)
 
 
-def read_events(path: Path) -> tuple[list[dict[str, Any]], int]:
-    """The events after the last ``burst`` marker (the pressured burst), and how many lines were unreadable."""
+def read_events(path: Path, burst: str | None = None) -> tuple[list[dict[str, Any]], int]:
+    """The events after the last ``burst`` marker (the pressured burst), or, BURST given (one case of a many-case
+    run), those after the marker named BURST up to the next marker; the scheduler's own events always; and how many
+    lines were unreadable."""
     if not path.exists():
         return [], 0
     events: list[dict[str, Any]] = []
     bad = 0
+    current: str | None = None
     for line in path.read_text(encoding="utf-8").splitlines():
         try:
             event = json.loads(line)
         except ValueError:
             bad += 1
             continue
-        if isinstance(event, dict):
-            if event.get("event") == "burst":
+        if not isinstance(event, dict):
+            continue
+        if event.get("event") == "burst":
+            current = event.get("name")
+            if burst is None:
                 events = [e for e in events if e.get("event") == "scheduler"]
-            else:
-                events.append(event)
+        elif burst is None or current == burst or event.get("event") == "scheduler":
+            events.append(event)
     return events, bad
 
 
@@ -394,12 +400,14 @@ def attribute(
     failure: str | None = None,
     drifted: Sequence[int] = (),
     unrequested: str | None = None,
+    burst: str | None = None,
 ) -> StateTrace:
     """Join the trace at PATH with the comparison DIFFS (one per prompt of PROMPTS, in order); DRIFTED: the
     requests whose logprobs drift with identical tokens (``compare.drift``); UNREQUESTED: the fault event that
-    ran inside the server without ``--inject`` (:func:`unrequested_fault`): then nothing is SGLang's."""
+    ran inside the server without ``--inject`` (:func:`unrequested_fault`): then nothing is SGLang's; BURST: the
+    case's burst of a many-case run (:func:`read_events`)."""
     trace = StateTrace(str(path), failure=failure)
-    events, bad = read_events(path)
+    events, bad = read_events(path, burst)
     schedulers = [e for e in events if e.get("event") == "scheduler"]
     trace.recorded = bool(schedulers)
     if not trace.recorded:

@@ -52,7 +52,9 @@ def parse(payload: Any) -> Generation:
     margins = [_margin(t[0] for t in top or [] if t) for top in meta.get("output_top_logprobs") or []]
     finish = meta.get("finish_reason")
     kind = finish.get("type", "") if isinstance(finish, dict) else str(finish or "")
-    return Generation(tokens, logprobs, tuple(margins), kind)
+    return Generation(
+        tokens, logprobs, tuple(margins), kind, _count(meta.get("cached_tokens"), "meta_info.cached_tokens")
+    )
 
 
 def _logprob(value: Any) -> float:
@@ -125,10 +127,18 @@ def _cached(payload: dict[str, Any]) -> int | None:
     usage = payload.get("usage")
     details = usage.get("prompt_tokens_details") if isinstance(usage, dict) else None
     cached = details.get("cached_tokens") if isinstance(details, dict) else None
+    return _count(cached, "usage.prompt_tokens_details.cached_tokens")
+
+
+def _count(cached: Any, where: str) -> int | None:
+    """A reply's cached prompt tokens (None when the reply does not say); ``MalformedReply`` when it is no count.
+    SGLang says it in every ``/generate`` reply's ``meta_info`` (the prompt tokens its radix cache served this request;
+    cited as ``CACHED_TOKENS`` in :mod:`kvdoctor.consistency.servers.sglang.prefix_cache`), vLLM in ``usage``
+    (:func:`_cached`)."""
     if cached is None:
         return None
     if not isinstance(cached, int) or isinstance(cached, bool) or cached < 0:
-        raise MalformedReply(f"usage.prompt_tokens_details.cached_tokens is {cached!r}, not a token count")
+        raise MalformedReply(f"{where} is {cached!r}, not a token count")
     return cached
 
 

@@ -178,6 +178,10 @@ class DeployOptions:
     digest_log: str | None = None  # the pressured decode's state trace (kvdoctor.engines.sglang.digests)
     choices: PlanChoices | None = None  # pd-eval's deployment (pd only); None: consistency's own
     arm_file: str | None = None  # where the run arms the injected faults (kvdoctor.engines.arming), when injecting
+    prefill_faults: tuple[str, ...] = ()  # the injected faults that run on the prefill (the rest: pressured decode)
+    transfer: bool = False  # --scenario transfer: both decodes roomy (nothing retracts), every server observes it
+    pools: tuple[int, int] | None = None  # (reference, pressured) pools a scenario sizes itself (prefix-cache)
+    role_args: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # a scenario's flags per single role
 
 
 def pools(w: Workload) -> tuple[int, int]:
@@ -310,7 +314,16 @@ def _composed(o: DeployOptions, base: Preset, prefill_pool: int, decode_pool: in
     )
 
 
-def _env(o: DeployOptions, *, patches: Sequence[str] = (), inject: bool = False, trace: bool = False) -> dict[str, str]:
+def _faults(o: DeployOptions, role: str) -> str | None:
+    """The injected faults ROLE (``prefill`` or ``decode``) runs: the prefill those its records put there
+    (``prefill_faults``: a transfer fault on its send, armed for the pressured burst only), the decode the rest."""
+    names = [f for f in (o.inject or "").split(",") if f]
+    return ",".join(f for f in names if (f in o.prefill_faults) == (role == "prefill")) or None
+
+
+def _env(
+    o: DeployOptions, *, patches: Sequence[str] = (), inject: str | None = None, trace: bool = False
+) -> dict[str, str]:
     env: dict[str, str] = {**PRESSURE_ENV, **o.log_env}
     if o.device == "cpu":
         env["SGLANG_USE_CPU_ENGINE"] = "1"
@@ -323,8 +336,9 @@ def _env(o: DeployOptions, *, patches: Sequence[str] = (), inject: bool = False,
         env["PYTHONPATH"] = ":".join(path)
     if patches:
         env["KVDOCTOR_PATCHES"] = ",".join(patches)
-    if inject and o.inject:
-        env["KVDOCTOR_INJECT"] = o.inject
+    faults = _faults(o, inject) if inject else None
+    if faults:
+        env["KVDOCTOR_INJECT"] = faults
         if o.arm_file:
             env["KVDOCTOR_ARM"] = o.arm_file
     if trace and o.digest_log and o.site_hook_dir:
@@ -349,12 +363,12 @@ def build(o: DeployOptions, ports: Sequence[int]) -> Deployment:
     check_extra_args(o.extra_args)
     if o.choices is not None and o.topology != "pd":
         raise InputError("a PD deployment's choices (pd-eval --oracle tokens) need --topology pd")
-    if o.inject and o.topology != "pd":
+    if o.inject and o.topology != "pd" and not _on_one_server(o.inject):
         raise InputError(
             f"--inject {o.inject} needs --topology pd: only PD decode backs a retracted request's state up and "
             "restores it (srt/managers/schedule_batch.py:2375-2386); a single server retracts by recompute"
         )
-    roomy, tight = pools(o.workload)
+    roomy, tight = o.pools or pools(o.workload)
     return (_single if o.topology == "single" else _pd)(o, list(ports), roomy, tight)
 
 
@@ -369,17 +383,40 @@ def _single(o: DeployOptions, ports: list[int], roomy: int, tight: int) -> Deplo
             *_server_flags(o),
             "--max-total-tokens",
             str(pool),
+            *o.role_args.get(role, ()),
             *o.extra_args,
             "--host",
             o.host,
             "--port",
             str(port),
         )
-        steps.append(plan.Step(role, argv, plan.base_url(o.host, port), "/health", _env(o)))
+        env = _env(o, inject="single" if role == "pressured" else None)  # a radix-hit fault: the subject only
+        steps.append(plan.Step(role, argv, plan.base_url(o.host, port), "/health", env))
     ref, press = steps
+    injected = "pressured" if o.inject else None
     return Deployment(
-        "single", tuple(steps), ref.url, press.url, ref.url, press.url, roomy, tight, enablers(o), injected_role=None
+        "single",
+        tuple(steps),
+        ref.url,
+        press.url,
+        ref.url,
+        press.url,
+        roomy,
+        tight,
+        enablers(o),
+        injected_role=injected,
+        arm_file=o.arm_file if o.inject else None,
     )
+
+
+def _on_one_server(inject: str) -> bool:
+    """Every fault in INJECT acts on a radix-cache hit or on sliding-window eviction, which one SGLang server serves
+    (the rest need PD)."""
+    from kvdoctor.core import faults
+
+    paths = (faults.StatePath.PREFIX_HIT, faults.StatePath.SLIDING_WINDOW)
+    hits = {n for p in paths for n in faults.names(server="sglang", target=faults.Target.SERVER, path=p)}
+    return all(name in hits for name in inject.split(","))
 
 
 def _pd(o: DeployOptions, ports: list[int], roomy: int, tight: int) -> Deployment:
@@ -408,16 +445,18 @@ def _pd(o: DeployOptions, ports: list[int], roomy: int, tight: int) -> Deploymen
         )
 
     ref = one(roomy, ref_decode, ref_router, metrics[0])
-    press = one(tight, press_decode, press_router, metrics[-1])
+    pressured_pool = roomy if o.transfer else tight  # transfer: nothing may retract
+    press = one(pressured_pool, press_decode, press_router, metrics[-1])
     prefill = ref.step("prefill")
     assert prefill is not None and prefill == press.step("prefill"), "both deployments share one prefill"
-    prefill_env = _env(o, patches=("mooncake-host-indices",) if cpu else ())
+    observe = ("transfer-observer",) if o.transfer else ()  # kvdoctor.engines.sglang.transfer_faults
+    prefill_env = _env(o, patches=(*(("mooncake-host-indices",) if cpu else ()), *observe), inject="prefill")
     steps = [dataclasses.replace(prefill, env={**prefill.env, **prefill_env})]
     for name, launch in (("reference", ref), ("pressured", press)):
         decode = launch.step("decode")
         assert decode is not None
         pressured = name == "pressured"
-        env = {**decode.env, **_env(o, inject=pressured, trace=pressured)}
+        env = {**decode.env, **_env(o, patches=observe, inject="decode" if pressured else None, trace=pressured)}
         steps.append(dataclasses.replace(decode, role=f"decode-{name}", env=env))
     for name, launch in (("reference", ref), ("pressured", press)):
         router = launch.step("router")
@@ -432,9 +471,9 @@ def _pd(o: DeployOptions, ports: list[int], roomy: int, tight: int) -> Deploymen
         by["decode-reference"].url,
         by["decode-pressured"].url,
         roomy,
-        tight,
+        pressured_pool,
         enablers(o),
-        injected_role="decode-pressured" if o.inject else None,
+        injected_role=", ".join(s.role for s in steps if "KVDOCTOR_INJECT" in s.env) or None,
         bootstrap_port=bootstrap,
         preset=base.name,
         arm_file=o.arm_file if o.inject else None,

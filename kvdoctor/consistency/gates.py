@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from kvdoctor.consistency.compare import NoiseFloor, RequestDiff
 
@@ -273,6 +274,56 @@ def offload(subject: int | None, reference: int | None, source: str, stored: int
         "passed",
         f"pressured server loaded {subject:,} bytes from its CPU tier{wrote}, the reference none ({source})",
     )
+
+
+def transfer(doc: Mapping[str, Any], retracted: tuple[int | None, int | None], source: str) -> Gate:
+    """``--scenario transfer``: kvdoctor's observer inside the servers (DOC: ``TransferResult.transfer``) must have
+    seen every one of the pressured burst's requests sent by the prefill (with its recurrent state, when the model
+    has one) and committed by the pressured decode, else the comparison did not test the transfer; and RETRACTED
+    (pressured, reference; SOURCE: where they were counted) must both be 0: a retraction backs the state up and
+    restores it, so a divergence could be the retraction's (LFM2 over PD is red under retraction by itself: the
+    overlap finding)."""
+    requests, sent, committed = doc.get("requests"), doc.get("sent"), doc.get("committed")
+    needs_state, state_sent = bool(doc.get("recurrent")), doc.get("state_sent")
+    counts = {"sent": sent, "committed": committed, **({"state_sent": state_sent} if needs_state else {})}
+    press, ref = retracted
+    not_counts = _not_counts(**counts, pressured_retractions=press, reference_retractions=ref)
+    if requests is None or any(v is None for v in counts.values()) or not_counts:
+        return Gate(
+            "transfer",
+            False,
+            "no_teeth",
+            f"guard has no teeth: the transfer counts are unknown (source: {doc.get('source', 'none')}{not_counts}); "
+            "nothing proves a request crossed the PD transfer",
+        )
+    seen = f"{sent}/{requests} sent by the prefill"
+    seen += f" ({state_sent} with their recurrent state)" if needs_state else ""
+    seen += f", {committed}/{requests} committed by the pressured decode"
+    if min(counts.values()) < requests:  # type: ignore[type-var]
+        return Gate(
+            "transfer",
+            False,
+            "no_teeth",
+            f"guard has no teeth: kvdoctor's observer saw {seen}, so the transfer path did not run for every request",
+        )
+    if press is None or ref is None:
+        return Gate(
+            "transfer",
+            False,
+            "no_teeth",
+            f"guard has no teeth: the retraction count is unknown (source: {source}); a retraction would "
+            "confound the transfer",
+        )
+    if press or ref:
+        return Gate(
+            "transfer",
+            False,
+            "no_teeth",
+            f"guard has no teeth: the pressured decode retracted {press} and the reference {ref} request(s); a "
+            "retraction backs the state up and restores it, so it would confound the transfer (both decodes must "
+            "be roomy)",
+        )
+    return Gate("transfer", True, "passed", f"every request crossed the PD transfer: {seen}; nothing retracted")
 
 
 # What drop-offload acts on, as the fault-fired gate names it.

@@ -38,6 +38,9 @@ from kvdoctor.consistency.workload import FIRST_ID, Workload
 GROUPS = 4  # distinct prefixes
 PREFIX_BLOCKS = 4  # a prefix is this many whole vLLM blocks (128 tokens in the CPU's 32-token blocks)
 MIN_PER_GROUP = 3  # fill, hit, again
+# The compared phases whose every request must hit the subject's cache (vLLM: hit; SGLang also warm, its second pass:
+# kvdoctor.consistency.servers.sglang.prefix_cache).
+HIT_PHASES = ("hit", "warm")
 
 
 @dataclass(frozen=True)
@@ -60,6 +63,7 @@ class PrefixWorkload:
     prefix_tokens: int
     block_size: int
     phases: tuple[Phase, ...]
+    header: str = ""  # what the run's header says of the scenario (a server's own words; empty: vLLM's)
 
     @property
     def compared(self) -> list[list[int]]:

@@ -40,6 +40,7 @@ class ConsistencyOptions:
     plan: PlanChoices | None = None  # pd-eval --oracle tokens: its deployment (pd only); None: consistency's
     server: str = "sglang"  # whose servers run: sglang, or vllm (single only)
     scenario: str = PREEMPT  # preempt, prefix-cache or offload (vllm only)
+    fault_file: Path | None = None  # --fault-file: the user's own fault (kvdoctor.consistency.fault_file)
 
 
 @dataclass(frozen=True)

@@ -210,6 +210,18 @@ class OffloadDoc(TypedDict, total=False):
     source: str
 
 
+class TransferDoc(TypedDict, total=False):
+    """``--scenario transfer``'s evidence (``kvdoctor.consistency.servers.sglang.transfer``): what kvdoctor's observer
+    counted inside the servers during the pressured burst, by distinct bootstrap room (one per request)."""
+
+    requests: int  # the pressured burst's requests
+    recurrent: bool  # the model has recurrent state: each request's state must be sent too
+    sent: int | None  # rooms the prefill sent (MooncakeKVManager.send_aux)
+    state_sent: int | None  # rooms whose state components the prefill sent (maybe_send_extra; None: no state)
+    committed: int | None  # rooms the pressured decode committed (DecodeTransferQueue._commit_transfer_to_req)
+    source: str  # where the counts come from (the site hook log)
+
+
 @dataclass(frozen=True)
 class ConsistencyResult:
     model: str
@@ -301,6 +313,21 @@ class OffloadResult(ConsistencyResult):
         """The preemptions and the bytes the pressured server loaded back from its CPU tier."""
         loaded = ((self.offload.get("load_bytes") or {}).get("pressured")) if self.offload else None
         return f"{super().evidence()}, {f'{loaded:,}' if loaded is not None else '?'} bytes loaded from the CPU tier"
+
+
+@dataclass(frozen=True)
+class TransferResult(ConsistencyResult):
+    """``--scenario transfer``: every request crosses the PD transfer (prefill's send, decode's commit) with no
+    retraction on either decode (both roomy); a separate class, so a preempt run's JSON keeps exactly its keys."""
+
+    scenario: str = "transfer"
+    transfer: TransferDoc = field(default_factory=TransferDoc)
+
+    def evidence(self) -> str:
+        """The requests the observer saw committed after the transfer, and the pressured decode's retractions."""
+        done, sent = self.transfer.get("committed"), self.transfer.get("requests")
+        both = f"{done if done is not None else '?'}/{sent if sent is not None else '?'} requests transferred"
+        return f"{both}, {super().evidence()}"
 
 
 Result = TypeVar("Result", bound=ConsistencyResult)

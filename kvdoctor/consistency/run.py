@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -29,9 +29,11 @@ from kvdoctor._exceptions import (
     InputError,
     Interrupted,
 )
-from kvdoctor.consistency import checkpoint, compare, deploy, gates, runnable, scenario, servers
+from kvdoctor.consistency import checkpoint, compare, deploy, fault_file, gates, runnable, scenario, servers
+from kvdoctor.consistency.case import Case
 from kvdoctor.consistency.client import generate_all
 from kvdoctor.consistency.compare import Generation
+from kvdoctor.consistency.prefix import HIT_PHASES
 from kvdoctor.consistency.prepared import STANDIN_LOG, ConsistencyOptions, Prepared, has_weights, vocab, warm_up
 from kvdoctor.consistency.probe_vllm import OffloadCount, PrefixCacheCount
 from kvdoctor.consistency.result import (
@@ -42,9 +44,12 @@ from kvdoctor.consistency.result import (
     PrefixCacheResult,
     Result,
     Stopwatch,
+    TransferResult,
     settled,
 )
 from kvdoctor.consistency.workload import Workload
+from kvdoctor.core import faults as registry
+from kvdoctor.core.faults import Target
 from kvdoctor.core.servers import facts
 from kvdoctor.deploy import rundir
 from kvdoctor.deploy.deadline import Deadline
@@ -52,9 +57,23 @@ from kvdoctor.deploy.signals import SignalLatch, signals_raise
 from kvdoctor.deploy.supervisor import Supervisor
 from kvdoctor.engines import arming
 
-__all__ = ["ConsistencyOptions", "Prepared", "evaluate", "plan_for", "prepare", "run", "timed_burst", "warm_up"]
+__all__ = [
+    "Case",
+    "ConsistencyOptions",
+    "Prepared",
+    "check_cases",
+    "evaluate",
+    "plan_for",
+    "prepare",
+    "run",
+    "run_cases",
+    "timed_burst",
+    "warm_up",
+]
 
 PROBE_TIMEOUT_S = 10.0
+REFERENCE, PRESSURED = "reference", "pressured"  # the measured bursts' names (a case's: pressured:<case>)
+REFERENCE_BURSTS = (REFERENCE, f"{REFERENCE}-repeat")
 CUDA_PROBE_TIMEOUT_S = 120.0
 Notify = Callable[[str, str], None]
 
@@ -81,6 +100,7 @@ def prepare(o: ConsistencyOptions) -> Prepared:
     server.check_model(o, kind)
     weights = None if o.shrink else has_weights(o.model)
     config = server.shrink(top) if o.shrink else top
+    fault_file.check(o)  # --fault-file: the user's own fault (exit 2 for one this run cannot use, or with --inject)
     if o.inject:
         server.check_fault(o, kind)
     size = vocab(o, config, weights, loaded.source)
@@ -142,44 +162,103 @@ def run(prepared: Prepared, *, notify: Notify | None = None) -> ConsistencyResul
     """Build or reuse the checkpoint, deploy, send, compare, tear down. Never raises for deployment trouble (exit 3)
     or a kvdoctor bug there (exit 4, ``internal_error``: the result is still returned, for result.json); raises
     ``InputError`` only before the run directory exists (:func:`preflight`)."""
-    say = notify or (lambda _phase, _msg: None)
+    (result,) = run_cases(prepared, (Case(PRESSURED, prepared.options.inject),), notify=notify)
+    return result
+
+
+def check_cases(prepared: Prepared, cases: Sequence[Case]) -> None:
+    """CASES on one deployment, or ``InputError`` (exit 2): named apart, each fault one the server installs on this
+    model and plan, and (more than one case) each switchable at run time, on a server whose plan arms faults."""
+    if not cases or len({c.name for c in cases}) != len(cases):
+        raise InputError(f"a run needs one or more cases with distinct names, got {[c.name for c in cases]}")
     o = prepared.options
     server = servers.deployment(o.server)
-    result = _Draft(_new_result(prepared))
+    for case in cases:
+        if case.fault is None:
+            continue
+        server.check_fault(replace(o, inject=case.fault), prepared.kind)
+        if len(cases) > 1 and not registry.get(case.fault, server=o.server, target=Target.SERVER).switchable:
+            raise InputError(f"fault {case.fault} cannot be switched at run time: it needs a launch of its own")
+    faults = ",".join(dict.fromkeys(c.fault for c in cases if c.fault)) or None
+    planned = replace(prepared, options=replace(o, inject=faults))
+    if len(cases) > 1 and faults and server.plan(planned, "<model>", None).arm_file is None:
+        raise InputError(f"--server {o.server} cannot arm faults at run time: one case per launch")
+
+
+def run_cases(
+    prepared: Prepared, cases: Sequence[Case], *, notify: Notify | None = None
+) -> tuple[ConsistencyResult, ...]:
+    """CASES on one deployment: the reference launched once and measured twice (the noise floor), the subject
+    launched once with every case's fault installed, then per case (in order) the subject's caches reset (after the
+    first), its fault armed (:mod:`kvdoctor.engines.arming`), one measured burst, compared, disarmed; one result per
+    case, each with the in-server events of its own burst. :func:`run` is the one-case run (burst ``pressured``)."""
+    say = notify or (lambda _phase, _msg: None)
+    check_cases(prepared, cases)
+    faults = ",".join(dict.fromkeys(c.fault for c in cases if c.fault)) or None
+    prepared = replace(prepared, options=replace(prepared.options, inject=faults))
+    server = servers.deployment(prepared.options.server)
+    result = _Draft([_new_result(prepared) for _ in cases])
     watch = Stopwatch()  # every timing the run reports is read from this one clock (result.timeline)
     preflight(prepared)
-    run_dir = rundir.create(o.output_dir)
+    run_dir = rundir.create(prepared.options.output_dir)
     result.set(run_dir=str(run_dir))
     say("prepare", f"run directory: {run_dir}")
     model_dir = _checkpoint(prepared, result, say)
     deployment = server.plan(prepared, model_dir, run_dir)
+    if deployment.arm_file is not None:  # every fault disarmed until its burst (warm-up included)
+        arming.disarm(Path(deployment.arm_file))
     result.set(
         deployment=deployment.to_dict(),
         cpu_enablers=[{"name": e.name, "where": e.where, "why": e.why} for e in deployment.enablers],
         stand_in={"used": prepared.stand_in, "log": str(run_dir / STANDIN_LOG), "calls": []},
-        fault=FaultReport(o.inject, deployment.injected_role or "") if o.inject else None,
     )
+    for i, case in enumerate(cases):
+        report = FaultReport(case.fault, deployment.injected_role or "") if case.fault else None
+        result.results[i] = replace(result.results[i], fault=report)
     watch.record("prepare", 0.0)
-    _supervised(prepared, deployment, run_dir, result, say, watch)
+    _supervised(prepared, deployment, run_dir, result, say, watch, cases)
     with watch.phase("trace"):
-        result.take(server.read_log(prepared, run_dir, result.result, say))
+        for i, case in enumerate(cases):
+            bursts = None if len(cases) == 1 else (*REFERENCE_BURSTS, _burst_name(case, cases))
+            result.results[i] = server.read_log(prepared, run_dir, result.results[i], say, bursts=bursts)
     result.set(wall_s=watch.now(), timeline=watch.timeline)
-    return result.result
+    return tuple(result.results)
+
+
+def _burst_name(case: Case, cases: Sequence[Case]) -> str:
+    """The measured burst of CASE: ``pressured`` alone (a one-case run), else ``pressured:<case>``."""
+    return PRESSURED if len(cases) == 1 else f"{PRESSURED}:{case.name}"
 
 
 class _Draft:
-    """The run's result while the run collects it. The result itself is frozen: each phase sets its own fields
-    (:meth:`set`) or hands it to a step that returns a new one (``evaluate``, the server's evidence and in-server
-    log: :meth:`take`); whatever way the run ends, :func:`run` returns the last one."""
+    """The run's results (one per case) while the run collects them. Each result is frozen: a phase sets fields
+    (:meth:`set`: on every case before the cases run, then on the case being measured) or hands the current one to a
+    step that returns a new one (``evaluate``, the server's evidence: :meth:`take`); a run that stops sets its
+    outcome on the case it stopped in and every case after it (:meth:`fail`)."""
 
-    def __init__(self, result: ConsistencyResult) -> None:
-        self.result = result
+    def __init__(self, results: list[ConsistencyResult]) -> None:
+        self.results = results
+        self.case: int | None = None  # the case being measured (None: before or after the cases)
+        self.finished = 0  # how many cases were measured and compared
+
+    @property
+    def result(self) -> ConsistencyResult:
+        return self.results[self.case or 0]
+
+    def _each(self, start: int | None) -> range:
+        return range(len(self.results)) if start is None else range(start, start + 1)
 
     def set(self, **fields: Any) -> None:
-        self.result = replace(self.result, **fields)
+        for i in self._each(self.case):
+            self.results[i] = replace(self.results[i], **fields)
 
     def take(self, result: ConsistencyResult) -> None:
-        self.result = result
+        self.results[self.case or 0] = result
+
+    def fail(self, **fields: Any) -> None:
+        done = self.finished
+        for i in range(done, len(self.results)):
+            self.results[i] = replace(self.results[i], **fields)
 
 
 def _new_result(prepared: Prepared) -> ConsistencyResult:
@@ -220,18 +299,20 @@ def _supervised(
     result: _Draft,
     say: Notify,
     watch: Stopwatch,
+    cases: Sequence[Case],
 ) -> None:
-    """Deploy and compare under one supervisor and one deadline; every way out is a result (3, 130/143, 4)."""
+    """Deploy and compare under one supervisor and one deadline; every way out is a result (3, 130/143, 4), set on
+    the case it stopped in and every case after it."""
     o = prepared.options
     deadline = Deadline(o.timeout_s)
     supervisor: Supervisor | None = None
     try:
         with signals_raise() as latch, Supervisor(run_dir, grace_s=o.grace_s, latch=latch) as supervisor:
-            _deploy_and_compare(prepared, deployment, supervisor, latch, deadline, result, say, watch)
+            _deploy_and_compare(prepared, deployment, supervisor, latch, deadline, result, say, watch, cases)
             teardown_from = watch.now()
         watch.record("teardown", teardown_from)
     except DeploymentError as exc:
-        result.set(
+        result.fail(
             passed=False,
             exit_code=EXIT_DEPLOYMENT,
             exit_reason=getattr(exc, "reason", "deployment_failed"),
@@ -239,13 +320,14 @@ def _supervised(
         )
     except (Interrupted, KeyboardInterrupt) as exc:
         signum = exc.signum if isinstance(exc, Interrupted) else 2
-        result.set(passed=False, exit_code=Interrupted.exit_code_for(signum), exit_reason="interrupted")
-        result.set(message=f"interrupted by {exc or 'SIGINT'}; every started process was stopped")
+        result.fail(passed=False, exit_code=Interrupted.exit_code_for(signum), exit_reason="interrupted")
+        result.fail(message=f"interrupted by {exc or 'SIGINT'}; every started process was stopped")
     except Exception as exc:  # a kvdoctor bug: CI must get result.json and exit 4 (the README's), never a traceback
-        result.set(passed=False, exit_code=EXIT_INTERNAL, exit_reason="internal_error")
-        result.set(message=f"kvdoctor failed during the run: {type(exc).__name__}: {exc}")
+        result.fail(passed=False, exit_code=EXIT_INTERNAL, exit_reason="internal_error")
+        result.fail(message=f"kvdoctor failed during the run: {type(exc).__name__}: {exc}")
+    result.case = None
     if supervisor is not None:
-        result.take(_survivors(supervisor, result.result))
+        result.results = [_survivors(supervisor, r) for r in result.results]
 
 
 def _survivors(supervisor: Supervisor, result: ConsistencyResult) -> ConsistencyResult:
@@ -304,18 +386,26 @@ def _deploy_and_compare(
     result: _Draft,
     say: Notify,
     watch: Stopwatch,
+    cases: Sequence[Case],
 ) -> None:
-    """The run's phases, in order: launch, warm up, measure the reference twice and the pressured deployment once
-    (each between its server's probes), compare."""
+    """The run's phases, in order: launch, warm up, measure the reference twice, then per case the pressured
+    deployment once (each burst between its server's probes, the case's fault armed), compare."""
     server = servers.deployment(prepared.options.server)
     run_dir = Path(result.result.run_dir) if result.result.run_dir else Path(".")
     s = _Session(prepared, server, supervisor, latch, deadline, say, watch, run_dir, result)
     _launch(s, deployment)
     _warm_up(s, deployment)
-    ref = _measure(s, deployment, "reference", deployment.reference_url, deployment.reference_metrics, 2)
-    with _armed(deployment, prepared.options.inject):
-        press = _measure(s, deployment, "pressured", deployment.pressured_url, deployment.pressured_metrics, 1)
-    _compare(s, ref, press)
+    ref = _measure(s, deployment, REFERENCE, deployment.reference_url, deployment.reference_metrics, 2)
+    for i, case in enumerate(cases):
+        result.case = i
+        if i:
+            s.say("send", f"case {case.name}: resetting the subject's caches")
+            s.metrics(lambda timeout, url=deployment.pressured_url: server.reset(prepared, url, timeout))
+        name = _burst_name(case, cases)
+        with _armed(deployment, case.fault, fault_file.name(prepared.options)):
+            press = _measure(s, deployment, name, deployment.pressured_url, deployment.pressured_metrics, 1)
+        _compare(s, ref, press)
+        result.finished = i + 1
 
 
 @contextlib.contextmanager
@@ -339,8 +429,6 @@ def _launch(s: _Session, deployment: deploy.Deployment) -> None:
     goes into the result as it is known (a run that fails half-way still names every log)."""
     started: dict[str, tuple[Any, float]] = {}
     startup_from = s.watch.now()
-    if deployment.arm_file is not None:  # every fault disarmed until its burst (warm-up included)
-        arming.disarm(Path(deployment.arm_file))
     for step in deployment.steps:
         launched = s.watch.now()
         managed = s.supervisor.start(step.role, step.argv, step.env)
@@ -451,9 +539,10 @@ def _compare(s: _Session, ref: _Measured, press: _Measured) -> None:
 
 
 def _hit_phase(evidence: dict[str, Any]) -> dict[str, int | None] | None:
-    """The hit phase's requests and those that read cached tokens, when the subject said it for every one."""
+    """The hit phases' requests (prefix.HIT_PHASES) and those that read cached tokens, when the subject said it for
+    every one."""
     rows = zip(evidence.get("request_phases") or [], evidence.get("cached_tokens") or [], strict=False)
-    hit = [c for ph, c in rows if ph == "hit"]
+    hit = [c for ph, c in rows if ph in HIT_PHASES]
     if not hit or any(c is None for c in hit):
         return None
     return {"requests": len(hit), "hit_requests": sum(c > 0 for c in hit)}
@@ -506,6 +595,9 @@ def evaluate(
         ref_hits, subject_hits = prefix_hits or (PrefixCacheCount(None, None, "none"),) * 2
         source = subject_hits.source if subject_hits.source == ref_hits.source else "none"
         evidence = gates.prefix_hits(subject_hits.hits, ref_hits.hits, source, _hit_phase(result.prefix_cache))
+    elif isinstance(result, TransferResult):  # the transfer gate in the pressure gate's place (nothing may retract)
+        retracted = (result.retractions.get("pressured"), result.retractions.get("reference"))
+        evidence = gates.transfer(result.transfer, retracted, result.retraction_source)
     else:
         evidence = gates.pressure(
             result.retractions.get("pressured"),

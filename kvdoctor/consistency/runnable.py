@@ -44,6 +44,29 @@ NOT_ON_CPU: dict[str, tuple[str, Cite]] = {
     "kda": KDA,
     "inkling": INKLING,
 }
+# Refused by architecture where the family alone does not decide (gpt-oss is a hybrid sliding-window model, as the
+# all-SWA configs SGLang serves on CPU are). Measured: `kvdoctor consistency gpt-oss-20b --shrink` died at start-up
+# with SGLang's own AssertionError, before any weight was loaded.
+GPT_OSS = (
+    "SGLang asserts an attention backend with sliding windows and attention sinks (triton, trtllm_mha, fa3, fa4, "
+    "ascend, intel_amx, intel_xpu, aiter), and the CPU path's torch_native has no sinks; sliding-window eviction "
+    "runs on CPU with an all-SWA model (every layer_types entry sliding_attention)",
+    Cite("sglang", "srt/arg_groups/model_hook.py", "GptOssForCausalLM", 536, 543),
+)
+NOT_ON_CPU_ARCH: dict[str, tuple[str, Cite]] = {"GptOssForCausalLM": GPT_OSS}
+# A hybrid sliding-window model (full and sliding layers: two sub-pools, SWATokenToKVPoolAllocator) keeps each sliding
+# layer's KV in the SWA sub-pool at translated slots (torch_native_backend.py:52-57, written at 298-301), but
+# torch_native reads every layer at the request's full-pool slots. Measured (`kvdoctor consistency` on a shrunk Laguna
+# with layers sliding, full, sliding, full): the pressured server died at its first decodes, "IndexError: index 410 is
+# out of bounds for dimension 0 with size 410" (a full-pool slot read from the 409-token SWA sub-pool); below the
+# sub-pool's size the same reads return another slot's KV silently. An all-SWA config has one pool whose slots are
+# its own (PureSWATokenToKVPoolAllocator), and Gemma-2/3 run without the SWA pool (SGLang disables it for them).
+HYBRID_SWA = (
+    "its sliding-window layers keep their KV in SGLang's SWA sub-pool, but torch_native reads it at the full pool's "
+    "slots (no full-to-SWA translation on read; measured: IndexError at the first decodes); an all-SWA config "
+    "(every layer_types entry sliding_attention) runs",
+    Cite("sglang", "srt/layers/attention/torch_native_backend.py", "per_req_tokens", 240, 241),
+)
 
 
 @dataclass(frozen=True)
@@ -51,6 +74,8 @@ class ModelKind:
     family: str
     has_recurrent: bool
     has_swa: bool
+    architectures: tuple[str, ...] = ()
+    all_swa: bool = False  # every attention layer sliding (SGLang's all-SWA pool and PureSWARadixCache)
 
 
 def classify(config: dict[str, object], source: str) -> ModelKind:
@@ -60,7 +85,16 @@ def classify(config: dict[str, object], source: str) -> ModelKind:
     from kvdoctor.core.sglang.families import classify as families_classify
 
     cls = families_classify(parse_config(json.dumps(config), source))
-    return ModelKind(cls.family, cls.uses_ssm_state, cls.is_hybrid_swa)
+    archs = config.get("architectures")
+    names = tuple(str(a) for a in archs) if isinstance(archs, list) else ()
+    return ModelKind(cls.family, cls.uses_ssm_state, cls.is_hybrid_swa, names, _all_sliding(config))
+
+
+def _all_sliding(config: dict[str, object]) -> bool:
+    """Whether the language model's ``layer_types`` (top level or ``text_config``) name only sliding layers."""
+    text = config.get("text_config")
+    kinds = (text if isinstance(text, dict) else config).get("layer_types") or config.get("layer_types")
+    return isinstance(kinds, list) and bool(kinds) and all(k == "sliding_attention" for k in kinds)
 
 
 def check_cpu(kind: ModelKind, model: str) -> None:
@@ -70,4 +104,16 @@ def check_cpu(kind: ModelKind, model: str) -> None:
         raise NotRunnableHere(
             f"{model} ({kind.family}) does not run on SGLang's CPU path: {reason} (sglang/{where.path}:{where.lines}); "
             "use --device cuda, or a model whose layers SGLang runs on CPU (dense attention, LFM2 ShortConv)"
+        )
+    for arch in (a for a in kind.architectures if a in NOT_ON_CPU_ARCH):
+        reason, where = NOT_ON_CPU_ARCH[arch]
+        raise NotRunnableHere(
+            f"{model} ({arch}) does not run on SGLang's CPU path: {reason} (sglang/{where.path}:{where.lines}); "
+            "use --device cuda"
+        )
+    if kind.has_swa and not kind.all_swa:
+        reason, where = HYBRID_SWA
+        raise NotRunnableHere(
+            f"{model} (hybrid sliding-window) does not run on SGLang's CPU path: {reason} "
+            f"(sglang/{where.path}:{where.lines}); use --device cuda"
         )

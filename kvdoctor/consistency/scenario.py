@@ -2,11 +2,13 @@
 
 A scenario says what the pressured ("subject") server must do that the reference does not, and how the run proves
 it did: ``preempt`` (forced retraction/preemption, proven by the server's pressure counter), ``prefix-cache`` (the
-same prefixes hit in the subject's prefix cache, proven by its hit counter in the pressure gate's place) and
-``offload`` (preempt's run with a CPU tier the resumed requests load from, proven beside the pressure gate). Which
-servers run a scenario is each server's own fact (:attr:`kvdoctor.consistency.servers.Deployment.scenarios`), so a
-third server adds the scenarios it runs in its own room; the record holds what a refusal says and which result
-class carries the scenario's evidence (a preempt run's JSON keeps exactly its keys).
+same prefixes hit in the subject's prefix cache, proven by its hit counter in the pressure gate's place),
+``offload`` (preempt's run with a CPU tier the resumed requests load from, proven beside the pressure gate) and
+``transfer`` (every request crosses SGLang's PD transfer with nothing retracted, proven by kvdoctor's observer inside
+the servers in the pressure gate's place). Which servers run a scenario is each server's own fact
+(:attr:`kvdoctor.consistency.servers.Deployment.scenarios`), so a third server adds the scenarios it runs in its own
+room; the record holds what a refusal says and which result class carries the scenario's evidence (a preempt run's
+JSON keeps exactly its keys).
 """
 
 from __future__ import annotations
@@ -14,11 +16,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kvdoctor._exceptions import InputError
-from kvdoctor.consistency.result import ConsistencyResult, OffloadResult, PrefixCacheResult
+from kvdoctor.consistency.result import ConsistencyResult, OffloadResult, PrefixCacheResult, TransferResult
 
 PREEMPT = "preempt"
 PREFIX_CACHE = "prefix-cache"
 OFFLOAD = "offload"
+TRANSFER = "transfer"
 
 
 @dataclass(frozen=True)
@@ -32,8 +35,19 @@ class Scenario:
 
 SCENARIOS: tuple[Scenario, ...] = (
     Scenario(PREEMPT, "every server retracts or preempts", ConsistencyResult),
-    Scenario(PREFIX_CACHE, "it is proven by vLLM's prefix-cache counters", PrefixCacheResult),
+    Scenario(
+        PREFIX_CACHE,
+        "proven per request by the cached tokens each reply reports and by the server's counters: vLLM's "
+        "vllm:prefix_cache_hits_total, SGLang's meta_info.cached_tokens and sglang:cached_tokens_total",
+        PrefixCacheResult,
+    ),
     Scenario(OFFLOAD, "vLLM's OffloadingConnector, proven by its vllm:kv_offload_load_bytes counter", OffloadResult),
+    Scenario(
+        TRANSFER,
+        "SGLang's PD transfer (--topology pd), proven by kvdoctor's observer on the prefill's send and the decode's "
+        "commit",
+        TransferResult,
+    ),
 )
 NAMES = tuple(s.name for s in SCENARIOS)
 

@@ -187,6 +187,9 @@ def resolve_config_path(model: str) -> Path:
     fixtures = bundled_fixtures()
     if model in fixtures:
         return fixtures[model]
+    replay_model = _fixtures_root() / "replay" / f"{model}.json"
+    if "/" not in model and replay_model.is_file():  # a model only ``kvdoctor replay`` needs (fixtures/README.md)
+        return Path(str(replay_model))
     cached = _hf_cache_config(model)
     if cached is not None:
         return cached

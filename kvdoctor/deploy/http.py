@@ -27,3 +27,20 @@ def get(
 ) -> httpx.Response:
     timeout = httpx.Timeout(timeout_s, connect=timeout_s if connect_s is None else connect_s)
     return httpx.get(url, timeout=timeout, verify=verify_for(url), follow_redirects=follow_redirects)
+
+
+def post(url: str, *, timeout_s: float) -> httpx.Response:
+    """An empty POST (a server's admin endpoint: SGLang's ``/flush_cache``, vLLM's ``/reset_prefix_cache``)."""
+    return httpx.post(url, timeout=httpx.Timeout(timeout_s), verify=verify_for(url))
+
+
+def reset(url: str, timeout_s: float) -> None:
+    """POST to the admin endpoint URL; ``DeploymentError`` (exit 3) when the server is unreachable or refuses."""
+    from kvdoctor._exceptions import DeploymentError
+
+    try:
+        reply = post(url, timeout_s=timeout_s)
+    except httpx.HTTPError as exc:
+        raise DeploymentError(f"POST {url} failed: {type(exc).__name__}: {exc}") from None
+    if reply.status_code != 200:
+        raise DeploymentError(f"POST {url} answered {reply.status_code}: {reply.text.strip()[:200]}")

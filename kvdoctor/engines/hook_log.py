@@ -22,12 +22,13 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["CONTROL_ENV", "Event", "EventLog", "append", "faults", "parse", "read"]
+__all__ = ["CASE", "CONTROL_ENV", "Event", "EventLog", "append", "faults", "mark", "parse", "read"]
 
 CONTROL_ENV = frozenset(
     {
         "KVDOCTOR_INJECT",  # SGLang site hook (engines/sglang/server_hooks.py): the faults to install (comma-separated)
         "KVDOCTOR_ARM",  # both servers' faults (engines/arming.py): the file naming the fault armed now
+        "KVDOCTOR_FAULT_FILE",  # both servers (engines/fault_file.py): ROLE:PATH of the user's --fault-file
         "KVDOCTOR_PATCHES",  # SGLang site hook: the CPU enablers to apply
         "KVDOCTOR_DIGEST_LOG",  # SGLang site hook: where the state trace goes
         "KVDOCTOR_HOOK_LOG",  # SGLang site hook: this format
@@ -38,13 +39,23 @@ CONTROL_ENV = frozenset(
 )
 FAULT_EVENT = "fault-"  # every event of an installed, firing, refused or failed fault starts so
 VLLM_LOADED = "loaded"  # the vLLM plugin's first line in each process: ``loaded FAULT`` or ``loaded -``
+CASE = "case"  # kvdoctor's own line before a measured burst: ``case BURST`` (what follows is that burst's)
 
 
 def append(env_var: str, event: str, detail: str = "") -> None:
     """Append ``PID EVENT DETAIL`` to the file ENV_VAR names (nothing when unset or unwritable)."""
     path = os.environ.get(env_var)
-    if not path:
-        return
+    if path:
+        _write(path, event, detail)
+
+
+def mark(path: Path, burst: str) -> None:
+    """kvdoctor's own ``case BURST`` line, written just before the measured burst BURST is sent: the events after it
+    (up to the next one) are that burst's (:meth:`EventLog.bursts`)."""
+    _write(str(path), CASE, burst)
+
+
+def _write(path: str, event: str, detail: str) -> None:
     try:
         with open(path, "a", encoding="utf-8") as fh:
             fh.write(f"{os.getpid()} {event} {detail}".rstrip() + "\n")
@@ -96,6 +107,25 @@ class EventLog:
     def first(self, *names: str) -> str | None:
         """The detail of the first event that is one of NAMES (None: no such event)."""
         return next((e.detail for e in self.events if e.name in names), None)
+
+    def bursts(self, *names: str, startup: bool = True) -> EventLog:
+        """The events of the bursts NAMES: those before any ``case`` line (start-up: hooks armed, faults refused at
+        import; not with STARTUP False) and those after a ``case NAME`` line up to the next ``case`` line. A log
+        with no ``case`` line is all start-up."""
+        out: list[Event] = []
+        current: str | None = None
+        for e in self.events:
+            if e.name == CASE:
+                current = e.detail
+            elif (current is None and startup) or (current is not None and current in names):
+                out.append(e)
+        return EventLog(tuple(out))
+
+    def of_fault(self, name: str) -> EventLog:
+        """This log without the fault events of any fault but NAME (each fault's events name it first): one case's
+        view of a launch that installed several faults."""
+        kept = (e for e in self.events if not _is_fault(e) or e.detail.split(" ", 1)[0] == name)
+        return EventLog(tuple(kept))
 
     def faults(self) -> list[str]:
         """Every event that says a fault was asked for, armed, installed or fired inside a server (``EVENT

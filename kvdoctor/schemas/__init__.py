@@ -29,6 +29,7 @@ class ReportKind(str, Enum):
     DRIFT = "drift"
     CONSISTENCY = "consistency"
     FAULTS = "faults"
+    REPLAY = "replay"
 
 
 def _load(name: str) -> dict[str, Any]:

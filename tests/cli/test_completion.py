@@ -47,7 +47,8 @@ def complete_bash(argv: list[str], words: str) -> list[str]:
 def test_bash_completes_a_command_name(how: str) -> None:
     argv = _script() if how == "script" else MODULE
     assert complete_bash(argv, "kvdoctor ins") == ["inspect"]
-    assert complete_bash(argv, "kvdoctor bench ") == ["mxfp8", "roundtrip", "pd-eval", "startup", "consistency"]
+    bench = ["mxfp8", "roundtrip", "pd-eval", "startup", "consistency", "replay"]
+    assert complete_bash(argv, "kvdoctor bench ") == bench
 
 
 def test_bash_completes_schema_kinds() -> None:

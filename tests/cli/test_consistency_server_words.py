@@ -47,7 +47,16 @@ def _shown(fn, *args) -> str:  # type: ignore[no-untyped-def]
 
 def _head(server: str, scenario: str = "preempt") -> str:
     workload = NS(requests=4, prompt_tokens=8, seed=1, max_new_tokens=4, concurrency=2)
-    o = NS(model="m", shrink=False, topology="single", device="cpu", server=server, inject="zero", scenario=scenario)
+    o = NS(
+        model="m",
+        shrink=False,
+        topology="single",
+        device="cpu",
+        server=server,
+        inject="zero",
+        scenario=scenario,
+        fault_file=None,
+    )
     o.workload = workload
     preview = NS(reference_pool=100, pressured_pool=10, enablers=[NS(name="E", where="all", why="w")], steps=[])
     return _shown(_print_head, NS(options=o, kind=NS(family="llama"), prefix=None), preview)

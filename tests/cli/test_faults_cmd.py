@@ -31,7 +31,7 @@ def test_json_lists_every_record_of_the_registry_and_validates() -> None:
     assert zero["formerly"] == ["drop-kv"] and zero["hooks"][0]["where"].startswith("vllm/v1/worker/")
 
 
-@pytest.mark.parametrize(("args", "expected"), [(("--server", "vllm"), 7), (("--path", "prefix-hit"), 1)])
+@pytest.mark.parametrize(("args", "expected"), [(("--server", "vllm"), 10), (("--path", "prefix-hit"), 4)])
 def test_filters_narrow_the_list(args: tuple[str, ...], expected: int) -> None:
     doc = assert_valid(_kvdoctor(*args, "--json").stdout, "faults")
     assert doc["count"] == expected == len(doc["faults"])

@@ -37,7 +37,7 @@ def kvdoctor(*args: str) -> subprocess.CompletedProcess[str]:
         (
             [*LLAMA_VLLM, "--inject", "missing-mamba"],
             "--inject missing-mamba is a fault of SGLang's pools; --engine vllm injects drop-group, reorder-blocks, "
-            "skip-scales",
+            "skip-scales, null-source, swa-short-store, mis-stride",
         ),
         (
             ["roundtrip", "inkling-small", "--inject", "drop-group"],
@@ -100,4 +100,4 @@ def test_the_inject_choices_are_every_engines_faults_and_the_engine_lists_agree(
     sglang, vllm = roundtrip_names("sglang"), roundtrip_names("vllm")
     assert [f.value for f in InjectName] == [*sglang, *vllm]
     assert list(sglang) == list(FAULTS)
-    assert vllm == ("drop-group", "reorder-blocks", "skip-scales")
+    assert vllm == ("drop-group", "reorder-blocks", "skip-scales", "null-source", "swa-short-store", "mis-stride")

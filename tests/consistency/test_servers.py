@@ -2,7 +2,8 @@
 
 CI's chosen few (``make test-server`` in ``.ci/run``): a shrunk Llama over PD must be identical under forced
 retraction, with the state trace's proof of every round trip, and red with an injected KV fault inside its
-decode, the trace naming the fault's seam; a shrunk LFM2 must be identical on one server. Marked ``matrix``
+decode, the trace naming the fault's seam (both cases on one launch, the fault armed for its own burst); a shrunk
+LFM2 must be identical on one server. Marked ``matrix``
 (``make consistency-matrix`` only): LFM2 over PD with the recurrent state dropped from its retraction backup
 (red), LFM2 over PD without a fault, an expected red (issue 21, SGLang's overlap decode loop) attributed by
 the state trace, and the same run with the overlap schedule off, identical. A small workload keeps each run
@@ -54,11 +55,32 @@ def out(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("consistency")
 
 
-def test_llama_pd_is_identical_under_forced_retraction(out: Path) -> None:
-    code, doc = consistency(out, "llama-3.1-8b", "--topology", "pd")
-    assert code == 0, doc["message"]
+@pytest.fixture(scope="module")
+def llama_pd(out: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A shrunk Llama over PD, its control and ``drop-kv`` measured on ONE launch
+    (``kvdoctor.consistency.run.run_cases``: the reference once, the subject once, ``drop-kv`` armed inside the
+    pressured decode for its burst only): each case's ``--json`` document."""
+    from kvdoctor.consistency.case import Case
+    from kvdoctor.consistency.prepared import ConsistencyOptions
+    from kvdoctor.consistency.report import Report
+    from kvdoctor.consistency.run import prepare, run_cases
+    from kvdoctor.consistency.workload import Workload
+    from kvdoctor.report import reportable
+
+    w = dict(zip(WORKLOAD[::2], map(int, WORKLOAD[1::2]), strict=True))
+    workload = Workload(**{k.removeprefix("--").replace("-", "_"): v for k, v in w.items()})
+    options = ConsistencyOptions(
+        "llama-3.1-8b", shrink=True, topology="pd", workload=workload, output_dir=out, timeout_s=TIMEOUT_S
+    )
+    control, faulted = run_cases(prepare(options), (Case("control"), Case("drop-kv", "drop-kv")))
+    return tuple(reportable.json_document(Report(r)) for r in (control, faulted))  # type: ignore[return-value]
+
+
+def test_llama_pd_is_identical_under_forced_retraction(llama_pd: tuple[dict[str, Any], dict[str, Any]]) -> None:
+    doc, _ = llama_pd
+    assert doc["exit_code"] == 0, doc["message"]
     assert doc["retractions"]["pressured"] > 0 and doc["retractions"]["reference"] == 0
-    assert doc["identical"] == doc["total"] == 16
+    assert doc["identical"] == doc["total"] == 16 and doc["fault"] is None
     assert_clean(doc)
     assert "MooncakeKVSender.supports_host_tensor_indices=False" in doc["stand_in"]["site_hook_patches"]
     trace = doc["state_trace"]  # the proof, per retracted request, that its KV made every round trip
@@ -67,11 +89,12 @@ def test_llama_pd_is_identical_under_forced_retraction(out: Path) -> None:
     assert {c for r in trace["requests"] for c in r["components"]} == {"full_kv"}
 
 
-def test_llama_pd_with_the_kv_dropped_on_restore_is_red(out: Path) -> None:
-    code, doc = consistency(out, "llama-3.1-8b", "--topology", "pd", "--inject", "drop-kv")
-    assert code == 1 and doc["exit_reason"] == "diverged", doc["message"]
+def test_llama_pd_with_the_kv_dropped_on_restore_is_red(llama_pd: tuple[dict[str, Any], dict[str, Any]]) -> None:
+    """The same launch's second case: drop-kv armed for its burst only (the control before it stayed identical)."""
+    control, doc = llama_pd
+    assert doc["exit_code"] == 1 and doc["exit_reason"] == "diverged", doc["message"]
     assert doc["fault"]["installed"] and doc["fault"]["backups"] > 0 and doc["fault"]["restores"] > 0
-    assert doc["identical"] < doc["total"]
+    assert doc["identical"] < doc["total"] and doc["run_dir"] == control["run_dir"]
     assert_clean(doc)
     finding = doc["state_trace"]["finding"]  # the trace names the fault's seam and component, and blames no SGLang line
     assert (finding["verdict"], finding["component"], finding["injected"]) == ("restore_differs", "full_kv", "drop-kv")

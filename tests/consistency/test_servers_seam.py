@@ -23,7 +23,7 @@ ENGINE_INTERNALS += ("kvdoctor.engines.sglang.cpu_shims",)
 class ThirdServer:
     """A tiny fake server's room: it runs preempt and prefix-cache, and records which phase of prepare reached it."""
 
-    scenarios = (scenario.PREEMPT, scenario.PREFIX_CACHE)
+    scenarios = (scenario.PREEMPT, scenario.PREFIX_CACHE, scenario.OFFLOAD)
 
     def __init__(self) -> None:
         self.calls: list[str] = []
@@ -54,7 +54,7 @@ def test_each_server_is_one_table_line_naming_its_room() -> None:
     assert servers.deployment("sglang") is sglang_room.DEPLOYMENT
     assert servers.deployment("vllm") is vllm_room.DEPLOYMENT
     assert servers.scenarios() == {
-        "sglang": ("preempt",),
+        "sglang": ("preempt", "prefix-cache", "transfer"),
         "vllm": ("preempt", "prefix-cache", "offload"),
     }
 
@@ -67,7 +67,9 @@ def test_an_unknown_server_is_refused_naming_the_table() -> None:
 def test_a_scenario_is_refused_where_no_room_runs_it_naming_the_rooms_that_do() -> None:
     with pytest.raises(InputError, match=r"^--scenario offload runs on --server vllm only \(vLLM's Offloading"):
         run.prepare(run.ConsistencyOptions("llama-3.1-8b", shrink=True, scenario="offload"))
-    with pytest.raises(InputError, match=r"^--scenario must be one of preempt, prefix-cache, offload, got 'x'$"):
+    with pytest.raises(
+        InputError, match=r"^--scenario must be one of preempt, prefix-cache, offload, transfer, got 'x'$"
+    ):
         scenario.get("x")
 
 
@@ -75,8 +77,8 @@ def test_a_third_server_prepares_through_its_room_alone(third: ThirdServer) -> N
     prepared = run.prepare(run.ConsistencyOptions("llama-3.1-8b", shrink=True, server="trt", scenario="prefix-cache"))
     assert prepared.prompts == [[5, 6]]
     assert third.calls == ["check", "check_extra_args", "check_model", "shrink", "stand_in", "bound"]
-    with pytest.raises(InputError, match=r"^--scenario prefix-cache runs on --server vllm, trt only"):
-        run.prepare(run.ConsistencyOptions("llama-3.1-8b", shrink=True, server="sglang", scenario="prefix-cache"))
+    with pytest.raises(InputError, match=r"^--scenario offload runs on --server vllm, trt only"):  # not sglang's
+        run.prepare(run.ConsistencyOptions("llama-3.1-8b", shrink=True, server="sglang", scenario="offload"))
 
 
 def _imports(path: Path) -> set[str]:

@@ -100,7 +100,7 @@ def test_the_dry_run_prints_both_launch_lines_and_starts_nothing(tmp_path: Path)
     ("args", "words"),
     [
         (["--scenario", "evict"], "--scenario must be one of preempt, prefix-cache"),
-        (["--server", "sglang", "--scenario", "prefix-cache"], "runs on --server vllm only"),
+        (["--server", "sglang", "--scenario", "offload"], "runs on --server vllm only"),  # sglang runs prefix-cache
         (["--scenario", "prefix-cache", "--inject", "drop-kv"], "needs --scenario preempt"),
         (["--inject", "drop-prefix"], "needs --scenario prefix-cache"),
         (["--scenario", "prefix-cache", "--requests", "8"], "needs --requests >= 12"),

@@ -10,7 +10,7 @@ from collections import defaultdict
 
 import pytest
 
-from kvdoctor.core import faults
+from kvdoctor.core import bugs, faults
 from kvdoctor.core.cite import Cite
 from kvdoctor.core.faults import Fault, Needs, Role, StatePath, Target
 
@@ -20,7 +20,7 @@ def test_every_record_is_complete() -> None:
         assert f.name and f.does and f.hooks, f
         assert all(isinstance(c, Cite) and c.server == f.server for c in f.hooks), f
         assert f.server in ("sglang", "vllm")
-        assert f.replays == ()  # none replayed yet: filled as public bugs are reproduced
+        assert set(f.replays) <= set(bugs.ids()), f  # each a public bug of the reference (kvdoctor.core.bugs)
 
 
 def test_one_meaning_per_name() -> None:
@@ -43,20 +43,27 @@ def test_drop_kv_is_sglang_s_and_vllm_s_fault_is_zero_kv() -> None:
 
 def test_counts_per_server_target_and_path() -> None:
     count = lambda **kw: len(faults.select(**kw))  # noqa: E731
-    assert len(faults.faults()) == 27
-    assert (count(server="sglang"), count(server="vllm")) == (20, 7)
-    assert [count(target=t) for t in Target] == [7, 10, 10]
+    assert len(faults.faults()) == 37
+    assert (count(server="sglang"), count(server="vllm")) == (27, 10)
+    assert [count(target=t) for t in Target] == [7, 13, 17]
     assert {p.value: count(path=p) for p in StatePath if count(path=p)} == {
-        "retraction": 20,
+        "retraction": 21,
         "preemption": 2,
-        "prefix-hit": 1,
-        "offload": 4,
+        "transfer": 2,
+        "prefix-hit": 4,
+        "offload": 7,
+        "sliding-window": 1,
     }
 
 
 def test_queries_filter_by_enum_or_value_and_get_refuses_an_ambiguous_name() -> None:
     assert faults.names(server="vllm", target="consistency") == ("zero-kv", "zero-state", "drop-prefix", "drop-offload")
     assert faults.names(server=faults.Server.VLLM, path=StatePath.PREFIX_HIT) == ("drop-prefix",)
+    assert faults.names(server="sglang", path=StatePath.PREFIX_HIT) == (
+        "blank-state-on-hit",
+        "stale-state-on-hit",
+        "unwritten-checkpoint",
+    )
     assert faults.get("missing-mamba", target=Target.ENGINE).target is Target.ENGINE
     with pytest.raises(KeyError, match="3 faults 'missing-mamba' for sglang"):  # model, engine and live server
         faults.get("missing-mamba", server="sglang")
@@ -70,7 +77,10 @@ def test_queries_filter_by_enum_or_value_and_get_refuses_an_ambiguous_name() -> 
 
 def test_roles_say_where_each_target_runs() -> None:
     assert {f.role for f in faults.select(target=Target.MODEL)} == {Role.ANY}
-    assert {f.role for f in faults.select(server="sglang", target=Target.SERVER)} == {Role.DECODE}  # pd decode only
+    live = faults.select(server="sglang", target=Target.SERVER, path=StatePath.RETRACTION)
+    assert {f.role for f in live} == {Role.DECODE}  # pd decode only
+    transfer = faults.select(server="sglang", target=Target.SERVER, path=StatePath.TRANSFER)
+    assert {f.name: f.role for f in transfer} == {"drop-pd-state": Role.PREFILL, "clear-pd-state": Role.DECODE}
     assert {f.role for f in faults.select(server="vllm", target=Target.SERVER)} == {Role.SINGLE}
 
 
@@ -80,7 +90,7 @@ def test_a_registered_server_is_listed_after_the_rooms_and_filtered_by_name() ->
     try:
         faults.register("tiny", [fake])
         assert faults.faults()[-1] is fake and faults.names(server="tiny") == ("bit-flip",)
-        assert faults.names(path=StatePath.TRANSFER) == ("bit-flip",)
+        assert faults.names(server="tiny", path=StatePath.TRANSFER) == ("bit-flip",)
     finally:
         faults._REGISTERED.pop("tiny")
         faults.faults.cache_clear()

@@ -34,13 +34,17 @@ def test_sglang_pools_implement_exactly_the_engine_faults() -> None:
 
 
 def test_a_live_sglang_server_implements_exactly_its_faults() -> None:
-    """A live fault is one of the pools' (installed through ENGINE_FAULTS) or one ``install`` does itself."""
-    from kvdoctor.engines.sglang import live_faults
+    """A live retraction fault is one of the pools' (installed through ENGINE_FAULTS) or one ``install`` does
+    itself; a transfer fault is one ``transfer_faults.hooks`` dispatches on."""
+    from kvdoctor.engines.sglang import live_faults, transfer_faults
     from kvdoctor.engines.sglang._faults import ENGINE_FAULTS
 
     own = _compared_names(live_faults, "install", "name")
-    assert own == {"drop-kv"}
-    assert set(faults.names(server="sglang", target=Target.SERVER)) <= set(ENGINE_FAULTS) | own
+    assert own == {"drop-kv", "retract-raise"}
+    retraction = faults.names(server="sglang", target=Target.SERVER, path=StatePath.RETRACTION)
+    assert set(retraction) <= set(ENGINE_FAULTS) | own
+    transfer = faults.names(server="sglang", target=Target.SERVER, path=StatePath.TRANSFER)
+    assert set(transfer) == _compared_names(transfer_faults, "hooks", "name") == {"drop-pd-state", "clear-pd-state"}
 
 
 def test_vllm_s_offloading_round_trip_implements_exactly_its_faults() -> None:

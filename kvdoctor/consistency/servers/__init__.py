@@ -78,7 +78,12 @@ class Deployment(Protocol):
         """The probes around a burst on the server at URL (LOG: its process log), ``pressure`` last."""
 
     def mark(self, prepared: Prepared, run_dir: Path, burst: str) -> None:
-        """Just before the measured burst BURST is sent (a state trace's events from here on are its)."""
+        """Just before the measured burst BURST is sent (a state trace's events from here on are its; the in-server
+        log's too: ``hook_log.mark``)."""
+
+    def reset(self, prepared: Prepared, url: str, timeout_s: float) -> None:
+        """Between two cases of one run: empty the caches of the server at URL (a case must not hit the previous
+        case's prefixes); ``DeploymentError`` when the server refuses."""
 
     def record(
         self,
@@ -91,9 +96,17 @@ class Deployment(Protocol):
         """RESULT with the scenario's evidence (EVIDENCE: per role, each probe's finish), and ``evaluate``'s
         keywords."""
 
-    def read_log(self, prepared: Prepared, run_dir: Path, result: ConsistencyResult, say: Notify) -> ConsistencyResult:
+    def read_log(
+        self,
+        prepared: Prepared,
+        run_dir: Path,
+        result: ConsistencyResult,
+        say: Notify,
+        *,
+        bursts: tuple[str, ...] | None = None,
+    ) -> ConsistencyResult:
         """RESULT with what the in-server hooks recorded (faults installed and fired, stand-in calls), after
-        teardown."""
+        teardown: of the bursts BURSTS (and start-up) only, when one run measured several cases."""
 
 
 def names() -> tuple[str, ...]:

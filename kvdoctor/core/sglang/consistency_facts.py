@@ -16,8 +16,14 @@ FACTS = ConsistencyFacts(
     shrinks_untied_mamba=False,
     pressed="retracted",
     pressure_consequence="no state was ever backed up and restored",
-    fault_site="inside decode-pressured (site hook on {hook})",
-    fault_hooks={"": "Req.offload_kv_cache"},
+    fault_site="inside {hook}",
+    fault_hooks={
+        "": "decode-pressured (site hook on Req.offload_kv_cache)",
+        "transfer": "the role its record names, armed for the pressured burst only (site hook on the prefill's "
+        "MooncakeKVManager.maybe_send_extra or decode-pressured's DecodeTransferQueue._commit_transfer_to_req)",
+        "prefix-cache": "pressured, armed for its burst only (site hook on ScheduleBatch._collect_deferred_mamba_cow_"
+        "and_clear, or MambaComponent.prepare_for_caching_req for unwritten-checkpoint)",
+    },
     fault_tally="installed {installed}, {backups} backups and {restores} restores through it",
     fault_problem="refused",
 )

@@ -80,23 +80,164 @@ _LIVE_FAULTS: dict[str, Row] = {
 }
 
 
-def _records(table: dict[str, Row], target: Target, role: Role, *via: Cite) -> list[Fault]:
+ALLOCATOR_COPY = hook("srt/mem_cache/allocator/token.py", "get_cpu_copy", 81, 86)  # the allocator asks its pool
+NO_CPU_COPY = hook("srt/mem_cache/deepseek_v4_memory_pool.py", "get_cpu_copy", 521, 522)  # the real bug's pool
+# The loud live retraction faults (the server dies; the run must exit 3 naming the server's own error line).
+LOUD_RETRACTION_FAULTS: tuple[Fault, ...] = (
+    Fault(
+        "retract-raise",
+        "sglang",
+        Target.SERVER,
+        StatePath.RETRACTION,
+        Role.DECODE,
+        (OFFLOAD, ALLOCATOR_COPY, NO_CPU_COPY),
+        "the KV pool has no CPU copy: the first retraction backup raises NotImplementedError and kills the decode "
+        "scheduler",
+        Needs.ANY,
+        replays=("sglang#33385",),
+        switchable=True,
+    ),
+)
+
+
+def _records(
+    table: dict[str, Row], target: Target, role: Role, *via: Cite, switchable: frozenset[str] = frozenset()
+) -> list[Fault]:
     return [
-        Fault(name, "sglang", target, StatePath.RETRACTION, role, (*cites, *via), does, needs)
+        Fault(
+            name,
+            "sglang",
+            target,
+            StatePath.RETRACTION,
+            role,
+            (*cites, *via),
+            does,
+            needs,
+            switchable=name in switchable,
+        )
         for name, (needs, cites, does) in table.items()
     ]
 
 
+# The live retraction faults armed and disarmed at run time (a method swapped while armed); the others change the
+# pools' attributes or carry a restore over to the next one, so once installed they stay: each gets its own launch.
+SWITCHABLE_LIVE = frozenset({"drop-kv"})
+
+
 # The live faults on the other state paths, one tuple per path, each record whole (its own role, hooks, replays):
 # installed by the module ``kvdoctor.engines.sglang.server_hooks.FAULT_MODULES`` names for its path.
-TRANSFER_FAULTS: tuple[Fault, ...] = ()  # the PD transfer: prefill's send, decode's receive and commit
-HIT_FAULTS: tuple[Fault, ...] = ()  # a radix-cache hit: the cached state a request resumes from
-WINDOW_FAULTS: tuple[Fault, ...] = ()  # sliding-window eviction
+CONN = "srt/disaggregation/mooncake/conn.py"
+SEND_EXTRA = hook(CONN, "maybe_send_extra", 1943, 1949)  # MooncakeKVManager: the state components' send
+SEND_EXTRA_CALL = hook(CONN, "maybe_send_extra", 2759, 2766)  # transfer_worker: a request's last chunk sends them
+COMMIT = hook("srt/disaggregation/decode.py", "_commit_transfer_to_req", 2600, 2600)  # DecodeTransferQueue
+ALLOC_CLEAR = hook(POOL, "mamba_needs_clear", 1592, 1602)  # HybridReqToTokenPool.alloc: a fresh slot is marked
+CLEAR_CONSUMER = hook("srt/managers/schedule_batch.py", "_collect_deferred_mamba_cow_and_clear", 3240, 3253)
+CLEAR_SLOTS = hook(POOL, "clear_slots", 1147, 1148)  # MambaPool: what the consumer's clear does
+TRANSFER_FAULTS: tuple[Fault, ...] = (  # the PD transfer: prefill's send, decode's receive and commit
+    Fault(
+        "drop-pd-state",
+        "sglang",
+        Target.SERVER,
+        StatePath.TRANSFER,
+        Role.PREFILL,
+        (SEND_EXTRA, SEND_EXTRA_CALL),
+        "the prefill reports the recurrent state sent to the decode without sending it (the KV and the first token "
+        "arrive; the decode trusts a state slot nothing wrote)",
+        Needs.RECURRENT,
+        replays=("sglang#23773",),
+        switchable=True,
+    ),
+    Fault(
+        "clear-pd-state",
+        "sglang",
+        Target.SERVER,
+        StatePath.TRANSFER,
+        Role.DECODE,
+        (COMMIT, ALLOC_CLEAR, CLEAR_CONSUMER, CLEAR_SLOTS),
+        "the decode commits a transfer and then clears the recurrent state it received (the slot stays marked for "
+        "clearing, and the clear runs before the first decode step)",
+        Needs.RECURRENT,
+        replays=("sglang#32995",),
+        switchable=True,
+    ),
+)
+# A radix-cache hit: the cached recurrent state a request resumes from (kvdoctor.engines.sglang.hit_faults; run by
+# ``--scenario prefix-cache`` on one server). The copy-on-write source is set at the match and collected per batch:
+MAMBA_COW = hook("srt/mem_cache/unified_cache/components/mamba.py", "finalize_match_result_in_cache", 196, 227)
+COLLECT_COW = hook("srt/managers/schedule_batch.py", "_collect_deferred_mamba_cow_and_clear", 3240, 3260)
+MAMBA_CHECKPOINT = hook("srt/mem_cache/unified_cache/components/mamba.py", "prepare_for_caching_req", 604, 681)
+HIT_FAULTS: tuple[Fault, ...] = (
+    Fault(
+        "blank-state-on-hit",
+        "sglang",
+        Target.SERVER,
+        StatePath.PREFIX_HIT,
+        Role.SINGLE,
+        (COLLECT_COW, MAMBA_COW),
+        "a radix hit runs its suffix from a blank recurrent state (its copy-on-write turned into a clear) on the "
+        "cached prefix's KV (sglang#29368: Mamba2 has_initial_states gated off on a hit; GSM8K collapsed at 20-shot; "
+        "fixed by dropping the gate)",
+        Needs.RECURRENT,
+        replays=("sglang#29368",),
+        switchable=True,
+    ),
+    Fault(
+        "stale-state-on-hit",
+        "sglang",
+        Target.SERVER,
+        StatePath.PREFIX_HIT,
+        Role.SINGLE,
+        (COLLECT_COW, MAMBA_COW),
+        "a radix hit copies its recurrent state from a slot never written for its prefix (sglang#31474: KDA never "
+        "wrote the track snapshots the tree donated, warm-rerun GSM8K 0.150; fixed by writing them)",
+        Needs.RECURRENT,
+        replays=("sglang#31474",),
+        switchable=True,
+    ),
+    Fault(
+        "unwritten-checkpoint",
+        "sglang",
+        Target.SERVER,
+        StatePath.PREFIX_HIT,
+        Role.SINGLE,
+        (MAMBA_CHECKPOINT, COLLECT_COW),
+        "the recurrent state a request checkpoints into the radix tree is never written, so later hits restore "
+        "garbage (sglang#16053: track fields not passed to the piecewise CUDA graph, GSM8K 0.950 first pass, 0.485 "
+        "second; sglang#29973: corrupted seg_la snapshots; both fixed by writing the snapshot)",
+        Needs.RECURRENT,
+        replays=("sglang#16053", "sglang#29973"),
+        switchable=True,
+    ),
+)
+# Sliding-window eviction (kvdoctor.engines.sglang.window_faults): a decoding request past its window frees the SWA
+# slots that left it, each step; served on a CPU by an all-SWA model (PureSWARadixCache, runnable.PURE_SWA_ONLY).
+EVICT_SWA = hook("srt/managers/schedule_batch.py", "_evict_swa", 4125, 4129)  # ScheduleBatch: one request's eviction
+MAYBE_EVICT_SWA = hook("srt/managers/schedule_batch.py", "maybe_evict_swa", 4068, 4099)  # each decode step calls it
+FREE_OUT_OF_WINDOW = hook("srt/mem_cache/common.py", "free_swa_out_of_window_slots", 75, 138)  # the frontier it frees
+WINDOW_FAULTS: tuple[Fault, ...] = (
+    Fault(
+        "swa-early-evict",
+        "sglang",
+        Target.SERVER,
+        StatePath.SLIDING_WINDOW,
+        Role.SINGLE,
+        (EVICT_SWA, MAYBE_EVICT_SWA, FREE_OUT_OF_WINDOW),
+        "the sliding-window eviction frees SWA slots still inside the window (half a window early), so the pool "
+        "hands them to the next allocation and the request's attention reads another token's KV there (sglang#23982: "
+        "the SWA chunk cache committed its eviction on every small advance; sglang#8649: eviction driven by "
+        "attention_chunk_size, ignoring the window; users saw silent KV-cache correctness issues; #23982 closed "
+        "unmerged, #8649 open)",
+        Needs.SWA,
+        replays=("sglang#23982",),
+        switchable=True,
+    ),
+)
 
 FAULTS: tuple[Fault, ...] = (
     *_records(_POOL_FAULTS, Target.MODEL, Role.ANY),
     *_records(_POOL_FAULTS, Target.ENGINE, Role.ANY),
-    *_records(_LIVE_FAULTS, Target.SERVER, Role.DECODE, OFFLOAD),
+    *_records(_LIVE_FAULTS, Target.SERVER, Role.DECODE, OFFLOAD, switchable=SWITCHABLE_LIVE),
+    *LOUD_RETRACTION_FAULTS,
     *TRANSFER_FAULTS,
     *HIT_FAULTS,
     *WINDOW_FAULTS,

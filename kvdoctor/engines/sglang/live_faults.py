@@ -43,7 +43,7 @@ def check(name: str, *, has_recurrent: bool, has_swa: bool) -> None:
     if name not in LIVE_FAULTS:
         raise InputError(f"unknown fault '{name}' for a live server; choose one of {', '.join(LIVE_FAULTS)}")
     need = LIVE_FAULTS[name][1]
-    have = {"recurrent": has_recurrent, "swa": has_swa, "kv": True}[need]
+    have = {"recurrent": has_recurrent, "swa": has_swa, "kv": True, "any": True}[need]
     if not have:
         raise InputError(f"--inject {name} needs {NEEDS_TEXT[need]}; this model has none")
 
@@ -71,8 +71,12 @@ def install(name: str, req_to_token_pool: Any, allocator: Any) -> Installed:
     pools = live_pools(req_to_token_pool, allocator)
     patches = Patches()  # never closed: the fault lives as long as the server
     state = FaultState()
-    if name == "drop-kv":
-        patches.set(pools.sub_pools["full"], "load_cpu_copy", lambda *a, **kw: None)
+    if name == "drop-kv":  # switchable: the restore is skipped while armed, SGLang's own while not
+        full = pools.sub_pools["full"]
+        patches.set(full, "load_cpu_copy", _while_armed(name, lambda *a, **kw: None, full.load_cpu_copy))
+        return Installed(name, state.deferred)
+    if name == "retract-raise":
+        patches.set(pools.kv_pool, "get_cpu_copy", _raising_copy(name, pools.kv_pool))
         return Installed(name, state.deferred)
     fault = ENGINE_FAULTS[name]
     reason = fault.needs(pools)  # type: ignore[arg-type]
@@ -80,6 +84,33 @@ def install(name: str, req_to_token_pool: Any, allocator: Any) -> Installed:
         raise RuntimeError(f"--inject {name} needs {reason}; the server's pools have none")
     fault.install(patches, pools, state)  # type: ignore[arg-type]
     return Installed(name, state.deferred)
+
+
+def _while_armed(name: str, faulty: Callable[..., Any], original: Callable[..., Any]) -> Callable[..., Any]:
+    """FAULTY while fault NAME is armed (``kvdoctor.engines.arming``), ORIGINAL while it is not."""
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        return (faulty if arming.armed(name) else original)(*args, **kwargs)
+
+    return call
+
+
+def _raising_copy(name: str, kv: Any) -> Callable[..., Any]:
+    """``retract-raise`` (sglang#33385): the pool's ``get_cpu_copy`` raises ``NotImplementedError`` while armed, as
+    DeepSeek-V4's pool does (``srt/mem_cache/deepseek_v4_memory_pool.py:521-522``); the allocator's call
+    (``srt/mem_cache/allocator/token.py:81-86``) then kills the decode scheduler at its first retraction backup."""
+    from kvdoctor.engines.sglang.server_hooks import log
+
+    original = kv.get_cpu_copy
+    pool = type(kv).__name__
+
+    def get_cpu_copy(*args: Any, **kwargs: Any) -> Any:
+        if not arming.armed(name):
+            return original(*args, **kwargs)
+        log("fault-fired", f"{name} {pool}.get_cpu_copy raises NotImplementedError")
+        raise NotImplementedError(f"{pool} does not support get_cpu_copy (kvdoctor --inject {name}: sglang#33385)")
+
+    return get_cpu_copy
 
 
 def hooks(name: str) -> dict[str, Callable[[ModuleType], None]]:
@@ -95,7 +126,7 @@ def hooks(name: str) -> dict[str, Callable[[ModuleType], None]]:
 
         @functools.wraps(original)
         def offload_kv_cache(self: Any, req_to_token_pool: Any, allocator: Any) -> Any:
-            if "installed" not in box and not arming.armed(name):  # installed at the first armed backup, for good
+            if not arming.armed(name):  # installed at the first armed backup; counted while armed
                 return original(self, req_to_token_pool, allocator)
             if "installed" not in box:
                 try:
@@ -110,7 +141,7 @@ def hooks(name: str) -> dict[str, Callable[[ModuleType], None]]:
         @functools.wraps(original_load)
         def load_kv_cache(self: Any, req_to_token_pool: Any, allocator: Any) -> Any:
             installed = box.get("installed")
-            if installed is not None:
+            if installed is not None and arming.armed(name):
                 while installed.deferred:  # restore-order: the previous restore's state arrives now
                     installed.deferred.pop(0)()
                 log("fault-restore", name)

@@ -10,6 +10,9 @@ attribute of it. Which changes apply is read from the environment kvdoctor sets 
   records a CUDA event (``srt/disaggregation/prefill.py:1746-1761``), which fails on a CPU-only
   machine; off, the plain ``kv_to_page_indices`` branch runs. A CPU enabler: it changes SGLang's
   behaviour, so kvdoctor prints it.
+- ``KVDOCTOR_PATCHES=transfer-observer`` (``--scenario transfer``): logs each request's PD transfer, the prefill's
+  sends and the decode's commit (:mod:`kvdoctor.engines.sglang.transfer_faults`); observation only, installed last
+  so it wraps a transfer fault.
 - ``KVDOCTOR_INJECT=<fault>[,<fault>...]``: each fault's module, chosen by the state path its registry record
   names (:data:`FAULT_MODULES`), hooks the SGLang modules it acts on (``hooks(name)``: SGLang module -> hook);
   e.g. a retraction fault wraps ``Req.offload_kv_cache`` (``srt/managers/schedule_batch.py``) so the first
@@ -20,6 +23,8 @@ attribute of it. Which changes apply is read from the environment kvdoctor sets 
   retracted request's state at backup, restore and its next forward, and the positions each covers
   (:mod:`kvdoctor.engines.sglang.digests`). Observation only: SGLang's calls run unchanged. With a fault
   as well, the fault wraps the digests, so the digests see what SGLang's own code (under the fault) did.
+- ``KVDOCTOR_FAULT_FILE=<role>:<path>``: the user's fault file (``--fault-file``); its wraps of this role are
+  installed by the same import hooks (:mod:`kvdoctor.engines.fault_file`).
 
 Each event is one line in ``$KVDOCTOR_HOOK_LOG`` (``<pid> <event> <detail>``), which the run reads
 back: a fault that never ran, or was refused, must not pass as a caught fault; a fault in a run without
@@ -38,7 +43,7 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
-from kvdoctor.engines import hook_log
+from kvdoctor.engines import fault_file, hook_log
 
 PATCHES_ENV = "KVDOCTOR_PATCHES"
 INJECT_ENV = "KVDOCTOR_INJECT"
@@ -128,6 +133,9 @@ def _chain(*hooks: Callable[[ModuleType], None]) -> Callable[[ModuleType], None]
 # One line per state path: the module whose ``hooks(name)`` installs that path's faults ({SGLang module: hook}).
 FAULT_MODULES: dict[str, str] = {
     "retraction": "kvdoctor.engines.sglang.live_faults",
+    "transfer": "kvdoctor.engines.sglang.transfer_faults",
+    "prefix-hit": "kvdoctor.engines.sglang.hit_faults",
+    "sliding-window": "kvdoctor.engines.sglang.window_faults",
 }
 
 
@@ -160,5 +168,12 @@ def install() -> None:
             continue
         for module, hook in found.items():
             hooks.setdefault(module, []).append(hook)
+    if "transfer-observer" in patches:  # last: it wraps a transfer fault, so it counts the calls a fault faked
+        from kvdoctor.engines.sglang.transfer_faults import observer_hooks
+
+        for module, hook in observer_hooks().items():
+            hooks.setdefault(module, []).append(hook)
+    for module, hook in fault_file.hooks_from_env(log).items():  # --fault-file: the user's own fault
+        hooks.setdefault(module, []).append(hook)
     if hooks:
         sys.meta_path.insert(0, AfterImport({module: _chain(*chain) for module, chain in hooks.items()}))

@@ -27,7 +27,7 @@ import itertools
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from kvdoctor._exceptions import InputError, InternalError
@@ -39,6 +39,7 @@ from kvdoctor.core.vllm.specs import SpecKind
 from kvdoctor.engines.vllm import _offload_shims as shims
 from kvdoctor.engines.vllm import _runtime as rt
 from kvdoctor.engines.vllm import cache_config
+from kvdoctor.engines.vllm import window_hit as swa
 from kvdoctor.engines.vllm.inspect import mamba_state, vllm_spec
 from kvdoctor.roundtrip.faults import check_fault
 from kvdoctor.roundtrip.result import ComponentCheck, RoundtripResult, VllmGroup, VllmUsed
@@ -101,6 +102,7 @@ class VllmRoundtrip:
     elapsed_s: float
     layers_per_group: int | None = None  # the reduction: at most this many layers of each group moved (None: all)
     failing: list[str] = field(default_factory=list)
+    window_hits: list[swa.WindowHit] = field(default_factory=list)  # each SWA group's hit, served by vLLM's manager
 
     @property
     def ok(self) -> bool:
@@ -201,17 +203,28 @@ def _blocks_for(spec: Any, tokens: int) -> int:
         return 1
     need = -(-tokens // spec.block_size)
     window = getattr(spec, "sliding_window", None)
-    if window:
-        need = min(need, -(-(window - 1) // spec.block_size) + 1)
+    if window:  # window - 1 tokens plus any retained tail (SlidingWindowSpec.num_retained_tokens), one block of slack
+        need = min(need, -(-getattr(spec, "num_retained_tokens", window - 1) // spec.block_size) + 1)
     return need
 
 
-def _specs_and_groups(model: str, argv: Sequence[str], layers_cap: int | None) -> tuple[Any, list[Any], dict[str, Any]]:
+def _specs_and_groups(
+    model: str, argv: Sequence[str], layers_cap: int | None, *, inject: str | None = None, retained: int = 0
+) -> tuple[Any, list[Any], dict[str, Any]]:
+    """vLLM's specs and KV-cache groups for the launch line; RETAINED (or swa-short-store's tail) is every sliding
+    window's ``extra_retained_tokens``, set as vLLM's planning sets it for a multi-module MTP drafter
+    (v1/core/kv_cache_planning.py:1636-1641)."""
     a = analyze_vllm(model, list(argv))
     if a.refusal is not None:
         raise InputError(f"vLLM refuses this launch line: {a.refusal}")
     mamba = mamba_state(a)
     specs = {n: vllm_spec(s, a.flags.kv_cache_dtype, mamba) for n, s in a.specs.layers.items()}
+    windows = [s for s in specs.values() if type(s).__name__ == "SlidingWindowSpec"]
+    tail = swa.retained_tail(
+        [s.sliding_window for s in windows], min((s.block_size for s in windows), default=1), inject, retained
+    )
+    if tail:
+        specs = {n: replace(s, extra_retained_tokens=tail) if s in windows else s for n, s in specs.items()}
     if mamba is not None:
         length = cache_config.vllm_max_model_len(a)
         mode, block = cache_config.mamba_cache(a, length)
@@ -227,6 +240,54 @@ def _specs_and_groups(model: str, argv: Sequence[str], layers_cap: int | None) -
     return a, groups, specs
 
 
+def _allocate(groups: list[Any], num_blocks: int, gen: Any) -> tuple[list[Any], list[list[Any]], list[list[int]]]:
+    """One seeded random ``(num_blocks, page)`` int8 tensor per layer, vLLM's ref to each, and each group's tensor
+    indices."""
+    torch, base = rt.load("torch"), rt.load("vllm.v1.kv_offload.base")
+    tensors: list[Any] = []
+    refs: list[list[Any]] = []
+    layer_of: list[list[int]] = []
+    for g in groups:
+        page = g.kv_cache_spec.page_size_bytes
+        refs.append([])
+        layer_of.append([])
+        for _ in g.layer_names:
+            layer_of[-1].append(len(tensors))
+            refs[-1].append(base.CanonicalKVCacheRef(tensor_idx=len(tensors), page_size_bytes=page))
+            tensors.append(torch.randint(-128, 128, (num_blocks, page), dtype=torch.int8, generator=gen))
+    return tensors, refs, layer_of
+
+
+def _block_ids(
+    counts: list[int], num_blocks: int, gen: Any
+) -> tuple[list[list[int]], list[list[int]], list[list[int]]]:
+    """Per group: the request's block ids, the fresh ids it is loaded into, its host slots. Block 0 is vLLM's null
+    block (``BlockPool.null_block``, v1/core/block_pool.py:191-192): never a request's, so null-source cannot read
+    the request's own block."""
+    torch = rt.load("torch")
+    perm = (torch.randperm(num_blocks - 1, generator=gen) + 1).tolist()
+    src_ids = [perm[:c] for c in counts]
+    new_ids = [perm[c : 2 * c] for c in counts]
+    starts = list(itertools.accumulate(counts, initial=0))
+    return src_ids, new_ids, [list(range(a, a + c)) for a, c in zip(starts, counts, strict=False)]
+
+
+def _preflight(
+    model: str, argv: Sequence[str], layers: int | None, tokens: int, inject: str | None, retained: int
+) -> tuple[Any, list[Any], list[str], list[swa.WindowHit]]:
+    """vLLM's groups, the rows INJECT must turn red, each sliding-window group's hit: a fault that cannot apply
+    (exit 2) and a run over the memory (exit 2) before allocating; a hit vLLM cannot serve is exit 3, with its
+    message."""
+    a, groups, _ = _specs_and_groups(model, argv, layers, inject=inject, retained=retained)
+    expected_red = _expected_red(inject, groups, tokens)
+    swa.check_tokens(groups, tokens, inject)
+    _check_memory(groups, tokens)
+    hits = swa.window_hits(groups, tokens, inject)
+    if inject == swa.FAULT:  # the fault makes a hit unservable: reaching here means it did not fire (never a pass)
+        raise InternalError(f"--inject {swa.FAULT}: vLLM served every sliding-window hit; the fault did not fire")
+    return a, groups, expected_red, hits
+
+
 def run_vllm_roundtrip(
     model: str,
     argv: Sequence[str] = (),
@@ -237,44 +298,24 @@ def run_vllm_roundtrip(
     layers: int | None = 2,
     skip_shims: frozenset[str] = frozenset(),
     progress: Progress | None = None,
+    extra_retained_tokens: int = 0,
 ) -> VllmRoundtrip:
-    """Store one request's blocks of every group with vLLM's CPUOffloadingWorker, load them into fresh ids, diff."""
+    """Store one request's blocks of every group with vLLM's CPUOffloadingWorker, load them into fresh ids, diff
+    (first each SWA group's hit from vLLM's CPU manager, ``window_hit``; EXTRA_RETAINED_TOKENS: an MTP's tail)."""
     check_fault(inject, server=Server.VLLM)
     report = progress or (lambda what, done, total: None)
     info = rt.engine_info()
     start = time.perf_counter()
     report("vLLM builds the specs and KV-cache groups", 0, 4)
-    a, groups, _ = _specs_and_groups(model, argv, layers)
-    _check_memory(groups, tokens)
+    a, groups, expected_red, hits = _preflight(model, argv, layers, tokens, inject, extra_retained_tokens)
     torch = rt.load("torch")
     base = rt.load("vllm.v1.kv_offload.base")
     common = rt.load("vllm.v1.kv_offload.cpu.common")
     gw = rt.load(shims.GPU_WORKER)
     gen = torch.Generator().manual_seed(seed)
-
     counts = [_blocks_for(g.kv_cache_spec, tokens) for g in groups]
-    num_blocks = 2 * max(counts) + 2
-    tensors: list[Any] = []
-    refs: list[list[Any]] = []
-    layer_of: list[list[int]] = []  # tensor indices per group
-    for g in groups:
-        page = g.kv_cache_spec.page_size_bytes
-        refs.append([])
-        layer_of.append([])
-        for _ in g.layer_names:
-            t = torch.randint(-128, 128, (num_blocks, page), dtype=torch.int8, generator=gen)
-            layer_of[-1].append(len(tensors))
-            refs[-1].append(base.CanonicalKVCacheRef(tensor_idx=len(tensors), page_size_bytes=page))
-            tensors.append(t)
-    perm = torch.randperm(num_blocks, generator=gen).tolist()
-    src_ids = [perm[: counts[i]] for i in range(len(groups))]
-    new_ids = [[b for b in perm[counts[i] :]][: counts[i]] for i in range(len(groups))]
-    slots: list[list[int]] = []
-    nxt = 0
-    for c in counts:
-        slots.append(list(range(nxt, nxt + c)))
-        nxt += c
-    expected_red = _expected_red(inject, groups, tokens)
+    tensors, refs, layer_of = _allocate(groups, 2 * max(counts) + 2, gen)
+    src_ids, new_ids, slots = _block_ids(counts, tensors[0].shape[0], gen)
     originals = [t.clone() for t in tensors]
 
     flat = lambda ids: [b for group in ids for b in group]  # noqa: E731
@@ -286,7 +327,7 @@ def run_vllm_roundtrip(
             group_data_refs=refs,
         )
         try:
-            worker = gw.CPUOffloadingWorker(caches, blocks_per_chunk=1, num_cpu_chunks=max(nxt, 1))
+            worker = gw.CPUOffloadingWorker(caches, blocks_per_chunk=1, num_cpu_chunks=max(sum(counts), 1))
             _inject(inject, worker, groups)
             store_src = base.GPULoadStoreSpec(flat(src_ids), counts, [0] * len(counts))
             worker.submit_store(1, store_src, common.CPULoadStoreSpec(flat(slots)))
@@ -325,6 +366,7 @@ def run_vllm_roundtrip(
         elapsed_s=round(time.perf_counter() - start, 3),
         layers_per_group=layers,
         failing=failing,
+        window_hits=hits,
     )
 
 
@@ -336,64 +378,159 @@ def _reorder_group(groups: list[Any], tokens: int) -> int:
     return target
 
 
+def _mamba_groups(groups: list[Any]) -> list[int]:
+    """The groups of Mamba state (one state block per request each)."""
+    return [i for i, g in enumerate(groups) if type(g.kv_cache_spec).__name__ == "MambaSpec"]
+
+
+def _scaled_groups(groups: list[Any], fault: str) -> list[int]:
+    """The groups whose pages carry in-page scales (exit 2 naming FAULT when there is none)."""
+    scaled = [i for i, g in enumerate(groups) if _data_runs(g.kv_cache_spec)]
+    if not scaled:
+        raise InputError(
+            f"--inject {fault}: no group of this launch line carries in-page scales "
+            "(try --kv-cache-dtype fp8_per_token_head, int8_per_token_head or int4_per_token_head)"
+        )
+    return scaled
+
+
+def _every_component(groups: list[Any], chosen: list[int]) -> list[str]:
+    return [f"g{i}.{c}" for i in chosen for c, _ in _components(groups[i].kv_cache_spec)]
+
+
 def _expected_red(inject: str | None, groups: list[Any], tokens: int) -> list[str]:
+    """The rows INJECT must turn red (exit 2 when it cannot change anything on these groups)."""
     if inject is None:
         return []
     last = len(groups) - 1
     if inject == "drop-group":
-        return [f"g{last}.{c}" for c, _ in _components(groups[last].kv_cache_spec)] + [f"g{last}.ledger"]
+        return [*_every_component(groups, [last]), f"g{last}.ledger"]
     if inject == "reorder-blocks":
-        target = _reorder_group(groups, tokens)
-        return [f"g{target}.{c}" for c, _ in _components(groups[target].kv_cache_spec)]
-    scaled = [i for i, g in enumerate(groups) if _data_runs(g.kv_cache_spec)]
-    if not scaled:
-        raise InputError(
-            "--inject skip-scales: no group of this launch line carries in-page scales "
-            "(try --kv-cache-dtype fp8_per_token_head, int8_per_token_head or int4_per_token_head)"
-        )
-    return [f"g{i}.{c}" for i in scaled for c in ("k_scale", "v_scale", "ledger")]
+        return _every_component(groups, [_reorder_group(groups, tokens)])
+    if inject == "null-source":  # every byte moves (the ledger is green); the Mamba state is the null block's
+        mamba = _mamba_groups(groups)
+        if not mamba:
+            raise InputError(
+                "--inject null-source: no KV-cache group of this launch line holds Mamba state "
+                "(the fault stores the null block in place of a Mamba group's block; try nemotron-h-8b "
+                "or granite-4.0-h-small)"
+            )
+        return _every_component(groups, mamba)
+    if inject == "mis-stride":  # every page lands at the un-widened stride: every byte of the group is wrong
+        return _every_component(groups, _scaled_groups(groups, inject))
+    if inject == "swa-short-store":  # loud, no row: vLLM's CPU manager refuses the hit's load (exit 3)
+        return []
+    if inject == "skip-scales":
+        return [f"g{i}.{c}" for i in _scaled_groups(groups, inject) for c in ("k_scale", "v_scale", "ledger")]
+    raise InternalError(f"--inject {inject}: no round-trip fault of vLLM's offloading worker has this name")
 
 
 def _inject(inject: str | None, worker: Any, groups: list[Any]) -> None:
-    """Wrap vLLM's store handler for the store-side faults (reorder-blocks acts on the load spec instead)."""
+    """Wrap vLLM's store handler (or, for mis-stride, its load handler) for the descriptor faults (reorder-blocks
+    acts on the load spec instead)."""
+    wrap = {
+        "drop-group": _drop_group,
+        "skip-scales": _skip_scales,
+        "null-source": _null_source,
+        "mis-stride": _mis_stride,
+    }.get(inject or "")
+    if wrap is not None:
+        wrap(worker, groups)
+
+
+def _drop_group(worker: Any, groups: list[Any]) -> None:
+    """The store handler fills no descriptor for the last group."""
     handler = worker._store_handler
     fill: Callable[..., tuple[int, int]] = handler._fill_group_ops
-    if inject == "drop-group":
-        last = len(groups) - 1
+    last = len(groups) - 1
 
-        def dropping(g_idx: int, **kw: Any) -> tuple[int, int]:
-            return (kw["op_idx"], 0) if g_idx == last else fill(g_idx, **kw)
+    def dropping(g_idx: int, **kw: Any) -> tuple[int, int]:
+        return (kw["op_idx"], 0) if g_idx == last else fill(g_idx, **kw)
 
-        handler._fill_group_ops = dropping
-    elif inject == "skip-scales":
-        np = rt.load("numpy")
-        runs = {i: _data_runs(g.kv_cache_spec) for i, g in enumerate(groups)}
-        widest = max(len(r) for r in runs.values())
-        estimate: Callable[..., int] = handler._estimate_max_copy_ops
+    handler._fill_group_ops = dropping
 
-        def room(group_sizes: Sequence[int]) -> int:  # the descriptor buffers, sized for the split pages
-            return estimate(group_sizes) * max(widest, 1)
 
-        def unscaled(g_idx: int, **kw: Any) -> tuple[int, int]:
-            first = kw["op_idx"]
-            end, moved = fill(g_idx, **kw)
-            if not runs[g_idx]:
-                return end, moved
-            page = groups[g_idx].kv_cache_spec.page_size_bytes
-            sizes = kw["all_sizes"][first:end]
-            if (sizes != page).any():
-                raise InternalError(f"skip-scales: vLLM's descriptors of group {g_idx} are not whole pages")
-            offsets = np.array([at for at, _ in runs[g_idx]], dtype=np.int64)
-            lengths = np.array([n for _, n in runs[g_idx]], dtype=np.int64)
-            src, dst = kw["all_src"][first:end].copy(), kw["all_dst"][first:end].copy()
-            last = first + (end - first) * len(offsets)
-            kw["all_src"][first:last] = (src[:, None] + offsets).ravel()
-            kw["all_dst"][first:last] = (dst[:, None] + offsets).ravel()
-            kw["all_sizes"][first:last] = np.tile(lengths, end - first)
-            return last, int(lengths.sum()) * (end - first)
+def _skip_scales(worker: Any, groups: list[Any]) -> None:
+    """The store handler splits each page-sized descriptor of a scaled group into its data runs (no scale byte)."""
+    np = rt.load("numpy")
+    handler = worker._store_handler
+    fill: Callable[..., tuple[int, int]] = handler._fill_group_ops
+    runs = {i: _data_runs(g.kv_cache_spec) for i, g in enumerate(groups)}
+    widest = max(len(r) for r in runs.values())
+    estimate: Callable[..., int] = handler._estimate_max_copy_ops
 
-        handler._estimate_max_copy_ops = room
-        handler._fill_group_ops = unscaled
+    def room(group_sizes: Sequence[int]) -> int:  # the descriptor buffers, sized for the split pages
+        return estimate(group_sizes) * max(widest, 1)
+
+    def unscaled(g_idx: int, **kw: Any) -> tuple[int, int]:
+        first = kw["op_idx"]
+        end, moved = fill(g_idx, **kw)
+        if not runs[g_idx]:
+            return end, moved
+        page = groups[g_idx].kv_cache_spec.page_size_bytes
+        sizes = kw["all_sizes"][first:end]
+        if (sizes != page).any():
+            raise InternalError(f"skip-scales: vLLM's descriptors of group {g_idx} are not whole pages")
+        offsets = np.array([at for at, _ in runs[g_idx]], dtype=np.int64)
+        lengths = np.array([n for _, n in runs[g_idx]], dtype=np.int64)
+        src, dst = kw["all_src"][first:end].copy(), kw["all_dst"][first:end].copy()
+        last = first + (end - first) * len(offsets)
+        kw["all_src"][first:last] = (src[:, None] + offsets).ravel()
+        kw["all_dst"][first:last] = (dst[:, None] + offsets).ravel()
+        kw["all_sizes"][first:last] = np.tile(lengths, end - first)
+        return last, int(lengths.sum()) * (end - first)
+
+    handler._estimate_max_copy_ops = room
+    handler._fill_group_ops = unscaled
+
+
+def _null_source(worker: Any, groups: list[Any]) -> None:
+    """vllm#53084: the store resolves a Mamba group's block positionally and reads vLLM's null block (block 0,
+    ``NULL_BLOCK_ID``) in place of the request's own: vLLM's handler fills its descriptors from block ids of 0."""
+    np = rt.load("numpy")
+    handler = worker._store_handler
+    fill: Callable[..., tuple[int, int]] = handler._fill_group_ops
+    mamba = set(_mamba_groups(groups))
+
+    def nulled(g_idx: int, **kw: Any) -> tuple[int, int]:
+        if g_idx in mamba:
+            kw["group_src"] = np.zeros_like(kw["group_src"])
+        return fill(g_idx, **kw)
+
+    handler._fill_group_ops = nulled
+
+
+def _mis_stride(worker: Any, groups: list[Any]) -> None:
+    """kvcached#424: the load side places each page of a scaled group at the un-widened stride (the page without
+    its inline fp32 scales, as ``get_kv_cache_shape`` gave it when ``cache_dtype_str`` was not passed): vLLM's
+    load descriptors are rebased from ``block * page`` to ``block * (page - scale bytes)``, each still a whole
+    page."""
+    handler = worker._load_handler
+    fill: Callable[..., tuple[int, int]] = handler._fill_group_ops
+    narrow = {i: _unwidened_page(groups[i].kv_cache_spec) for i in _scaled_groups(groups, "mis-stride")}
+
+    def strided(g_idx: int, **kw: Any) -> tuple[int, int]:
+        first = kw["op_idx"]
+        end, moved = fill(g_idx, **kw)
+        if g_idx not in narrow:
+            return end, moved
+        page, size = groups[g_idx].kv_cache_spec.page_size_bytes, kw["group_size"]
+        dst = kw["all_dst"]
+        for k, ref in enumerate(handler.layer_refs_per_group[g_idx]):  # _fill_direct_ops: group_size per layer
+            base = handler.dst_tensors[ref.tensor_idx].data_ptr()
+            at = slice(first + k * size, first + (k + 1) * size)
+            block, rest = divmod(dst[at] - base, page)
+            if (rest != 0).any() or (block < 0).any():
+                raise InternalError(f"mis-stride: vLLM's load descriptors of group {g_idx} are not whole pages")
+            dst[at] = base + block * narrow[g_idx]
+        return end, moved
+
+    handler._fill_group_ops = strided
+
+
+def _unwidened_page(spec: Any) -> int:
+    """The page's bytes without its inline scales: the stride of a KV tensor shaped with the bare head size."""
+    return spec.page_size_bytes - sum(b.size for n, b in _components(spec) if n.endswith("_scale"))
 
 
 Tally = tuple[int, int]  # (bytes covered, counting a byte covered twice twice; the most descriptors over one byte)

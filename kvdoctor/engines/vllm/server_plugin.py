@@ -26,8 +26,10 @@ were zeroed (``blocks=``: its KV cache blocks zeroed, summed over the fault's gr
 kernel rows; ``layers=``: the layers written), or per load whose copies were suppressed (``copies=``, ``bytes=``),
 ``fault-failed`` if zeroing raised or zeroed no block (a load that issued no copy); the run
 counts them, so a fault that never fired (or fired on nothing) cannot pass as a run that caught nothing.
-Both variables are kvdoctor's own (``hook_log.CONTROL_ENV``): the supervisor passes a server only those its run
-sets, never one inherited from the user's shell. Importing this module imports no vLLM.
+``KVDOCTOR_FAULT_FILE=<role>:<path>`` (``--fault-file``): the user's fault file, its wraps installed by the same
+import hook in every process (:mod:`kvdoctor.engines.fault_file`), logged here too. These variables are kvdoctor's
+own (``hook_log.CONTROL_ENV``): the supervisor passes a server only those its run sets, never one inherited from
+the user's shell. Importing this module imports no vLLM.
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ from typing import Any, NamedTuple
 from kvdoctor.core import faults as registry
 from kvdoctor.core.faults import Needs, StatePath, Target
 from kvdoctor.core.servers import Server
-from kvdoctor.engines import hook_log
+from kvdoctor.engines import fault_file, hook_log
 
 INJECT_ENV = "KVDOCTOR_VLLM_INJECT"
 LOG_ENV = "KVDOCTOR_VLLM_PLUGIN_LOG"
@@ -71,6 +73,8 @@ def register() -> None:
     """vLLM's entry point: called once per process; patches nothing unless a fault is asked for."""
     fault = os.environ.get(INJECT_ENV)
     _log("loaded", fault or "-")
+    for module, hook in fault_file.hooks_from_env(_log).items():  # --fault-file: the user's own fault
+        _when_imported(module, hook)
     if not fault:
         return
     if fault not in FAULTS:
@@ -82,6 +86,15 @@ def register() -> None:
         patch(module, fault)
     elif not any(isinstance(f, _AfterImport) and f.name == target for f in sys.meta_path):
         sys.meta_path.insert(0, _AfterImport(target, lambda m: patch(m, fault)))
+
+
+def _when_imported(name: str, hook: Callable[[Any], None]) -> None:
+    """HOOK on module NAME now if this process has imported it, else right after it is first imported."""
+    module = sys.modules.get(name)
+    if module is not None:
+        hook(module)
+    else:
+        sys.meta_path.insert(0, _AfterImport(name, hook))
 
 
 class _AfterImport(importlib.abc.MetaPathFinder):

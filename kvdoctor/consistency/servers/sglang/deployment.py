@@ -19,15 +19,17 @@ from pathlib import Path
 from typing import Any
 
 from kvdoctor._exceptions import EXIT_GATE, EXIT_PASS, InputError
-from kvdoctor.consistency import attribution, context_limit, deploy, gates, runnable
+from kvdoctor.consistency import attribution, context_limit, deploy, fault_file, gates, runnable
 from kvdoctor.consistency.client import SGLANG_API, Api
 from kvdoctor.consistency.compare import Generation
 from kvdoctor.consistency.prepared import STANDIN_LOG, ConsistencyOptions, Prepared, check_footprint
 from kvdoctor.consistency.result import ConsistencyResult, settled
-from kvdoctor.consistency.scenario import PREEMPT
+from kvdoctor.consistency.scenario import PREEMPT, PREFIX_CACHE, TRANSFER
 from kvdoctor.consistency.servers import Notify, Probe
+from kvdoctor.consistency.servers.sglang import died, prefix_cache, transfer, window
 from kvdoctor.consistency.shrink import shrink as shrink_config
 from kvdoctor.consistency.workload import prompts
+from kvdoctor.deploy import http
 from kvdoctor.deploy import ports as pd_ports
 from kvdoctor.deploy.metrics import RetractionProbe
 from kvdoctor.engines import hook_log
@@ -53,7 +55,7 @@ def deploy_options(
     from kvdoctor.engines.sglang.cpu_shims import SHIM_DIR
 
     hook = Path(SHIM_DIR).parent / "site_hook"
-    needs_hook = o.inject is not None or o.topology == "pd"  # pd: the pressured decode records its state trace
+    needs_hook = o.inject is not None or o.topology == "pd" or o.fault_file is not None  # pd: its state trace
     return deploy.DeployOptions(
         model_dir=model_dir,
         topology=o.topology,
@@ -70,15 +72,20 @@ def deploy_options(
         digest_log=digest_log if o.topology == "pd" else None,
         choices=o.plan,
         arm_file=arm_file,
+        prefill_faults=transfer.prefill_faults(o.inject),
+        transfer=o.scenario == TRANSFER,
+        pools=prefix_cache.pools(o.workload) if o.scenario == PREFIX_CACHE else None,
+        role_args=prefix_cache.ROLE_ARGS if o.scenario == PREFIX_CACHE else {},
     )
 
 
 class SglangDeployment:
-    scenarios = (PREEMPT,)
+    scenarios = (PREEMPT, PREFIX_CACHE, TRANSFER)
 
     def check(self, o: ConsistencyOptions) -> None:
         if o.topology not in deploy.TOPOLOGIES:
             raise InputError(f"--topology must be one of {', '.join(deploy.TOPOLOGIES)}, got {o.topology!r}")
+        transfer.check(o)
 
     def check_extra_args(self, args: tuple[str, ...]) -> None:
         deploy.check_extra_args(args)
@@ -89,12 +96,16 @@ class SglangDeployment:
     def check_model(self, o: ConsistencyOptions, kind: runnable.ModelKind) -> None:
         if o.device == "cpu":
             runnable.check_cpu(kind, o.model)
+        if o.scenario == PREFIX_CACHE:
+            prefix_cache.check(o, kind.has_recurrent)
 
     def check_fault(self, o: ConsistencyOptions, kind: runnable.ModelKind) -> None:
         from kvdoctor.engines.sglang import live_faults
 
         assert o.inject is not None
         live_faults.check(o.inject, has_recurrent=kind.has_recurrent, has_swa=kind.has_swa)
+        transfer.check_fault(o)
+        prefix_cache.check_fault(o.inject, o.scenario)
         if o.topology != "pd":
             deploy.build(deploy_options(o, kind, "<model>", False, {}), [0] * 6)  # raises the InputError
 
@@ -103,6 +114,8 @@ class SglangDeployment:
 
     def bound(self, prepared: Prepared) -> Prepared:
         o, w = prepared.options, prepared.options.workload
+        if o.scenario == PREFIX_CACHE:
+            return prefix_cache.bound(prepared, lambda p: self.plan(p, "<model>", None))
         limit = context_limit.sglang(prepared.config, prepared.source, o.extra_args)
         context_limit.check(limit, w.prompt_tokens, w.max_new_tokens, "sglang")
         check_footprint(prepared, self.plan(prepared, "<model>", None))
@@ -118,17 +131,22 @@ class SglangDeployment:
         options = deploy_options(
             o, prepared.kind, model_dir, prepared.stand_in, log_env, digest_log, str(base / ARM_FILE)
         )
-        return deploy.build(options, free)
+        return fault_file.place(deploy.build(options, free), o, base)  # --fault-file: its servers' env
 
     def api(self) -> Api:
         return SGLANG_API
 
     def probes(self, prepared: Prepared, url: str, log: Path) -> dict[str, Probe]:
-        return {"pressure": RetractionProbe(url, log)}
+        cached = {"prefix_cache": prefix_cache.CachedTokensProbe(url)} if prepared.prefix is not None else {}
+        return {**cached, "pressure": RetractionProbe(url, log)}
 
     def mark(self, prepared: Prepared, run_dir: Path, burst: str) -> None:
-        if prepared.options.topology == "pd" and burst == "pressured":  # the trace's events from here on are its
-            attribution.mark_burst(run_dir / attribution.DIGEST_LOG, "pressured", time.time())
+        hook_log.mark(run_dir / HOOK_LOG, burst)
+        if prepared.options.topology == "pd" and burst.startswith("pressured"):  # the trace's events from here on
+            attribution.mark_burst(run_dir / attribution.DIGEST_LOG, burst, time.time())  # are this burst's
+
+    def reset(self, prepared: Prepared, url: str, timeout_s: float) -> None:
+        http.reset(f"{url}/flush_cache", timeout_s)  # srt/entrypoints/http_server.py flush_cache: the radix tree
 
     def record(
         self,
@@ -138,18 +156,37 @@ class SglangDeployment:
         got: list[Generation],
         say: Notify,
     ) -> tuple[ConsistencyResult, dict[str, Any]]:
-        return result, {}
+        if prepared.prefix is not None:
+            return prefix_cache.recorded(result, prepared, evidence, got, say)
+        return transfer.record(result, prepared, Path(result.run_dir or ".") / HOOK_LOG), {}
 
-    def read_log(self, prepared: Prepared, run_dir: Path, result: ConsistencyResult, say: Notify) -> ConsistencyResult:
-        return trace(prepared, run_dir, read_hook_logs(run_dir, result), say)
+    def read_log(
+        self,
+        prepared: Prepared,
+        run_dir: Path,
+        result: ConsistencyResult,
+        say: Notify,
+        *,
+        bursts: tuple[str, ...] | None = None,
+    ) -> ConsistencyResult:
+        result = died.explained(read_hook_logs(run_dir, result, bursts), run_dir / HOOK_LOG)
+        log = hook_log.read(run_dir / HOOK_LOG)
+        result = transfer.fault_gate(result, log if bursts is None else log.bursts(*bursts))
+        result = prefix_cache.fault_gate(result, log if bursts is None else log.bursts(*bursts))
+        result = window.fault_gate(result, log if bursts is None else log.bursts(*bursts))
+        result = fault_file.judge(prepared.options, hook_log.read(run_dir / HOOK_LOG), result)  # --fault-file's gate
+        return trace(prepared, run_dir, result, say, bursts[-1] if bursts else None)
 
 
 DEPLOYMENT = SglangDeployment()
 
 
-def trace(prepared: Prepared, run_dir: Path, result: ConsistencyResult, say: Notify) -> ConsistencyResult:
-    """PD: join the pressured decode's state trace with the comparison; say why each diverging request did.
-    Reported, not gated: the tokens and logprobs decide the verdict; the trace says where the state went wrong."""
+def trace(
+    prepared: Prepared, run_dir: Path, result: ConsistencyResult, say: Notify, burst: str | None = None
+) -> ConsistencyResult:
+    """PD: join the pressured decode's state trace (of BURST, one case's, in a many-case run) with the comparison;
+    say why each diverging request did. Reported, not gated: the tokens and logprobs decide the verdict; the trace
+    says where the state went wrong."""
     if prepared.options.topology != "pd" or not result.requests:
         return result
     log = hook_log.read(run_dir / HOOK_LOG)
@@ -158,10 +195,11 @@ def trace(prepared: Prepared, run_dir: Path, result: ConsistencyResult, say: Not
         run_dir / attribution.DIGEST_LOG,
         prepared.prompts,
         result.requests,
-        injected=prepared.options.inject,
+        injected=result.fault.name if result.fault is not None else None,
         failure=failed[0] if failed else None,
         drifted=list((result.logprob_drift or {}).get("requests", [])),
-        unrequested=attribution.unrequested_fault(log, prepared.options.inject),
+        unrequested=attribution.unrequested_fault(log, prepared.options.inject or fault_file.name(prepared.options)),
+        burst=burst,
     )
     for line in joined.lines():
         say("attribute", line)
@@ -169,13 +207,18 @@ def trace(prepared: Prepared, run_dir: Path, result: ConsistencyResult, say: Not
     return replace(result, state_trace=joined, warnings=[*result.warnings, *incomplete])
 
 
-def read_hook_logs(run_dir: Path, result: ConsistencyResult) -> ConsistencyResult:
-    """RESULT with what the servers' stand-in and site hook recorded; a stand-in call or a refused fault turns the
-    run red."""
+def read_hook_logs(
+    run_dir: Path, result: ConsistencyResult, bursts: tuple[str, ...] | None = None
+) -> ConsistencyResult:
+    """RESULT with what the servers' stand-in and site hook recorded (of BURSTS only, when given: one case of a
+    many-case run); a stand-in call or a refused fault turns the run red."""
     calls_path = run_dir / STANDIN_LOG
     calls = calls_path.read_text(encoding="utf-8").split("\n") if calls_path.exists() else []
     called = [c.split(" ", 1)[-1] for c in calls if c.strip()]
-    log = hook_log.read(run_dir / HOOK_LOG)
+    whole = hook_log.read(run_dir / HOOK_LOG)
+    log = whole if bursts is None else whole.bursts(*bursts)
+    if bursts is not None and result.fault is not None:  # one case among several faults: its own fault's events
+        log = log.of_fault(result.fault.name)
     patched = sorted({d for d in log.details("patched") if d})
     result = replace(result, stand_in={**result.stand_in, "calls": called, "site_hook_patches": patched})
     if result.fault is not None:
@@ -198,5 +241,8 @@ def read_hook_logs(run_dir: Path, result: ConsistencyResult) -> ConsistencyResul
     if failed:
         judged.append(gates.Gate("site-hook", False, "site_hook_failed", f"kvdoctor's site hook failed: {failed[0]}"))
     # first: what diverged is then the fault's, so the verdict's reason is the fault nobody asked for
-    stray = attribution.unrequested_gates(log, result.fault and result.fault.name)
+    if bursts is None:
+        stray = attribution.unrequested_gates(log, result.fault and result.fault.name)
+    else:  # one case among several: the run installed every case's fault at start-up; a control's burst fires none
+        stray = [] if result.fault else attribution.unrequested_gates(whole.bursts(*bursts, startup=False), None)
     return settled(replace(result, gates=[*stray, *judged]))

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from kvdoctor._exceptions import EXIT_GATE, EXIT_PASS, InputError
-from kvdoctor.consistency import attribution, context_limit, deploy, gates, prefix, runnable
+from kvdoctor.consistency import attribution, context_limit, deploy, fault_file, gates, prefix, runnable
 from kvdoctor.consistency.client import Api, vllm_api
 from kvdoctor.consistency.compare import Generation
 from kvdoctor.consistency.prepared import ConsistencyOptions, Prepared, check_footprint, check_footprint_counts
@@ -43,6 +43,7 @@ from kvdoctor.consistency.servers.vllm import plan as deploy_vllm
 from kvdoctor.consistency.shrink import shrink as shrink_config
 from kvdoctor.consistency.workload import prompts
 from kvdoctor.core.faults import StatePath
+from kvdoctor.deploy import http
 from kvdoctor.deploy import ports as pd_ports
 from kvdoctor.engines import hook_log
 
@@ -116,7 +117,8 @@ class VllmDeployment:
         o = prepared.options
         base = run_dir if run_dir is not None else Path("<run-dir>")
         free = pd_ports.free_ports(2, host=o.host) if run_dir is not None else [30000, 30001]
-        return deploy_vllm.build(options(prepared, model_dir, str(base / deploy_vllm.PLUGIN_LOG)), free)
+        planned = deploy_vllm.build(options(prepared, model_dir, str(base / deploy_vllm.PLUGIN_LOG)), free)
+        return fault_file.place(planned, o, base)  # --fault-file: its server's env
 
     def api(self) -> Api:
         return vllm_api(deploy_vllm.SERVED_NAME)
@@ -132,6 +134,9 @@ class VllmDeployment:
 
     def mark(self, prepared: Prepared, run_dir: Path, burst: str) -> None:
         return None
+
+    def reset(self, prepared: Prepared, url: str, timeout_s: float) -> None:
+        http.reset(f"{url}/reset_prefix_cache", timeout_s)  # vllm/entrypoints/serve/cache/api_router.py
 
     def record(
         self,
@@ -157,8 +162,18 @@ class VllmDeployment:
                 say("compare", f"bytes loaded from the CPU tier: pressured {moved.load_bytes} ({moved.source})")
         return result, out
 
-    def read_log(self, prepared: Prepared, run_dir: Path, result: ConsistencyResult, say: Notify) -> ConsistencyResult:
-        return read_plugin_log(run_dir, result)
+    def read_log(
+        self,
+        prepared: Prepared,
+        run_dir: Path,
+        result: ConsistencyResult,
+        say: Notify,
+        *,
+        bursts: tuple[str, ...] | None = None,
+    ) -> ConsistencyResult:
+        # one case per launch (no bursts to cut); --fault-file's gate after the plugin's own
+        log = hook_log.read(run_dir / deploy_vllm.PLUGIN_LOG)
+        return fault_file.judge(prepared.options, log, read_plugin_log(run_dir, result))
 
 
 DEPLOYMENT = VllmDeployment()
