@@ -152,7 +152,8 @@ def render(console: Console, m: Matrix) -> None:
         first = v.first_divergence
         where = "—"
         if first:
-            at = f"request {first['request']} token {first['position']}, " if first["request"] is not None else ""
+            by = " (logprobs)" if first.get("by") == "logprobs" else ""
+            at = f"request {first['request']} token {first['position']}{by}, " if first["request"] is not None else ""
             named = str(first["component"]).split(", ")
             more = f" +{len(named) - 2} more" if len(named) > 2 else ""  # every one is in the JSON
             where = f"{at}{', '.join(named[:2])}{more} ({first['source']})"

@@ -87,9 +87,13 @@ class RequestDiff:
     # Each logprob of either reply that is no finite number. Not a dataclass field, so the result JSON's rows keep
     # exactly their published keys (a finite run's JSON is unchanged); :func:`drift` reports them.
     non_finite: InitVar[tuple[NonFinite, ...]] = ()
+    # |Δlogprob| per position of the identical prefix (None where either is no finite number): where the logprobs
+    # first drift (:func:`drift`). Not a field either, for the same reason.
+    deltas: InitVar[tuple[float | None, ...]] = ()
 
-    def __post_init__(self, non_finite: tuple[NonFinite, ...]) -> None:
+    def __post_init__(self, non_finite: tuple[NonFinite, ...], deltas: tuple[float | None, ...]) -> None:
         object.__setattr__(self, "non_finite", tuple(non_finite))
+        object.__setattr__(self, "deltas", tuple(deltas))
 
 
 def diff(index: int, ref: Generation, got: Generation, runs: tuple[str, str] = (REFERENCE, PRESSURED)) -> RequestDiff:
@@ -97,11 +101,19 @@ def diff(index: int, ref: Generation, got: Generation, runs: tuple[str, str] = (
     common = min(len(ref.tokens), len(got.tokens))
     prefix = next((i for i in range(common) if ref.tokens[i] != got.tokens[i]), common)
     pairs = zip(ref.logprobs[:prefix], got.logprobs[:prefix], strict=False)
-    worst = max((abs(a - b) for a, b in pairs if _finite(a) and _finite(b)), default=0.0)
+    deltas = tuple(abs(a - b) if _finite(a) and _finite(b) else None for a, b in pairs)
+    worst = max((d for d in deltas if d is not None), default=0.0)
     bad = (*ref.malformed_logprobs(runs[0], index), *got.malformed_logprobs(runs[1], index))
     if prefix == len(ref.tokens) == len(got.tokens):
         return RequestDiff(
-            index, len(ref.tokens), len(got.tokens), prefix, False, max_abs_dlogprob=worst, non_finite=bad
+            index,
+            len(ref.tokens),
+            len(got.tokens),
+            prefix,
+            False,
+            max_abs_dlogprob=worst,
+            non_finite=bad,
+            deltas=deltas,
         )
     return RequestDiff(
         index,
@@ -115,6 +127,7 @@ def diff(index: int, ref: Generation, got: Generation, runs: tuple[str, str] = (
         ref_margin=_margin(ref, prefix),
         max_abs_dlogprob=worst,
         non_finite=bad,
+        deltas=deltas,
     )
 
 
@@ -210,10 +223,28 @@ def drift(diffs: Sequence[RequestDiff], noise: NoiseFloor) -> dict[str, object]:
         "requests": drifted,
         "max": max((d.max_abs_dlogprob for d in diffs), default=0.0),
     }
+    first = _first_drift([d for d in diffs if d.index in set(drifted)], threshold)
+    if first is not None:
+        out["first"] = first
     bad = _ordered([*noise.non_finite, *(x for d in diffs for x in d.non_finite)])
     if bad:
         out["non_finite"] = {"count": len(bad), "first": [x.to_dict() for x in bad[:NON_FINITE_SHOWN]]}
     return out
+
+
+def _first_drift(drifted: Sequence[RequestDiff], threshold: float) -> dict[str, object] | None:
+    """The earliest token (then the lowest request) whose |Δlogprob| passes THRESHOLD: where the state first showed
+    (``first``: request, position, its |Δlogprob|); None when no delta was kept per position."""
+    found = [
+        (p, d.index, delta)
+        for d in drifted
+        for p, delta in enumerate(d.deltas)  # type: ignore[attr-defined]
+        if delta is not None and not delta <= threshold
+    ]
+    if not found:
+        return None
+    position, index, delta = min(found, key=lambda f: (f[0], f[1]))
+    return {"request": index, "position": position, "dlogprob": delta}
 
 
 def _ordered(found: Iterable[NonFinite]) -> list[NonFinite]:

@@ -88,13 +88,15 @@ def logprobs(drift: dict[str, object], total: int, noise_max: float) -> Gate:
     drifted = list(drift["requests"])  # type: ignore[call-overload]
     if not drifted:
         return Gate("logprobs", True, "passed", f"max |Δlogprob| {drift['max']:.2g} within {drift['threshold']:.2g}")
+    first = drift.get("first")
+    at = f"; first: request {first['request']} at token {first['position']}" if isinstance(first, dict) else ""
     return Gate(
         "logprobs",
         False,
         "logprob_drift",
         f"logprobs drift in {len(drifted)}/{total} requests before any token diverges: max |Δlogprob| "
-        f"{drift['max']:.2g} against the noise floor's {noise_max:.2g} (threshold {drift['threshold']:.2g}): "
-        "the restored state is not bitwise the reference's",
+        f"{drift['max']:.2g} against the noise floor's {noise_max:.2g} (threshold {drift['threshold']:.2g}){at}: "
+        "the state is not bitwise the reference's",
     )
 
 

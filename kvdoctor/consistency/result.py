@@ -266,6 +266,12 @@ class ConsistencyResult:
         red = [d for d in self.requests if d.diverged and not d.within_noise]
         return min(red, key=lambda d: (d.position or 0, d.index)) if red else None
 
+    @property
+    def first_drift(self) -> dict[str, Any] | None:
+        """Where the logprobs first drift beyond the threshold (request, position, |Δlogprob|), when they do."""
+        first = (self.logprob_drift or {}).get("first")
+        return first if isinstance(first, dict) else None
+
     def summary_line(self) -> str:
         if self.exit_code not in (EXIT_PASS, EXIT_GATE):
             return self.message.splitlines()[0] if self.message else self.exit_reason

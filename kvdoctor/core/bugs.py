@@ -556,9 +556,9 @@ BUGS: tuple[Bug, ...] = (
         "[cache_protected_len, swa_evicted_seqlen)",
         "a hit returns recycled slots (stale KV, wrong output); eviction later double-frees",
         SL,
-        "swa-recache-evicted: insert the freed range into the tree",
-        PARTLY,
-        "torch_native has SWA masks and an SWA pool; an all-SWA tiny config on SGLang CPU is untested",
+        "no fault needed: live in SGLang 0.5.23 (an all-SWA model, the radix cache on)",
+        YES,
+        "an all-SWA Laguna on torch_native (laguna-all-swa): the server dies of its leak check, no fault",
         "none (drop-swa is restore-only)",
     ),
     Bug(
@@ -596,8 +596,8 @@ BUGS: tuple[Bug, ...] = (
         "KV cache correctness issues (no numbers given)",
         S,
         "swa-early-evict: ScheduleBatch._evict_swa (schedule_batch.py:4125) evicts up to pre_len - window + page",
-        PARTLY,
-        "SWA on torch_native is untested",
+        YES,
+        "an all-SWA Laguna on torch_native (laguna-all-swa), the chunk cache",
     ),
     Bug(
         "sglang#34870",

@@ -258,16 +258,25 @@ def first_divergence(r: Replay, run: Run) -> dict[str, Any] | None:
     """The subject's first diverging request and position, and the component: the run's attribution when it made
     one (``trace``), else the round trip's failing rows (``rows``), else what the replay expects (``expected``)."""
     if run.roundtrip is not None and not run.roundtrip.ok:
-        return {"request": None, "position": None, "component": ", ".join(run.roundtrip.failing), "source": "rows"}
+        failing = ", ".join(run.roundtrip.failing)
+        return {"request": None, "position": None, "by": "rows", "component": failing, "source": "rows"}
     result = run.consistency
-    first = result.first_divergence if result is not None else None
-    if result is None or first is None:
+    if result is None:
+        return None
+    first = result.first_divergence
+    drift = result.first_drift
+    if first is not None:
+        request, position, how = first.index, first.position, "token"
+    elif drift is not None:  # red by the logprobs alone: where they first drifted
+        request, position, how = drift["request"], drift["position"], "logprobs"
+    else:
         return None
     named = _component(result)
     expected = " or ".join(r.expect.components) or None
     return {
-        "request": first.index,
-        "position": first.position,
+        "request": request,
+        "position": position,
+        "by": how,
         "component": named or expected,
         "source": "trace" if named else "expected",
     }

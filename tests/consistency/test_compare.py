@@ -56,3 +56,17 @@ def test_compare_refuses_runs_of_different_sizes() -> None:
 
 def test_median_distinct_sees_a_two_token_cycle() -> None:
     assert median_distinct([gen([930, 251] * 16), gen([930, 251] * 16), gen(list(range(32)))]) == 2
+
+
+def test_drift_names_the_earliest_token_whose_logprob_passes_the_threshold() -> None:
+    """Identical tokens, logprobs moved: where the state first showed is the earliest drifting token (then the
+    lowest request), not the largest delta; below the threshold nothing is named."""
+    from kvdoctor.consistency.compare import drift
+
+    ref = [gen([5, 6, 7, 8], [-1.0, -1.0, -1.0, -1.0]), gen([5, 6, 7, 8], [-1.0, -1.0, -1.0, -1.0])]
+    got = [gen([5, 6, 7, 8], [-1.0, -1.0, -1.0, -1.5]), gen([5, 6, 7, 8], [-1.0, -1.0, -1.01, -1.0])]
+    floor = noise_floor(ref, ref)
+    out = drift(compare(ref, got), floor)
+    assert out["requests"] == [0, 1]
+    assert out["first"] == {"request": 1, "position": 2, "dlogprob": abs(-1.01 + 1.0)}
+    assert "first" not in drift(compare(ref, ref), floor)

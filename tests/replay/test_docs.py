@@ -7,16 +7,24 @@ from pathlib import Path
 
 import pytest
 
-from kvdoctor.core import bugs
-from kvdoctor.replay.docs import BEGIN, END, markdown, rewrite
+from kvdoctor.core import bugs, replays
+from kvdoctor.replay.docs import BEGIN, END, README_BEGIN, README_END, markdown, readme, rewrite
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "bugs.md"
+README = DOC.parents[1] / "README.md"
 
 
 def test_the_docs_table_is_the_records() -> None:
     text = DOC.read_text(encoding="utf-8")
     table = text.split(BEGIN)[1].split(END)[0]
     assert table == markdown(), "docs/bugs.md is stale: python -m kvdoctor.replay.docs"
+
+
+def test_the_readme_table_is_the_replayed_bugs() -> None:
+    text = README.read_text(encoding="utf-8")
+    table = text.split(README_BEGIN)[1].split(README_END)[0]
+    assert table == readme(), "README.md's replayed bugs are stale: python -m kvdoctor.replay.docs"
+    assert len(table.splitlines()) == 2 + len(replays.replays())
 
 
 def test_every_bug_has_a_row_and_each_replayed_one_its_command() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from kvdoctor.consistency.gates import Gate
 from kvdoctor.core.replays import RECURRENT, Expect, Outcome, Replay
 from kvdoctor.replay.verdict import Run, judge
 from tests.replay import fakes
@@ -34,7 +35,29 @@ def _judge(r: Replay, control: object, subject: object) -> object:
 def test_a_green_control_and_a_red_subject_reproduce_the_bug_with_its_first_divergence() -> None:
     v = _judge(TRANSFER, fakes.green("transfer"), fakes.red("transfer"))
     assert (v.status, v.control.verdict, v.subject.verdict) == ("reproduced", "green", "red")
-    assert v.first_divergence == {"request": 2, "position": 5, "component": "conv_state", "source": "trace"}
+    assert v.first_divergence == {
+        "request": 2,
+        "position": 5,
+        "by": "token",
+        "component": "conv_state",
+        "source": "trace",
+    }
+
+
+def test_a_subject_red_by_its_logprobs_alone_names_where_they_first_drifted() -> None:
+    """Every token equal, the logprobs beyond the threshold: the first divergence is the first drifting token."""
+    drifting = [*fakes.gates("transfer", fired=True), Gate("logprobs", False, "logprob_drift", "drift")]
+    first = {"request": 3, "position": 7, "dlogprob": 2e-3}
+    subject = replace(fakes.result(drifting), logprob_drift={"requests": [3], "first": first})
+    v = _judge(TRANSFER, fakes.green("transfer"), subject)
+    assert (v.status, v.subject.verdict) == ("reproduced", "red")
+    assert v.first_divergence == {
+        "request": 3,
+        "position": 7,
+        "by": "logprobs",
+        "component": " or ".join(TRANSFER.expect.components),
+        "source": "expected",
+    }
 
 
 def test_a_control_without_the_scenario_s_proof_gate_is_not_green() -> None:
