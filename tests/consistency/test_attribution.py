@@ -158,3 +158,19 @@ def test_the_state_trace_validates_against_the_published_schema(tmp_path: Path) 
     r = ConsistencyResult("lfm2-1.2b", "lfm2", "pd", "cpu", True, Workload().to_dict(), state_trace=trace)
     doc = assert_valid(json_document(r), "consistency")
     assert doc["state_trace"]["finding"]["component"] == "conv_state"
+
+
+def test_a_case_s_trace_reads_only_its_own_burst(tmp_path: Path) -> None:
+    """One launch, two cases: each case's events follow its own burst marker; without BURST the last one's."""
+    path = tmp_path / "d.jsonl"
+    lines = [{"event": "scheduler", "t": 0.0, "overlap": False}]
+    lines += [{"event": "burst", "name": "pressured:no-fault", "t": 1.0}, *_cycle(0, 1.1)]
+    lines += [{"event": "burst", "name": "pressured:drop-kv", "t": 2.0}, *_cycle(1, 2.1), *_cycle(2, 2.2)]
+    path.write_text("".join(json.dumps(e) + "\n" for e in lines), encoding="utf-8")
+    control, _ = attribution.read_events(path, "pressured:no-fault")
+    faulted, _ = attribution.read_events(path, "pressured:drop-kv")
+    last, _ = attribution.read_events(path)
+    traced = [e for e in control if e["event"] != "scheduler"]
+    assert traced == _cycle(0, 1.1) and control[0]["event"] == "scheduler"
+    assert [e for e in faulted if e["event"] != "scheduler"] == [*_cycle(1, 2.1), *_cycle(2, 2.2)]
+    assert last == faulted

@@ -100,3 +100,45 @@ def test_the_state_trace_blames_no_sglang_line_for_a_fault_nobody_asked_for(tmp_
 def test_with_inject_the_fault_in_the_log_is_expected() -> None:
     assert attribution.unrequested_fault(SGLANG_FAULT, "drop-kv") is None
     assert attribution.unrequested_gates(SGLANG_FAULT, "drop-kv") == []
+
+
+# One launch, two cases (kvdoctor.consistency.run.run_cases): both faults installed at start-up, each case's burst
+# after its own ``case`` line.
+CASES_LOG = [
+    "101 fault-armed drop-kv on Req.offload_kv_cache",
+    "101 fault-installed clear-pd-state on DecodeTransferQueue._commit_transfer_to_req",
+    "0 case reference",
+    "0 case reference-repeat",
+    "0 case pressured:no-fault",
+    "0 case pressured:drop-kv",
+    "101 fault-installed drop-kv",
+    "101 fault-offload drop-kv",
+    "101 fault-restore drop-kv",
+    "101 fault-fired clear-pd-state room=3 slot=1",
+]
+REFERENCE = ("reference", "reference-repeat")
+
+
+def test_a_control_among_cases_is_not_red_for_the_faults_its_launch_installed(tmp_path: Path) -> None:
+    """Start-up installed every case's fault; the control's own burst fired none: green."""
+    (tmp_path / sglang_room.HOOK_LOG).write_text("\n".join(CASES_LOG) + "\n")
+    result = sglang_room.read_hook_logs(tmp_path, _green(), (*REFERENCE, "pressured:no-fault"))
+    assert (result.exit_code, result.exit_reason) == (0, "passed")
+
+
+def test_a_fault_firing_in_a_control_s_burst_is_red_and_unknown(tmp_path: Path) -> None:
+    """Remove the per-burst reading and the drop-kv case's firings would pass as the control's: red here."""
+    log = [line for line in CASES_LOG if line != "0 case pressured:drop-kv"]  # drop-kv fired in the control's burst
+    (tmp_path / sglang_room.HOOK_LOG).write_text("\n".join(log) + "\n")
+    result = sglang_room.read_hook_logs(tmp_path, _green(), (*REFERENCE, "pressured:no-fault"))
+    assert (result.exit_code, result.exit_reason) == (1, attribution.UNREQUESTED)
+
+
+def test_a_case_counts_only_its_own_fault_s_events(tmp_path: Path) -> None:
+    (tmp_path / sglang_room.HOOK_LOG).write_text("\n".join(CASES_LOG) + "\n")
+    result = replace(_green(), fault=FaultReport("drop-kv", "decode-pressured"))
+    result = sglang_room.read_hook_logs(tmp_path, result, (*REFERENCE, "pressured:drop-kv"))
+    assert result.fault.installed and (result.fault.backups, result.fault.restores) == (1, 1)
+    other = replace(_green(), fault=FaultReport("clear-pd-state", "decode-pressured"))
+    other = sglang_room.read_hook_logs(tmp_path, other, (*REFERENCE, "pressured:no-fault"))
+    assert other.fault.installed and (other.fault.backups, other.fault.restores) == (0, 0)  # drop-kv's not counted

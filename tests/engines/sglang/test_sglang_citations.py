@@ -38,6 +38,9 @@ SGLANG_PROSE = re.compile(
 )
 # What each prose citation's lines show (a name, or a fragment of the text there), by "path:lines".
 PROSE_SYMBOLS = {
+    "srt/disaggregation/mooncake/conn.py:1943": "def maybe_send_extra",
+    "srt/environ.py:730": "SGLANG_SWA_EVICTION_INTERVAL",
+    "srt/managers/schedule_batch.py:4063-4066": "sliding_window_size",
     "srt/managers/schedule_policy.py:787": "ignore_eos",
     "srt/configs/model_config.py:1291-1329": "_derive_context_length",
     "srt/configs/model_config.py:1291-1316": "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN",
