@@ -18,14 +18,12 @@ run green.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from kvdoctor._exceptions import EXIT_GATE, EXIT_PASS, DeploymentError, GateFailure, InternalError, Interrupted
+from kvdoctor.bench import report as bench_report
 from kvdoctor.consistency.result import ConsistencyResult, Span, Timeline
-from kvdoctor.core.engine_ref import EngineRef
-from kvdoctor.report.reportable import Reportable
 from kvdoctor.report.units import noun_for
 
 TARGET_S = 360.0  # issue 18 ("Speed"): both deployments of one model in under 6 minutes ...
@@ -217,32 +215,10 @@ def _burst(span: Span, retractions: dict[str, int]) -> BurstRate:
 
 
 @dataclass(frozen=True)
-class BenchReport(Reportable):
-    """The bench as the status line reads it (no JUnit, no step summary: a bench is not a CI check)."""
+class BenchReport(bench_report.BenchReport):
+    """``kvdoctor bench consistency`` as the status line reads it."""
 
     bench: ConsistencyBench
     command = "bench consistency"
     suite = "kvdoctor bench consistency"
     title = "kvdoctor bench consistency"
-    engine: EngineRef | None = None
-    rules_revision = None
-
-    @property
-    def exit_code(self) -> int:
-        return self.bench.exit_code
-
-    @property
-    def warnings(self) -> Sequence[str]:
-        return self.bench.warnings
-
-    def body(self) -> dict[str, Any]:
-        return self.bench.to_dict()
-
-    def detail(self) -> str:
-        return self.bench.detail()
-
-    def junit_cases(self) -> list[Any]:
-        return []
-
-    def summary_rows(self) -> list[Any]:
-        return []

@@ -11,15 +11,13 @@ every bug exits as the replay would (1, or 3 for a deployment that failed), its 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from kvdoctor._exceptions import EXIT_GATE, EXIT_PASS
-from kvdoctor.core.engine_ref import EngineRef
+from kvdoctor.bench import report as bench_report
 from kvdoctor.replay.report import exit_code
 from kvdoctor.replay.run import Matrix
-from kvdoctor.report.reportable import Reportable
 
 __all__ = ["TARGET_CPUS", "TARGET_S", "BenchReport", "ReplayBench", "measure"]
 
@@ -98,32 +96,10 @@ def measure(matrix: Matrix, separate: Matrix, cpus: int) -> ReplayBench:
 
 
 @dataclass(frozen=True)
-class BenchReport(Reportable):
-    """The bench as the status line reads it (no JUnit, no step summary: a bench is not a CI check)."""
+class BenchReport(bench_report.BenchReport):
+    """``kvdoctor bench replay`` as the status line reads it."""
 
     bench: ReplayBench
     command = "bench replay"
     suite = "kvdoctor bench replay"
     title = "kvdoctor bench replay"
-    engine: EngineRef | None = None
-    rules_revision = None
-
-    @property
-    def exit_code(self) -> int:
-        return self.bench.exit_code
-
-    @property
-    def warnings(self) -> Sequence[str]:
-        return self.bench.warnings
-
-    def body(self) -> dict[str, Any]:
-        return self.bench.to_dict()
-
-    def detail(self) -> str:
-        return self.bench.detail()
-
-    def junit_cases(self) -> list[Any]:
-        return []
-
-    def summary_rows(self) -> list[Any]:
-        return []

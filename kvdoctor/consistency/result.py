@@ -179,6 +179,7 @@ class LogprobDriftDoc(TypedDict):
     requests: list[int]
     max: float
     non_finite: NotRequired[dict[str, Any]]  # count and the first few, only when a logprob was no finite number
+    first: NotRequired[dict[str, Any]]  # the earliest drifting token (request, position, dlogprob), when one drifts
 
 
 class PrefixCacheDoc(TypedDict, total=False):

@@ -72,8 +72,9 @@ __all__ = [
 ]
 
 PROBE_TIMEOUT_S = 10.0
+RESET_TIMEOUT_S = 60.0  # the subject finishing its last requests, then emptying its caches
 REFERENCE, PRESSURED = "reference", "pressured"  # the measured bursts' names (a case's: pressured:<case>)
-REFERENCE_BURSTS = (REFERENCE, f"{REFERENCE}-repeat")
+REFERENCE_BURSTS = (REFERENCE,)  # the reference's burst and its repeat follow one ``case reference`` line
 CUDA_PROBE_TIMEOUT_S = 120.0
 Notify = Callable[[str, str], None]
 
@@ -179,9 +180,11 @@ def check_cases(prepared: Prepared, cases: Sequence[Case]) -> None:
         server.check_fault(replace(o, inject=case.fault), prepared.kind)
         if len(cases) > 1 and not registry.get(case.fault, server=o.server, target=Target.SERVER).switchable:
             raise InputError(f"fault {case.fault} cannot be switched at run time: it needs a launch of its own")
+    if len(cases) > 1 and o.fault_file is not None:
+        raise InputError("--fault-file is armed for the whole pressured burst: one case per launch")
     faults = ",".join(dict.fromkeys(c.fault for c in cases if c.fault)) or None
     planned = replace(prepared, options=replace(o, inject=faults))
-    if len(cases) > 1 and faults and server.plan(planned, "<model>", None).arm_file is None:
+    if len(cases) > 1 and server.plan(planned, "<model>", None).arm_file is None:
         raise InputError(f"--server {o.server} cannot arm faults at run time: one case per launch")
 
 
@@ -256,7 +259,7 @@ class _Draft:
         self.results[self.case or 0] = result
 
     def fail(self, **fields: Any) -> None:
-        done = self.finished
+        done = min(self.finished, len(self.results) - 1)  # after the last case (teardown): that case's outcome
         for i in range(done, len(self.results)):
             self.results[i] = replace(self.results[i], **fields)
 
@@ -400,7 +403,13 @@ def _deploy_and_compare(
         result.case = i
         if i:
             s.say("send", f"case {case.name}: resetting the subject's caches")
-            s.metrics(lambda timeout, url=deployment.pressured_url: server.reset(prepared, url, timeout))
+            s.deadline.call(  # the subject's server itself (PD: its decode), not a router that answers for it
+                lambda url=deployment.pressured_metrics: server.reset(
+                    prepared, url, s.deadline.request_timeout(RESET_TIMEOUT_S)
+                ),
+                what="the cache reset between cases",
+                watchdog=s.supervisor.check_alive,
+            )
         name = _burst_name(case, cases)
         with _armed(deployment, case.fault, fault_file.name(prepared.options)):
             press = _measure(s, deployment, name, deployment.pressured_url, deployment.pressured_metrics, 1)

@@ -122,9 +122,9 @@ class EventLog:
         return EventLog(tuple(out))
 
     def of_fault(self, name: str) -> EventLog:
-        """This log without the fault events of any fault but NAME (each fault's events name it first): one case's
-        view of a launch that installed several faults."""
-        kept = (e for e in self.events if not _is_fault(e) or e.detail.split(" ", 1)[0] == name)
+        """This log without the fault events of any fault but NAME (each fault's events name it first, a refusal as
+        ``NAME:``): one case's view of a launch that installed several faults."""
+        kept = (e for e in self.events if not _is_fault(e) or e.detail.split(" ", 1)[0].rstrip(":") == name)
         return EventLog(tuple(kept))
 
     def faults(self) -> list[str]:

@@ -223,6 +223,9 @@ def _loud(r: Replay, case: str, run: Run) -> Verdict:
     if r.expect.line not in result.message:
         why = f"the deployment failed without the server's line {r.expect.line!r}: {result.summary_line()}"
         return _verdict("subject", case, run, NOT_LOUD, False, why)
+    if r.fault is not None and not (result.fault is not None and result.fault.installed):
+        why = f"the server died, but --inject {r.fault} is not seen installed in it: {result.summary_line()}"
+        return _verdict("subject", case, run, NOT_LOUD, False, why)
     count = result.retractions.get("pressured")
     tally = f"{count if count is not None else '?'} retraction(s) counted"
     return _verdict("subject", case, run, LOUD, True, f"exit 3 with {r.expect.line!r} ({tally})")

@@ -109,6 +109,28 @@ def test_a_server_dying_in_a_case_fails_that_case_and_every_later_one(
     assert "the subject died" in results[2].message
 
 
+def test_a_failure_after_the_last_case_still_lands_on_it(
+    world: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl-C or a kvdoctor bug during teardown, every case measured: the last case says so (never a silent pass)."""
+    real = run._deploy_and_compare
+
+    def then_fail(*args: Any) -> None:
+        real(*args)
+        raise RuntimeError("teardown went wrong")
+
+    monkeypatch.setattr(run, "_deploy_and_compare", then_fail)
+    results = run.run_cases(world["prepared"], (run.Case("control"), run.Case("one", "f-one")))
+    assert results[0].exit_code in (0, 1) and results[1].exit_reason == "internal_error"
+
+
+def test_a_fault_file_run_is_one_case_per_launch(world: dict[str, Any], tmp_path: Path) -> None:
+    prepared = world["prepared"]
+    with_file = replace(prepared, options=replace(prepared.options, fault_file=tmp_path / "mine.py"))
+    with pytest.raises(InputError, match="--fault-file is armed for the whole pressured burst"):
+        run.check_cases(with_file, (run.Case("control"), run.Case("one", "f-one")))
+
+
 @pytest.mark.parametrize(
     ("cases", "said"),
     [

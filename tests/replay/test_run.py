@@ -24,7 +24,7 @@ def _answer(options: object, case: plan.Case) -> object:
         return fakes.Roundtrip(True) if case.fault is None else fakes.Roundtrip(False, ["g1.c"], True, ["g1.c"])
     proof = {"transfer": "transfer", "prefix-cache": "prefix-cache"}.get(options.scenario, "pressure")
     if case.fault == "retract-raise":
-        return fakes.dead("decode scheduler died: NotImplementedError")
+        return fakes.fired_report(fakes.dead("decode scheduler died: NotImplementedError"))
     if case.fault is None and options.model == "laguna-all-swa" and not options.extra_args:  # sglang#31486, live
         return fakes.dead("server died: ValueError: pool memory leak detected!")
     if case.fault is None:

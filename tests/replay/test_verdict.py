@@ -113,9 +113,11 @@ def test_the_overlap_finding_needs_no_fault_and_its_workaround_green() -> None:
 
 
 def test_a_loud_bug_needs_exit_3_with_the_server_s_own_line() -> None:
-    assert _judge(LOUD, fakes.green(), fakes.dead("decode exited: NotImplemented")).reproduced
-    wrong = _judge(LOUD, fakes.green(), fakes.dead("decode exited: out of memory"))
+    assert _judge(LOUD, fakes.green(), fakes.fired_report(fakes.dead("decode exited: NotImplemented"))).reproduced
+    wrong = _judge(LOUD, fakes.green(), fakes.fired_report(fakes.dead("decode exited: out of memory")))
     assert wrong.subject.verdict == "not-loud" and wrong.status == "not-reproduced"
+    unseen = _judge(LOUD, fakes.green(), fakes.dead("decode exited: NotImplemented"))  # died, the fault never there
+    assert unseen.subject.verdict == "not-loud" and "not seen installed" in unseen.subject.reason
     survived = _judge(LOUD, fakes.green(), fakes.red())
     assert survived.subject.verdict == "not-loud"
 

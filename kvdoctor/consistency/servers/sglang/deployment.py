@@ -146,7 +146,9 @@ class SglangDeployment:
             attribution.mark_burst(run_dir / attribution.DIGEST_LOG, burst, time.time())  # are this burst's
 
     def reset(self, prepared: Prepared, url: str, timeout_s: float) -> None:
-        http.reset(f"{url}/flush_cache", timeout_s)  # srt/entrypoints/http_server.py flush_cache: the radix tree
+        # srt/entrypoints/http_server.py:1027-1040 flush_cache: the radix tree, once the server is idle (it waits up to
+        # ?timeout= seconds for its last requests, else answers 400)
+        http.reset(f"{url}/flush_cache?timeout={max(timeout_s - 5.0, 1.0):.0f}", timeout_s)
 
     def record(
         self,
