@@ -87,7 +87,7 @@ $(SERVER_VENV)/.installed: constraints/sglang.txt constraints/sglang-server.txt 
 	touch $@
 
 ## Real SGLang servers on this machine (tests marked `server`, in .venv-server/): minutes each. CI runs the
-## chosen few (Llama PD green and red under drop-kv on one launch, LFM2 single green, the replays of a prefix-hit bug
+## chosen few (Llama PD green and red under drop-kv on one launch, the replays of a prefix-hit bug
 ## and a PD transfer bug each beside its green control on one launch, the docs' fault file red); `matrix` tests run
 ## in consistency-matrix.
 test-server: server-env

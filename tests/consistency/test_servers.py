@@ -2,12 +2,12 @@
 
 CI's chosen few (``make test-server`` in ``.ci/run``): a shrunk Llama over PD must be identical under forced
 retraction, with the state trace's proof of every round trip, and red with an injected KV fault inside its
-decode, the trace naming the fault's seam (both cases on one launch, the fault armed for its own burst); a shrunk
-LFM2 must be identical on one server. Marked ``matrix``
-(``make consistency-matrix`` only): LFM2 over PD with the recurrent state dropped from its retraction backup
-(red), LFM2 over PD without a fault, an expected red (issue 21, SGLang's overlap decode loop) attributed by
-the state trace, and the same run with the overlap schedule off, identical. A small workload keeps each run
-to a few minutes on 2 cores.
+decode, the trace naming the fault's seam (both cases on one launch, the fault armed for its own burst). Marked
+``matrix``: a shrunk LFM2 identical on one server (CI sees LFM2 single retract in test_fault_file_servers.py, every
+request but the fault file's swapped pair identical), and also LFM2 over PD with the recurrent state dropped
+from its retraction backup (red), LFM2 over PD without a fault, an expected red (issue 21, SGLang's overlap
+decode loop) attributed by the state trace, and the same run with the overlap schedule off, identical. A small
+workload keeps each run to a few minutes on 2 cores.
 """
 
 from __future__ import annotations
@@ -101,6 +101,7 @@ def test_llama_pd_with_the_kv_dropped_on_restore_is_red(llama_pd: tuple[dict[str
     assert finding["cite"] == []
 
 
+@pytest.mark.matrix  # CI: the fault-file test's LFM2 single run retracts and keeps every unswapped request identical
 def test_lfm2_single_is_identical_under_forced_retraction(out: Path) -> None:
     code, doc = consistency(out, "lfm2-1.2b", "--topology", "single")
     assert code == 0, doc["message"]
