@@ -38,6 +38,7 @@ SGLANG_PROSE = re.compile(
 )
 # What each prose citation's lines show (a name, or a fragment of the text there), by "path:lines".
 PROSE_SYMBOLS = {
+    "srt/entrypoints/http_server.py:1027-1040": "flush_cache(timeout_s=timeout)",
     "srt/disaggregation/mooncake/conn.py:1943": "def maybe_send_extra",
     "srt/environ.py:730": "SGLANG_SWA_EVICTION_INTERVAL",
     "srt/managers/schedule_batch.py:4063-4066": "sliding_window_size",
