@@ -3,7 +3,7 @@ PY ?= python3
 INSTALL = $(PY) -m pip install -q -c constraints/cpu.txt -e
 
 .PHONY: demo test test-only lint sglang-env test-sglang vllm-env test-vllm server-env server-apt test-server consistency-matrix \
-	sglang-overlay test-sglang-overlay vllm-server-env test-vllm-server vllm-server-matrix vllm-matrix replay-matrix replay-bench
+	sglang-overlay test-sglang-overlay vllm-server-env test-vllm-server vllm-server-matrix vllm-matrix replay-matrix replay-bench finding-releases
 
 ## Install, then run the main job on a built-in default (CPU, no GPU needed).
 demo:
@@ -138,6 +138,26 @@ replay-matrix: server-env vllm-env
 replay-bench: server-env vllm-env
 	$(SERVER_VENV)/bin/kvdoctor bench replay --all --output-dir $(REPLAY_OUT)
 
+## The overlap finding (kvdoctor#overlap) across SGLang releases (README, "Which releases carry it"): each release in
+## FINDING_RELEASES overlaid on the server env (its own .overlay/sglang-VERSION/, as sglang-overlay makes it, installed
+## by the server env's Python) and first on every server's PYTHONPATH, then `kvdoctor replay --bug kvdoctor#overlap`:
+## the LFM2 PD run red with the overlap schedule, green with --disable-overlap-schedule. 0.5.23 is the env's own.
+FINDING_RELEASES ?= 0.5.20 0.5.22
+FINDING_OUT ?= kvdoctor-out/finding
+finding-releases: server-env
+	@for v in $(FINDING_RELEASES); do \
+		$(MAKE) --no-print-directory $(OVERLAY_ROOT)/sglang-$$v/.installed OVERLAY_PYTHON=$(SERVER_VENV)/bin/python || exit $$?; \
+	done
+	@mkdir -p $(FINDING_OUT)
+	@for v in $(FINDING_RELEASES); do \
+		echo "== SGLang $$v"; \
+		PYTHONPATH=$(OVERLAY_ROOT)/sglang-$$v $(SERVER_VENV)/bin/kvdoctor replay --bug kvdoctor#overlap \
+			--output-dir $(FINDING_OUT)/$$v --json > $(FINDING_OUT)/$$v.json; echo "SGLang $$v: exit $$?"; \
+	done
+	@echo "== SGLang 0.5.23 (the server env's)"
+	@$(SERVER_VENV)/bin/kvdoctor replay --bug kvdoctor#overlap --output-dir $(FINDING_OUT)/0.5.23 --json \
+		> $(FINDING_OUT)/0.5.23.json; echo "SGLang 0.5.23: exit $$?"
+
 ## Another SGLang on the one engine environment (docs/sglang-versions.md): sglang==VERSION without its
 ## dependencies, plus the few pins that version needs (constraints/sglang-overlay-VERSION.txt, which must exist:
 ## only measured versions overlay), into .overlay/sglang-VERSION/. Run it with that folder first on PYTHONPATH:
@@ -148,10 +168,11 @@ sglang-overlay:
 	@test -f constraints/sglang-overlay-$(VERSION).txt || { echo "SGLang $(VERSION) has no constraints/sglang-overlay-$(VERSION).txt: not a measured overlay (docs/sglang-versions.md)" >&2; exit 2; }
 	$(MAKE) $(OVERLAY_ROOT)/sglang-$(VERSION)/.installed
 
+OVERLAY_PYTHON ?= $(SGLANG_VENV)/bin/python
 $(OVERLAY_ROOT)/sglang-%/.installed: constraints/sglang-overlay-%.txt
-	@test -x $(SGLANG_VENV)/bin/python || { echo "no $(SGLANG_VENV)/: run make sglang-env first" >&2; exit 2; }
+	@test -x $(OVERLAY_PYTHON) || { echo "no $(OVERLAY_PYTHON): run make sglang-env (or server-env) first" >&2; exit 2; }
 	rm -rf $(OVERLAY_ROOT)/sglang-$*
-	$(SGLANG_VENV)/bin/python -m pip install -q --no-deps --target $(OVERLAY_ROOT)/sglang-$* sglang==$* -r $<
+	$(OVERLAY_PYTHON) -m pip install -q --no-deps --target $(OVERLAY_ROOT)/sglang-$* sglang==$* -r $<
 	touch $@
 
 ## One overlaid SGLang's check (CI runs it for 0.5.22 beside test-sglang's 0.5.23): the version probes, a small

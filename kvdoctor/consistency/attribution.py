@@ -42,6 +42,8 @@ from kvdoctor.engines import hook_log
 from kvdoctor.engines.sglang.digests import ORDER, RECURRENT, prompt_key
 
 DIGEST_LOG = "digests.jsonl"
+REFERENCE_DIGEST_LOG = "digests-reference.jsonl"  # the reference decode's: only the state bytes it keeps
+STATE_BYTES = 64 * 1024  # keep a request's recurrent state when it is at most this (a shrunk model's: a few KiB)
 MAX_SHOWN = 12
 UNREQUESTED = "unrequested_fault"  # the gate's reason: a fault ran inside a server of a run without --inject
 
@@ -140,6 +142,7 @@ class StateTrace:
     unmatched: int = 0
     requests: list[RequestTrace] = field(default_factory=list)
     finding: dict[str, Any] | None = None
+    state_bytes: dict[str, Any] | None = None  # kvdoctor.consistency.state_bytes: which state each backup holds
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

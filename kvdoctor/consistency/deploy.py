@@ -11,7 +11,10 @@ peak demand, so retraction must happen). Both get the same model directory, flag
   per deployment; retraction happens on the pressured decode, which backs the state up and restores it.
   The prefill and each decode/router pair come from ``kvdoctor.deploy.plan.build``, as pd-eval's do. The
   pressured decode records its state trace (``KVDOCTOR_DIGEST_LOG``, :mod:`kvdoctor.engines.sglang.digests`):
-  per retracted request and component, digests and positions at backup, restore and the next forward.
+  per retracted request and component, digests and positions at backup, restore and the next forward. For a
+  model whose recurrent state per request is small (``--shrink``), both decodes also keep that state's bytes
+  before every forward (``KVDOCTOR_STATE_BYTES``), the reference's in its own log: which reference position a
+  backup equals is then read from the tensors (:mod:`kvdoctor.consistency.state_bytes`).
 
 On a CPU the plan adds SGLang's CPU path and its CPU-only flags (each an *enabler*, named in the
 report); on a GPU none of them applies.
@@ -176,6 +179,8 @@ class DeployOptions:
     inherited_pythonpath: str = ""
     log_env: Mapping[str, str] = field(default_factory=dict)  # the stand-in and hook logs
     digest_log: str | None = None  # the pressured decode's state trace (kvdoctor.engines.sglang.digests)
+    reference_digest_log: str | None = None  # the reference decode's, for the state bytes it keeps
+    state_bytes: int = 0  # keep the recurrent state's bytes of requests whose state is at most this (0: none)
     choices: PlanChoices | None = None  # pd-eval's deployment (pd only); None: consistency's own
     arm_file: str | None = None  # where the run arms the injected faults (kvdoctor.engines.arming), when injecting
     prefill_faults: tuple[str, ...] = ()  # the injected faults that run on the prefill (the rest: pressured decode)
@@ -322,7 +327,7 @@ def _faults(o: DeployOptions, role: str) -> str | None:
 
 
 def _env(
-    o: DeployOptions, *, patches: Sequence[str] = (), inject: str | None = None, trace: bool = False
+    o: DeployOptions, *, patches: Sequence[str] = (), inject: str | None = None, trace: str | None = None
 ) -> dict[str, str]:
     env: dict[str, str] = {**PRESSURE_ENV, **o.log_env}
     if o.device == "cpu":
@@ -341,8 +346,10 @@ def _env(
         env["KVDOCTOR_INJECT"] = faults
         if o.arm_file:
             env["KVDOCTOR_ARM"] = o.arm_file
-    if trace and o.digest_log and o.site_hook_dir:
-        env["KVDOCTOR_DIGEST_LOG"] = o.digest_log
+    if trace and o.site_hook_dir:  # TRACE: the decode's digest log
+        env["KVDOCTOR_DIGEST_LOG"] = trace
+        if o.state_bytes > 0:
+            env["KVDOCTOR_STATE_BYTES"] = str(o.state_bytes)
     return env
 
 
@@ -456,7 +463,8 @@ def _pd(o: DeployOptions, ports: list[int], roomy: int, tight: int) -> Deploymen
         decode = launch.step("decode")
         assert decode is not None
         pressured = name == "pressured"
-        env = {**decode.env, **_env(o, patches=observe, inject="decode" if pressured else None, trace=pressured)}
+        log = o.digest_log if pressured else o.reference_digest_log
+        env = {**decode.env, **_env(o, patches=observe, inject="decode" if pressured else None, trace=log)}
         steps.append(dataclasses.replace(decode, role=f"decode-{name}", env=env))
     for name, launch in (("reference", ref), ("pressured", press)):
         router = launch.step("router")

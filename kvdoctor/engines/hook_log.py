@@ -31,6 +31,7 @@ CONTROL_ENV = frozenset(
         "KVDOCTOR_FAULT_FILE",  # both servers (engines/fault_file.py): ROLE:PATH of the user's --fault-file
         "KVDOCTOR_PATCHES",  # SGLang site hook: the CPU enablers to apply
         "KVDOCTOR_DIGEST_LOG",  # SGLang site hook: where the state trace goes
+        "KVDOCTOR_STATE_BYTES",  # SGLang site hook: keep the recurrent state's bytes up to this size per request
         "KVDOCTOR_HOOK_LOG",  # SGLang site hook: this format
         "KVDOCTOR_STANDIN_LOG",  # the CPU stand-in of sgl_kernel (engines/sglang/cpu_shims)
         "KVDOCTOR_VLLM_INJECT",  # vLLM plugin (engines/vllm/server_plugin.py): the fault to install

@@ -21,6 +21,14 @@ positions the KV backup holds (``kv_tokens``), and each ``forward`` the position
 a recurrent state that has absorbed more positions than the KV holds, and is then fed the same
 position again, is state from a forward whose token was thrown away.
 
+Digests and positions still cannot say *which* state a backup holds, so with ``KVDOCTOR_STATE_BYTES=<n>`` the
+recorder also keeps the recurrent state's bytes (conv, temporal and side states, as float32) of every request
+whose state is at most N bytes (``--shrink`` makes it a few KiB), in ``<log>.bin`` beside the log: before every
+forward (``state`` events: the state after ``pos`` positions), in each backup's copy and before each resumed
+forward, with the token that forward is seeded with (``output_ids[-1]``, read where SGLang reads it:
+``ScheduleBatch.process_prebuilt``). The reference decode keeps the same bytes in its own log, so
+:mod:`kvdoctor.consistency.state_bytes` can say which reference position a backup equals.
+
 Cheap enough to leave on: only what moves is hashed (one request's slots at each seam); every other
 forward costs one dictionary update per running request. Each event is one JSON line (the reader is
 :mod:`kvdoctor.consistency.attribution`). A failure here never reaches SGLang: it is logged to
@@ -39,6 +47,7 @@ from types import ModuleType
 from typing import Any
 
 DIGEST_ENV = "KVDOCTOR_DIGEST_LOG"
+STATE_BYTES_ENV = "KVDOCTOR_STATE_BYTES"  # keep the recurrent state's bytes of requests whose state is at most this
 DIGEST_SIZE = 8
 RECURRENT = ("conv_state", "temporal_state", "side_state")
 ORDER = ("full_kv", "full_kv_scales", "swa_kv", "swa_kv_scales", "conv_state", "temporal_state", "side_state")
@@ -100,19 +109,40 @@ def _kv_copy(out: dict[str, _Digest], name: str, layers: Any) -> None:
                 d.add(chunk[j])
 
 
-def _mamba_copy(out: dict[str, _Digest], mamba: Any) -> None:
-    """``MambaPool.get_cpu_copy``: ``(conv list, temporal)`` or ``(conv list, temporal, siblings)``."""
+def _mamba_parts(mamba: Any) -> dict[str, list[Any]]:
+    """``MambaPool.get_cpu_copy``: ``(conv list, temporal)`` or ``(conv list, temporal, siblings)``, per component."""
     if mamba is None:
-        return
+        return {}
     conv, temporal, *rest = mamba
-    d = out.setdefault("conv_state", _Digest())
-    for t in conv:
-        if t.numel():
-            d.add(t)
+    out: dict[str, list[Any]] = {"conv_state": [t for t in conv if t.numel()]}
     if temporal is not None and temporal.numel():
-        out.setdefault("temporal_state", _Digest()).add(temporal)
-    for t in _tensors(rest):
-        out.setdefault("side_state", _Digest()).add(t)
+        out["temporal_state"] = [temporal]
+    side = list(_tensors(rest))
+    if side:
+        out["side_state"] = side
+    return out
+
+
+def _add_parts(out: dict[str, _Digest], parts: dict[str, list[Any]]) -> None:
+    for name, tensors in parts.items():
+        d = out.setdefault(name, _Digest())
+        for t in tensors:
+            d.add(t)
+
+
+def _split_copy(backup: Any, kv_pool: Any) -> tuple[Any, Any]:
+    """A ``RetractionBackup``'s (KV copy, recurrent copy)."""
+    kv_cpu = backup.cpu_tensors
+    mamba = getattr(backup, "mamba_cpu", None)
+    if getattr(kv_pool, "cpu_copy_carries_mamba", False) and isinstance(kv_cpu, tuple) and len(kv_cpu) == 2:
+        kv_cpu, carried = kv_cpu
+        mamba = carried if mamba is None else mamba
+    return kv_cpu, mamba
+
+
+def copy_recurrent(backup: Any, kv_pool: Any) -> dict[str, list[Any]]:
+    """Per recurrent component, the tensors a ``RetractionBackup`` holds (``{}`` for no backup)."""
+    return {} if backup is None else _mamba_parts(_split_copy(backup, kv_pool)[1])
 
 
 def copy_digests(backup: Any, kv_pool: Any) -> dict[str, str]:
@@ -120,11 +150,7 @@ def copy_digests(backup: Any, kv_pool: Any) -> dict[str, str]:
     if backup is None:
         return {}
     out: dict[str, _Digest] = {}
-    kv_cpu = backup.cpu_tensors
-    mamba = getattr(backup, "mamba_cpu", None)
-    if getattr(kv_pool, "cpu_copy_carries_mamba", False) and isinstance(kv_cpu, tuple) and len(kv_cpu) == 2:
-        kv_cpu, carried = kv_cpu
-        mamba = carried if mamba is None else mamba
+    kv_cpu, mamba = _split_copy(backup, kv_pool)
     if isinstance(kv_cpu, dict):  # SWAKVPool: {"full": ..., "swa": ..., "swa_mask": ...}
         _kv_copy(out, "full_kv", kv_cpu.get("full"))
         if kv_cpu.get("swa") is not None:
@@ -135,7 +161,7 @@ def copy_digests(backup: Any, kv_pool: Any) -> dict[str, str]:
         d = out.setdefault("unparsed", _Digest())
         for t in _tensors(kv_cpu):
             d.add(t)
-    _mamba_copy(out, mamba)
+    _add_parts(out, _mamba_parts(mamba))
     return {k: out[k].value() for k in sorted(out, key=_rank)}
 
 
@@ -173,22 +199,28 @@ def live_digests(req_to_token_pool: Any, allocator: Any, token_indices: Any, mam
     if swa_pool is not None and mapping is not None:
         swa = mapping[idx].to(torch.int64)
         _kv_live(out, "swa_kv", swa_pool, swa[swa > 0])
-    mamba_pool = getattr(req_to_token_pool, "mamba_pool", None)
-    if mamba_pool is not None and mamba_index is not None:
-        slot = mamba_index.reshape(1).to(torch.int64)
-        translate = getattr(req_to_token_pool, "translate_mamba_indices", None)
-        phys = translate(slot) if translate is not None else slot
-        cache = mamba_pool.mamba_cache
-        d = out.setdefault("conv_state", _Digest())
-        for conv in cache.conv:
-            if conv.numel():
-                d.add(conv[:, phys])
-        if cache.temporal is not None and cache.temporal.numel():
-            out.setdefault("temporal_state", _Digest()).add(cache.temporal[:, phys])
-        for sibling in getattr(mamba_pool, "_slot_siblings", ()):
-            for t in _tensors(sibling.get_cpu_slots(phys)):
-                out.setdefault("side_state", _Digest()).add(t)
+    _add_parts(out, live_recurrent(req_to_token_pool, mamba_index))
     return {k: out[k].value() for k in sorted(out, key=_rank)}
+
+
+def live_recurrent(req_to_token_pool: Any, mamba_index: Any) -> dict[str, list[Any]]:
+    """Per recurrent component, the live slot's tensors at MAMBA_INDEX (``{}`` without a mamba pool or slot)."""
+    import torch
+
+    mamba_pool = getattr(req_to_token_pool, "mamba_pool", None)
+    if mamba_pool is None or mamba_index is None:
+        return {}
+    slot = torch.as_tensor(mamba_index).reshape(1).to(torch.int64)
+    translate = getattr(req_to_token_pool, "translate_mamba_indices", None)
+    phys = translate(slot) if translate is not None else slot
+    cache = mamba_pool.mamba_cache
+    out: dict[str, list[Any]] = {"conv_state": [conv[:, phys] for conv in cache.conv if conv.numel()]}
+    if cache.temporal is not None and cache.temporal.numel():
+        out["temporal_state"] = [cache.temporal[:, phys]]
+    side = [t for sibling in getattr(mamba_pool, "_slot_siblings", ()) for t in _tensors(sibling.get_cpu_slots(phys))]
+    if side:
+        out["side_state"] = side
+    return out
 
 
 def _rank(name: str) -> int:
@@ -206,15 +238,58 @@ def slot_runs(indices: Sequence[int]) -> list[list[int]]:
     return runs
 
 
+# ---- the recurrent state's bytes ----------------------------------------------------------------
+
+
+class StateBytes:
+    """Appends a request's recurrent state, per component as float32, to one binary file; each event says where."""
+
+    def __init__(self, path: str, limit: int) -> None:
+        self.path = path
+        self.limit = limit
+        self.fh: Any = None
+
+    def keep(self, parts: dict[str, list[Any]]) -> dict[str, Any] | None:
+        """``{"offset": byte, "parts": [[component, floats], …]}`` in the file, ``{"skipped": bytes}`` over the
+        limit, None for no recurrent state."""
+        import torch
+
+        flat = {
+            name: torch.cat([t.detach().reshape(-1).to("cpu", torch.float32) for t in tensors])
+            for name, tensors in sorted(parts.items(), key=lambda kv: _rank(kv[0]))
+            if tensors
+        }
+        if not flat:
+            return None
+        size = sum(int(t.numel()) * 4 for t in flat.values())
+        if size > self.limit:
+            return {"skipped": size}
+        if self.fh is None:
+            self.fh = open(self.path, "ab")  # noqa: SIM115 (held for the server's life; each write is flushed)
+        offset = self.fh.tell()
+        for t in flat.values():
+            self.fh.write(t.numpy().tobytes())
+        self.fh.flush()
+        return {"offset": offset, "parts": [[name, int(t.numel())] for name, t in flat.items()]}
+
+
+def bytes_path(log: str) -> str:
+    """The binary file beside a digest log that holds its kept state (``digests.jsonl`` -> ``digests.bin``)."""
+    stem, dot, ext = log.rpartition(".")
+    return f"{stem}.bin" if dot and "/" not in ext else f"{log}.bin"
+
+
 # ---- the recorder --------------------------------------------------------------------------------
 
 
 class Recorder:
     """One server process's trace: the position ledger, the restored requests awaiting a forward, the log."""
 
-    def __init__(self, path: str, on_error: Callable[[str], None]) -> None:
+    def __init__(self, path: str, on_error: Callable[[str], None], keep_bytes: int = 0) -> None:
         self.path = path
         self.on_error = on_error
+        self.kept = StateBytes(bytes_path(path), keep_bytes) if keep_bytes > 0 else None
+        self.seeds: dict[str, int] = {}  # rid -> the token a restored request's next forward is seeded with
         self.ledger: dict[str, tuple[int, str]] = {}  # rid -> (positions the recurrent state absorbed, source)
         self.pending: dict[str, int] = {}  # rid -> kv_tokens restored, until the request's next forward
         self.backed: dict[str, tuple[Any, Any]] = {}  # rid -> (token slots, mamba slot) its backup was taken from
@@ -279,6 +354,8 @@ class Recorder:
             pos, source = self.ledger.get(event["rid"], (None, "unknown"))
             event |= {"state_pos": pos, "state_source": source, "live": before["live"]}
             event["copy"] = copy_digests(req.kv.retraction_backup, allocator.get_kvcache())
+            if self.kept is not None:
+                event["bytes"] = self.kept.keep(copy_recurrent(req.kv.retraction_backup, allocator.get_kvcache()))
             self.write(event)
 
         self.guarded("backup", after)
@@ -338,23 +415,59 @@ class Recorder:
         extend = [int(n) for n in (getattr(batch, "extend_lens", None) or [])] if mode.is_extend() else []
         for i, req in enumerate(reqs):
             rid = str(req.rid)
+            fed = ends[i] - (extend[i] if i < len(extend) else 1)
+            kept = self._keep_state(scheduler, req, fed)
             if rid in self.pending:
                 kv_tokens = self.pending.pop(rid)
-                fed = ends[i] - (extend[i] if i < len(extend) else 1)
                 idx = self._kv_indices(req, scheduler.req_to_token_pool, kv_tokens)
                 event = self._base("forward", req, idx)
                 pos, source = self.ledger.get(rid, (None, "unknown"))
                 event |= {"fed": fed, "mode": str(mode.name if hasattr(mode, "name") else mode)}
                 event |= {"state_pos": pos, "state_source": source}
+                event |= {"prompt_len": len(req.origin_input_ids), "seed": self.seeds.pop(rid, None), "bytes": kept}
                 event["live"] = live_digests(
                     scheduler.req_to_token_pool, scheduler.token_to_kv_pool_allocator, idx, req.kv.mamba_pool_idx
                 )
                 self.write(event)
             self.ledger[rid] = (ends[i], "forward")
 
+    def prebuilt(self, batch: Any) -> None:
+        """``ScheduleBatch.process_prebuilt``: the token each restored request's next forward is seeded with."""
+        for req in list(batch.reqs or []):
+            if str(req.rid) in self.pending and req.output_ids:
+                self.seeds[str(req.rid)] = int(req.output_ids[-1])
+
+    def _keep_state(self, scheduler: Any, req: Any, fed: int) -> dict[str, Any] | None:
+        """A ``state`` event: REQ's recurrent state before the forward that feeds position FED (it has absorbed FED
+        positions, unless it was restored ahead), its bytes kept."""
+        if self.kept is None:
+            return None
+        import torch
+
+        parts = live_recurrent(scheduler.req_to_token_pool, req.kv.mamba_pool_idx)
+        if any(t.device.type == "cuda" for ts in parts.values() for t in ts):
+            torch.cuda.synchronize()  # the last forward may still be writing the slot on its stream
+        kept = self.kept.keep(parts)
+        if kept is None:
+            return None
+        self.write(
+            {
+                "event": "state",
+                "pid": os.getpid(),
+                "t": round(time.time(), 6),
+                "rid": str(req.rid),
+                "prompt": prompt_key(req.origin_input_ids),
+                "pos": fed,
+                "retraction": int(getattr(req, "retraction_count", 0)),
+                "bytes": kept,
+            }
+        )
+        return kept
+
 
 def hook_schedule_batch(module: ModuleType, recorder: Recorder) -> None:
-    """Wrap ``Req.offload_kv_cache`` and ``Req.load_kv_cache`` (the ``cpu_tensor`` backup and restore)."""
+    """Wrap ``Req.offload_kv_cache`` and ``Req.load_kv_cache`` (the ``cpu_tensor`` backup and restore); keeping
+    state bytes, ``ScheduleBatch.process_prebuilt`` too (the token a resumed request is seeded with)."""
     req_class = module.Req
     original_offload = req_class.offload_kv_cache
     original_load = req_class.load_kv_cache
@@ -373,6 +486,17 @@ def hook_schedule_batch(module: ModuleType, recorder: Recorder) -> None:
 
     req_class.offload_kv_cache = offload_kv_cache
     req_class.load_kv_cache = load_kv_cache
+    batch_class = getattr(module, "ScheduleBatch", None)
+    original_prebuilt = getattr(batch_class, "process_prebuilt", None)
+    if batch_class is None or original_prebuilt is None or recorder.kept is None:
+        return
+
+    @functools.wraps(original_prebuilt)
+    def process_prebuilt(self: Any, *args: Any, **kwargs: Any) -> Any:
+        recorder.guarded("prebuilt", lambda: recorder.prebuilt(self))
+        return original_prebuilt(self, *args, **kwargs)
+
+    batch_class.process_prebuilt = process_prebuilt
 
 
 def hook_scheduler(module: ModuleType, recorder: Recorder) -> None:

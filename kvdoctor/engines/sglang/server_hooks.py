@@ -22,7 +22,9 @@ attribute of it. Which changes apply is read from the environment kvdoctor sets 
   ``Scheduler.run_batch`` (``srt/managers/scheduler.py``) to record per-component digests of every
   retracted request's state at backup, restore and its next forward, and the positions each covers
   (:mod:`kvdoctor.engines.sglang.digests`). Observation only: SGLang's calls run unchanged. With a fault
-  as well, the fault wraps the digests, so the digests see what SGLang's own code (under the fault) did.
+  as well, the fault wraps the digests, so the digests see what SGLang's own code (under the fault) did. With
+  ``KVDOCTOR_STATE_BYTES=<n>`` it also keeps the recurrent state's bytes (requests whose state is at most N bytes)
+  before every forward and in every backup, in ``<log>.bin``; the reference decode keeps them too, in its own log.
 - ``KVDOCTOR_FAULT_FILE=<role>:<path>``: the user's fault file (``--fault-file``); its wraps of this role are
   installed by the same import hooks (:mod:`kvdoctor.engines.fault_file`).
 
@@ -107,7 +109,12 @@ def _digests(path: str) -> tuple[Callable[[ModuleType], None], Callable[[ModuleT
     """The two digest hooks (schedule_batch, scheduler), sharing one recorder."""
     from kvdoctor.engines.sglang import digests
 
-    recorder = digests.Recorder(path, lambda message: log("digest-failed", message))
+    try:
+        keep = int(os.environ.get(digests.STATE_BYTES_ENV) or 0)
+    except ValueError:
+        keep = 0
+        log("digest-failed", f"{digests.STATE_BYTES_ENV} is no integer: state bytes not kept")
+    recorder = digests.Recorder(path, lambda message: log("digest-failed", message), keep)
 
     def on_schedule_batch(module: ModuleType) -> None:
         digests.hook_schedule_batch(module, recorder)

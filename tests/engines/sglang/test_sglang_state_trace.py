@@ -130,13 +130,13 @@ def torch_int64() -> Any:
     return torch.int64
 
 
-def _recorder(path: Path) -> Any:
+def _recorder(path: Path, keep_bytes: int = 0) -> Any:
     from kvdoctor.engines.sglang.digests import Recorder
 
     def fail(message: str) -> None:
         raise AssertionError(message)
 
-    return Recorder(str(path), fail)
+    return Recorder(str(path), fail, keep_bytes)
 
 
 def _events(path: Path) -> list[dict[str, Any]]:
@@ -214,7 +214,9 @@ def test_issue_21_premise_the_overlap_loop_retracts_before_it_processes_the_prev
     assert ": self.seqlen - 1" in offload
 
 
-def _resume(tmp_path: Path, *, in_flight: bool) -> tuple[Any, Any, dict[str, Any]]:
+def _resume(
+    tmp_path: Path, *, in_flight: bool, states: dict[str, Any] | None = None
+) -> tuple[Any, Any, dict[str, Any]]:
     """SGLang's LFM2 pools, SGLang's conv decode kernel (in place, as LFM2's ShortConv calls it), SGLang's backup
     and restore. A request at seqlen 6 (positions 0-4 absorbed, 5 next) is retracted, restored into new slots and
     fed position 5: (what that forward computed, what it computes had the request never been retracted, the
@@ -243,10 +245,12 @@ def _resume(tmp_path: Path, *, in_flight: bool) -> tuple[Any, Any, dict[str, Any
         feed(x, slot)
     absorbed = state[slot].clone()
     expected = feed(xs[5], slot)  # never retracted: position 5 fed once
+    if states is not None:  # the state after 5 and after 6 positions, what a reference decode would keep
+        states |= {"after 5": absorbed.clone(), "after 6": state[slot].clone()}
     state[slot] = absorbed
     if in_flight:
         feed(xs[5], slot)  # the forward in flight at retraction advances the state in place; its token is dropped
-    rec = _recorder(tmp_path / "d.jsonl")
+    rec = _recorder(tmp_path / "d.jsonl", keep_bytes=1 << 20 if states is not None else 0)
     server.backup(rec, req)
     server.release(req)
     req.reset_for_retract()
@@ -280,6 +284,29 @@ def test_issue_21_a_request_retracted_with_its_forward_in_flight_resumes_from_it
     assert backup["kv_tokens"] == 5 and backup["copy"] == backup["live"]  # the bytes themselves moved intact
     if not torch.equal(got, expected):  # only this, not a failure on the way, is the expected red
         raise Issue21("the resumed forward read a conv state one position ahead")
+
+
+@TRITON
+@pytest.mark.parametrize(("in_flight", "holds"), [(False, "after 5"), (True, "after 6")])
+def test_the_backup_s_kept_bytes_are_the_state_after_the_positions_it_absorbed(
+    tmp_path: Path, in_flight: bool, holds: str
+) -> None:
+    """Issue 31's proof from the bytes, on SGLang's own kernel, pools and backup: the bytes the recorder keeps of a
+    backup equal the state after 5 positions between forwards, after 6 with a forward in flight (while the KV backup
+    holds 5 either way); the other position's state is far from them."""
+    import torch
+
+    from kvdoctor.consistency import state_bytes
+
+    states: dict[str, Any] = {}
+    _, _, backup = _resume(tmp_path, in_flight=in_flight, states=states)
+    assert backup["kv_tokens"] == 5
+    kept = state_bytes._Store(tmp_path / "d.jsonl", None).read(backup["bytes"])
+    assert kept is not None and list(kept) == ["conv_state"]
+    layer0 = torch.from_numpy(kept["conv_state"][: states[holds].numel()].copy()).reshape(states[holds].shape)
+    other = "after 6" if holds == "after 5" else "after 5"
+    assert torch.equal(layer0, states[holds].float())
+    assert not torch.allclose(layer0, states[other].float(), atol=1e-3)
 
 
 def test_every_file_line_the_attribution_prints_names_its_symbol_in_the_installed_sglang() -> None:

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from kvdoctor._exceptions import EXIT_GATE, EXIT_PASS, InputError
-from kvdoctor.consistency import attribution, context_limit, deploy, fault_file, gates, runnable
+from kvdoctor.consistency import attribution, context_limit, deploy, fault_file, gates, runnable, state_bytes
 from kvdoctor.consistency.client import SGLANG_API, Api
 from kvdoctor.consistency.compare import Generation
 from kvdoctor.consistency.prepared import STANDIN_LOG, ConsistencyOptions, Prepared, check_footprint
@@ -51,6 +51,7 @@ def deploy_options(
     log_env: dict[str, str],
     digest_log: str | None = None,
     arm_file: str | None = None,
+    reference_log: str | None = None,
 ) -> deploy.DeployOptions:
     from kvdoctor.engines.sglang.cpu_shims import SHIM_DIR
 
@@ -70,6 +71,8 @@ def deploy_options(
         inherited_pythonpath=os.environ.get("PYTHONPATH", ""),
         log_env=log_env,
         digest_log=digest_log if o.topology == "pd" else None,
+        reference_digest_log=reference_log if o.topology == "pd" and kind.has_recurrent else None,
+        state_bytes=attribution.STATE_BYTES if o.topology == "pd" and kind.has_recurrent else 0,
         choices=o.plan,
         arm_file=arm_file,
         prefill_faults=transfer.prefill_faults(o.inject),
@@ -129,7 +132,14 @@ class SglangDeployment:
         free = pd_ports.free_ports(count, host=o.host) if run_dir is not None else list(range(30000, 30000 + count))
         digest_log = str(base / attribution.DIGEST_LOG)
         options = deploy_options(
-            o, prepared.kind, model_dir, prepared.stand_in, log_env, digest_log, str(base / ARM_FILE)
+            o,
+            prepared.kind,
+            model_dir,
+            prepared.stand_in,
+            log_env,
+            digest_log,
+            str(base / ARM_FILE),
+            str(base / attribution.REFERENCE_DIGEST_LOG),
         )
         return fault_file.place(deploy.build(options, free), o, base)  # --fault-file: its servers' env
 
@@ -203,7 +213,17 @@ def trace(
         unrequested=attribution.unrequested_fault(log, prepared.options.inject or fault_file.name(prepared.options)),
         burst=burst,
     )
-    for line in joined.lines():
+    reference_log = run_dir / attribution.REFERENCE_DIGEST_LOG
+    if reference_log.exists():  # a recurrent model's PD run: which state each backup holds, from the tensors
+        kept = state_bytes.compare(
+            run_dir / attribution.DIGEST_LOG, reference_log, prepared.prompts, result.requests, burst
+        )
+        joined.state_bytes = kept.to_dict()
+        changed = [r.index for r in joined.requests if r.diverged or r.drift is not None]
+        shown = state_bytes.lines(kept, changed)
+    else:
+        shown = []
+    for line in [*joined.lines(), *shown]:
         say("attribute", line)
     incomplete = [] if joined.complete else [f"the state trace is incomplete ({joined.failure or 'see state_trace'})"]
     return replace(result, state_trace=joined, warnings=[*result.warnings, *incomplete])
