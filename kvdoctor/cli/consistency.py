@@ -20,6 +20,7 @@ from kvdoctor.cli.consistency_options import (
     DEFAULT_SERVER,
     DEFAULT_TIMEOUT_S,
     WORKLOAD,
+    BundleOption,
     ConcurrencyOption,
     FaultFileOption,
     MaxNewTokensOption,
@@ -64,6 +65,7 @@ def consistency(
         "window fault in the pressured server; vllm: the pressured server.",
     ),
     fault_file: FaultFileOption = None,
+    bundle: BundleOption = None,
     scenario: str = typer.Option(
         "preempt",
         "--scenario",
@@ -97,6 +99,7 @@ def consistency(
             device=device,
             inject=inject,
             fault_file=fault_file,
+            bundle=bundle,
             output_dir=output_dir,
             timeout_s=timeout,
             server=server,
@@ -148,7 +151,10 @@ class ConsistencyRun(CommandRun["ConsistencyResult", "Report"]):
 
     def preflight(self) -> None:
         if not self.dry_run:
+            from kvdoctor.consistency.bundle import check_destination
+
             check_reports(self.junit_path, self.options.output_dir)
+            check_destination(self.options.bundle)
 
     def error_case(self) -> ErrorCase:
         from kvdoctor.consistency import report

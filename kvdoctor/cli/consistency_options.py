@@ -33,6 +33,15 @@ OutputDirOption = Annotated[
     Path, typer.Option("--output-dir", help="Run directories and the checkpoint cache go here.")
 ]
 TimeoutOption = Annotated[float, typer.Option("--timeout", help="Seconds for the whole run.")]
+BundleOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--bundle",
+        help="A red run's reproduction bundle is also copied here (a new or empty folder): the servers' launch "
+        "lines, the checkpoint, the prompts, a stand-alone client that needs no kvdoctor, the expected and observed "
+        "tokens and an issue text. Every red run writes one in its run directory.",
+    ),
+]
 FaultFileOption = Annotated[
     Path | None,
     typer.Option(

@@ -231,7 +231,9 @@ def _first_diff(left: dict[str, str], right: dict[str, str], *, need: bool) -> s
     return None
 
 
-def _cycles(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def retraction_cycles(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``{"backup": …, "restore": …, "forward": …}`` per retraction of one request, in time order (a seam missing
+    when it was not seen)."""
     cycles: list[dict[str, Any]] = []
     for e in sorted(events, key=lambda e: e.get("t", 0.0)):
         kind = e.get("event")
@@ -367,7 +369,7 @@ def _request(
     injected: str | None,
     unrequested: str | None = None,
 ) -> RequestTrace:
-    cycles = _cycles(events)
+    cycles = retraction_cycles(events)
     t = RequestTrace(d.index, d.diverged, d.within_noise, d.position, len(cycles), "round_trip", cycles=cycles)
     if not cycles:
         t.verdict, t.detail = "not_retracted", WHAT["not_retracted"]

@@ -41,6 +41,7 @@ class ConsistencyOptions:
     server: str = "sglang"  # whose servers run: sglang, or vllm (single only)
     scenario: str = PREEMPT  # preempt, prefix-cache or offload (vllm only)
     fault_file: Path | None = None  # --fault-file: the user's own fault (kvdoctor.consistency.fault_file)
+    bundle: Path | None = None  # --bundle: a red run's reproduction bundle is copied here (consistency.bundle)
 
 
 @dataclass(frozen=True)

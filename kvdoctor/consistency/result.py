@@ -261,6 +261,7 @@ class ConsistencyResult:
     state_trace: StateTrace | None = None
     timeline: Timeline | None = None  # the run's own timings (kvdoctor bench consistency reads them)
     server: str = "sglang"  # whose servers ran (sglang, vllm); retractions are vLLM's preemptions under vllm
+    bundle: str | None = None  # a red run's reproduction bundle (kvdoctor.consistency.bundle), when one was written
 
     @property
     def first_divergence(self) -> RequestDiff | None:

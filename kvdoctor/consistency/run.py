@@ -29,7 +29,7 @@ from kvdoctor._exceptions import (
     InputError,
     Interrupted,
 )
-from kvdoctor.consistency import checkpoint, compare, deploy, fault_file, gates, runnable, scenario, servers
+from kvdoctor.consistency import bundle, checkpoint, compare, deploy, fault_file, gates, runnable, scenario, servers
 from kvdoctor.consistency.case import Case
 from kvdoctor.consistency.client import generate_all
 from kvdoctor.consistency.compare import Generation
@@ -224,8 +224,41 @@ def run_cases(
         for i, case in enumerate(cases):
             bursts = None if len(cases) == 1 else (*REFERENCE_BURSTS, _burst_name(case, cases))
             result.results[i] = server.read_log(prepared, run_dir, result.results[i], say, bursts=bursts)
+    if len(cases) == 1:
+        result.results[0] = _bundle(prepared, deployment, run_dir, result, say)
     result.set(wall_s=watch.now(), timeline=watch.timeline)
     return tuple(result.results)
+
+
+def _bundle(
+    prepared: Prepared, deployment: deploy.Deployment, run_dir: Path, draft: _Draft, say: Notify
+) -> ConsistencyResult:
+    """A red run's reproduction bundle (:mod:`kvdoctor.consistency.bundle`) in the run directory and ``--bundle``;
+    a run that gets none says why when ``--bundle`` asked for one. A bundle that cannot be written is a warning:
+    the verdict stands."""
+    r, o = draft.results[0], prepared.options
+    tokens = draft.tokens.get(0)
+    why = bundle.why_not(r, o.inject or fault_file.name(o)) or (None if tokens else "no tokens were compared")
+    if why is not None or tokens is None:
+        if o.bundle is not None:
+            say("bundle", f"--bundle {o.bundle}: not written: {why}")
+        return r
+    try:
+        written = bundle.write(
+            run_dir,
+            r,
+            deployment,
+            prepared.prompts,
+            tokens,
+            workload=o.workload,
+            extra_args=o.extra_args,
+            copy_to=o.bundle,
+        )
+    except (OSError, InputError) as exc:
+        say("bundle", f"not written: {exc}")
+        return replace(r, warnings=[*r.warnings, f"the reproduction bundle was not written: {exc}"])
+    say("bundle", written.reason)
+    return replace(r, bundle=str(written.path))
 
 
 def _burst_name(case: Case, cases: Sequence[Case]) -> str:
@@ -243,6 +276,7 @@ class _Draft:
         self.results = results
         self.case: int | None = None  # the case being measured (None: before or after the cases)
         self.finished = 0  # how many cases were measured and compared
+        self.tokens: dict[int, tuple[list[Generation], list[Generation]]] = {}  # case -> (reference, its own)
 
     @property
     def result(self) -> ConsistencyResult:
@@ -539,6 +573,7 @@ def _compare(s: _Session, ref: _Measured, press: _Measured) -> None:
     noun = facts(o.server).plural()
     s.say("compare", f"{noun}: reference {ref.count}, pressured {press.count} (from {source})")
     (got,) = press.generations
+    s.result.tokens[s.result.case or 0] = (ref.generations[0], got)
     evidence = {"reference": ref.evidence, "pressured": press.evidence}
     recorded, found = s.server.record(s.result.result, s.prepared, evidence, got, s.say)
     s.result.take(recorded)

@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from kvdoctor.consistency.attribution import read_events
+from kvdoctor.consistency.attribution import read_events, retraction_cycles
 from kvdoctor.consistency.compare import RequestDiff
 from kvdoctor.engines.sglang.digests import prompt_key
 
@@ -61,6 +61,8 @@ class Cycle:
     resumed: Match | None
     double_feed: bool | None  # the resumed state had absorbed the position it was fed (None: not known)
     sentence: str
+    slot_reused: bool | None = None  # another request ran on the backup's recurrent slot before the restore
+    held_changed: bool | None = None  # the copy's recurrent digests at restore differ from those at backup
 
 
 @dataclass(frozen=True)
@@ -181,15 +183,30 @@ def _sentence(c: Cycle) -> str:
     return "; ".join(parts)
 
 
-def _cycles(events: list[dict[str, Any]]) -> list[tuple[dict[str, Any], dict[str, Any] | None]]:
-    """(backup, the next forward after it) per retraction, in time order."""
-    out: list[tuple[dict[str, Any], dict[str, Any] | None]] = []
-    for e in sorted(events, key=lambda e: e.get("t", 0.0)):
-        if e.get("event") == "backup":
-            out.append((e, None))
-        elif e.get("event") == "forward" and out and out[-1][1] is None:
-            out[-1] = (out[-1][0], e)
-    return out
+_Seams = dict[str, dict[str, Any]]
+
+
+def _slot_reused(seams: _Seams, states: list[dict[str, Any]]) -> bool | None:
+    """Did another request run a forward on the backup's recurrent slot between the backup and the restore (the
+    window in which a backup that is a view of that slot, not a copy, would change)?"""
+    b, r = seams["backup"], seams.get("restore")
+    slot = b.get("mamba_slot")
+    if r is None or slot is None:
+        return None
+    t0, t1 = float(b.get("t", 0.0)), float(r.get("t", 0.0))
+    return any(
+        e.get("mamba_slot") == slot and e.get("rid") != b.get("rid") and t0 < float(e.get("t", 0.0)) < t1
+        for e in states
+    )
+
+
+def _held_changed(seams: _Seams) -> bool | None:
+    b, r = seams["backup"], seams.get("restore")
+    if r is None:
+        return None
+    copy, held = b.get("copy") or {}, r.get("held") or {}
+    names = [n for n in copy if n.endswith("_state")]
+    return any(copy.get(n) != held.get(n) for n in names) if names else None
 
 
 def compare(
@@ -233,14 +250,16 @@ def compare(
         if delta is not None:
             floor, counted = max(floor, delta), counted + 1
     report = StateBytes(True, floor=floor, floor_positions=counted)
+    states = [e for e in press.events if e.get("event") == "state"]
     by_prompt: dict[int, list[dict[str, Any]]] = {}
     for e in press.events:
-        if e.get("event") in ("backup", "forward") and str(e.get("prompt")) in keys:
+        if e.get("event") in ("backup", "restore", "forward") and str(e.get("prompt")) in keys:
             by_prompt.setdefault(keys[str(e["prompt"])], []).append(e)
     for i in sorted(by_prompt):
         prompt = prompt_key(prompts[i])
         cycles = []
-        for n, (b, f) in enumerate(_cycles(by_prompt[i]), 1):
+        for n, seams in enumerate(retraction_cycles(by_prompt[i]), 1):
+            b, f = seams["backup"], seams.get("forward")
             kv = b.get("kv_tokens")
             backed = press.read(b.get("bytes"))
             bm = _match(backed, prompt, ref, floor, {"kv": kv}) if backed is not None else None
@@ -260,6 +279,8 @@ def compare(
                 rm,
                 double,
                 "",
+                _slot_reused(seams, states),
+                _held_changed(seams),
             )
             cycles.append(replace(c, sentence=_sentence(c)))
         d = by_index.get(i)
@@ -281,11 +302,19 @@ def _summary(report: StateBytes) -> str:
     step = sum(c.backup.pos == c.kv_tokens for c in ahead)  # type: ignore[union-attr]
     doubles = sum(bool(c.double_feed) for c in cycles)
     unmatched = len(cycles) - len(ahead)
+    reused = [c for c in cycles if c.slot_reused]
+    changed = sum(bool(c.held_changed) for c in reused)
+    slots = (
+        f"; {len(reused)} backups' slots ran another request before their restore, and {changed} of those copies "
+        "changed while held"
+        if any(c.slot_reused is not None for c in cycles)
+        else ""
+    )
     return (
         f"{len(cycles)} backups of {len(report.requests)} requests held against the reference decode's state (floor "
         f"max |Δ| {_fmt(report.floor)} over {report.floor_positions} positions): {over} hold the state of a position "
         f"past their KV backup, {step} the KV backup's own; {doubles} resumed forwards fed a position their state had "
-        f"already absorbed{f'; {unmatched} near no reference position' if unmatched else ''}"
+        f"already absorbed{f'; {unmatched} near no reference position' if unmatched else ''}{slots}"
     )
 
 

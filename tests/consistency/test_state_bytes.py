@@ -186,3 +186,20 @@ def test_the_report_validates_against_the_published_schema(tmp_path: Path) -> No
     r = ConsistencyResult("lfm2-1.2b", "lfm2", "pd", "cpu", True, Workload().to_dict(), state_trace=trace)
     doc = assert_valid(json_document(r), "consistency")
     assert doc["state_trace"]["state_bytes"]["requests"][0]["cycles"][0]["double_feed"] is True
+
+
+def test_a_backup_s_slot_taken_by_another_request_before_its_restore_is_counted(tmp_path: Path) -> None:
+    """The CPU view hazard's window: request 1 runs on request 0's recurrent slot between request 0's backup and
+    restore. Counted from the state events' slots; whether the held copy changed, from the digests."""
+    ref = _reference(tmp_path)
+    press = _Log(tmp_path / "digests.jsonl")
+    for pos in range(P, 8):
+        press.state(0, pos)
+    press.add("backup", 0, _state(0, 8), kv_tokens=8, state_pos=8, mamba_slot=5, live={}, copy={"conv_state": "a:4"})
+    press.add("state", 1, _state(1, 4), pos=4, retraction=0, mamba_slot=5)  # request 1 on slot 5
+    press.add("restore", 0, kv_tokens=8, mamba_slot=7, held={"conv_state": "b:4"}, live={})
+    press.add("forward", 0, _state(0, 8), fed=8, seed=3, outputs=6, kv_tokens=8, mamba_slot=7, live={})
+    report = state_bytes.compare(press.write(), ref, PROMPTS, [_diff(0), _diff(1), _diff(2)])
+    (cycle,) = report.requests[0].cycles
+    assert (cycle.slot_reused, cycle.held_changed) == (True, True)
+    assert "1 backups' slots ran another request before their restore, and 1 of those copies changed" in report.summary

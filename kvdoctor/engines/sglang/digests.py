@@ -459,6 +459,7 @@ class Recorder:
                 "prompt": prompt_key(req.origin_input_ids),
                 "pos": fed,
                 "retraction": int(getattr(req, "retraction_count", 0)),
+                "mamba_slot": None if req.kv.mamba_pool_idx is None else int(req.kv.mamba_pool_idx),
                 "bytes": kept,
             }
         )
