@@ -52,8 +52,8 @@ DISTRIBUTIONS = ("sglang", "sglang-router", "mooncake-transfer-engine", "torch",
 
 @dataclass(frozen=True)
 class Written:
-    path: Path | None
-    reason: str  # why none was written, or what was
+    path: Path  # the bundle: --bundle's folder when given, else the run directory's
+    reason: str  # what was written, for the terminal
 
 
 def check_destination(dest: Path | None) -> None:

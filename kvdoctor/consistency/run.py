@@ -238,9 +238,10 @@ def _bundle(
     the verdict stands."""
     r, o = draft.results[0], prepared.options
     tokens = draft.tokens.get(0)
-    why = bundle.why_not(r, o.inject or fault_file.name(o)) or (None if tokens else "no tokens were compared")
+    why = bundle.why_not(r, o.inject or fault_file.name(o))
     if why is not None or tokens is None:
         if o.bundle is not None:
+            why = why or "no tokens were compared"
             say("bundle", f"--bundle {o.bundle}: not written: {why}")
         return r
     try:

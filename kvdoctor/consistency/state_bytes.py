@@ -27,9 +27,9 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from kvdoctor.consistency.attribution import read_events, retraction_cycles
+from kvdoctor.consistency.attribution import STATE_BYTES, read_events, retraction_cycles
 from kvdoctor.consistency.compare import RequestDiff
-from kvdoctor.engines.sglang.digests import prompt_key
+from kvdoctor.engines.sglang.digests import bytes_path, prompt_key
 
 SHOWN = 12
 CLEAR = 10.0  # a state beyond the floor still names its position when it is this many times nearer than any other
@@ -90,7 +90,7 @@ class _Store:
 
     def __init__(self, log: Path, burst: str | None) -> None:
         self.events, _ = read_events(log, burst) if log.exists() else ([], 0)
-        data = log.with_suffix(".bin")
+        data = Path(bytes_path(str(log)))  # where the server's writer put them
         self.raw = data.read_bytes() if data.exists() else b""
         self.states: dict[_Key, dict[str, Any]] = {}
         for e in self.events:
@@ -290,8 +290,6 @@ def compare(
 
 
 def _limit_words() -> str:
-    from kvdoctor.consistency.attribution import STATE_BYTES
-
     return f"{STATE_BYTES // 1024} KiB"
 
 
