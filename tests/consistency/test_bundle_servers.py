@@ -21,9 +21,8 @@ import pytest
 
 from tests.consistency.test_servers import TIMEOUT_S
 
-# Three PD deployments (about 9 minutes): `make consistency-matrix` for now, not CI's chosen few, until CI's budget
-# makes room for it (issue 31).
-pytestmark = [pytest.mark.server, pytest.mark.matrix]
+# Three PD deployments (about 9 minutes), one of CI's chosen few: the finding's reproduction is what a maintainer runs.
+pytestmark = pytest.mark.server
 
 WORKLOAD = ("--requests", "16", "--prompt-tokens", "16", "--max-new-tokens", "48", "--concurrency", "16")
 
@@ -47,14 +46,18 @@ def _without_kvdoctor(tmp_path: Path) -> dict[str, str]:
     (blocker / "__init__.py").write_text("raise ImportError('kvdoctor is not importable in this test')\n")
     env = {k: v for k, v in os.environ.items() if not k.startswith("KVDOCTOR_")}
     env["PYTHONPATH"] = str(blocker.parent)
-    probe = subprocess.run([sys.executable, "-c", "import kvdoctor"], env=env, capture_output=True, check=False)
+    # From a folder outside the checkout: `python -c` and `python -m` put the working directory first on sys.path.
+    probe = subprocess.run(
+        [sys.executable, "-c", "import kvdoctor"], env=env, cwd=tmp_path, capture_output=True, check=False
+    )
     assert probe.returncode != 0 and b"not importable" in probe.stderr
     return env
 
 
 def _run(bundle: Path, env: dict[str, str], *flags: str) -> tuple[int, str, dict[str, Any]]:
     argv = [sys.executable, str(bundle / "run.py"), *(["--", *flags] if flags else [])]
-    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=TIMEOUT_S, check=False)
+    # Run from the bundle's own folder, as a maintainer would: the servers' `python -m` puts it first on sys.path.
+    done = subprocess.run(argv, env=env, cwd=bundle, capture_output=True, text=True, timeout=TIMEOUT_S, check=False)
     sys.stderr.write(done.stderr[-3000:])
     return done.returncode, done.stdout, json.loads((bundle / "result.json").read_text())
 
@@ -64,9 +67,11 @@ def test_the_finding_is_red_and_proven_from_the_state_s_bytes(finding: tuple[dic
     assert doc["exit_code"] == 1 and doc["bundle"] == str(dest), doc["message"]
     assert doc["retractions"]["pressured"] > 0
     sb = doc["state_trace"]["state_bytes"]
-    cycles = [c for r in sb["requests"] for c in r["cycles"]]
-    assert sb["kept"] and cycles
-    for c in cycles:
+    # A request's first backup is on the reference's path, so its position is named exactly; a later one follows a
+    # double feed that already moved the state off that path (named as the nearest, not asserted).
+    firsts = [r["cycles"][0] for r in sb["requests"] if r["cycles"]]
+    assert sb["kept"] and firsts
+    for c in firsts:
         assert c["backup"]["pos"] == c["kv_tokens"] + 1 and c["backup"]["at"]["kv"] > sb["floor"], c["sentence"]
         assert c["fed"] == c["kv_tokens"] and c["double_feed"] is True and c["seed"] is not None, c["sentence"]
     assert (dest / "ISSUE.md").read_text().count("--disable-overlap-schedule") >= 2
