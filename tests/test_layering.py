@@ -4,8 +4,8 @@ Floors, lowest first, one per folder: the error tree, text helpers and the optio
 ``core`` (pure rules, no torch) · ``roundtrip`` (the torch-free contract ``state`` and the engines return) ·
 ``mxfp8`` · ``state`` (data on torch) · ``report`` · ``schemas`` · ``engines`` (the only door into a server) ·
 ``deploy`` (processes, signals, ports, HTTP, plans) · ``consistency`` · ``pd`` (pd-eval) · ``replay`` · ``bench`` ·
-``cli`` · ``__main__``. An import may stay on its floor or go down, never up. Neither ``core`` nor ``roundtrip``
-imports torch, triton, pandas or httpx.
+``api`` (the public Python API) · ``testing`` (its pytest plugin) · ``cli`` · ``__main__``. An import may stay on its
+floor or go down, never up. Neither ``core`` nor ``roundtrip`` imports torch, triton, pandas or httpx.
 Inside ``core``, the modules shared by both servers (directly under ``core/``) import neither server's
 room, and ``core/sglang`` and ``core/vllm`` do not import each other. Only ``engines/`` imports SGLang or
 vLLM. No two modules import each other, however indirectly.
@@ -51,8 +51,10 @@ FLOORS: dict[str, int] = {
     "kvdoctor.pd": 10,  # pd-eval, whose token oracle is consistency's
     "kvdoctor.replay": 11,  # public bugs replayed: consistency's runs, the engine round trip, judged per bug
     "kvdoctor.bench": 12,
-    "kvdoctor.cli": 13,
-    "kvdoctor.__main__": 14,
+    "kvdoctor.api": 13,  # the public Python API: each command's job, without a terminal
+    "kvdoctor.testing": 14,  # the pytest plugin, a caller of the API
+    "kvdoctor.cli": 15,
+    "kvdoctor.__main__": 16,
 }
 HEAVY = frozenset({"torch", "triton", "pandas", "httpx"})  # none of them in core, roundtrip
 TORCH_FREE = ("kvdoctor.core", "kvdoctor.roundtrip")

@@ -1,7 +1,7 @@
 """What ``kvdoctor drift --server S`` holds kvdoctor's rules against: one :class:`DriftSide` per server.
 
 A side names the engine that is the installed server's own code (the other side of every cell) and runs
-its ``--all-architectures`` set. ``kvdoctor.cli.drift`` reaches a side through one line of its
+its ``--all-architectures`` set. ``kvdoctor.api._drift`` reaches a side through one line of its
 ``SIDES`` table (``kvdoctor.core.servers.lookup``) and never asks which server it was given; a third
 server is one more side here (or in its own module) and one more line there. Nothing here imports a
 server: each side imports its engine's module inside the call, after ``require`` found the server installed.

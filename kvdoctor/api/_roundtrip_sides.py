@@ -2,7 +2,7 @@
 
 A side says which engine runs that server's round trip and refuses (exit 2, one line) what it would
 silently ignore: an engine that models another server's pools, a fault of another engine, an option only
-another server's round trip reads. ``kvdoctor.cli.roundtrip`` reaches a side through one line of its
+another server's round trip reads. ``kvdoctor.api._roundtrip`` reaches a side through one line of its
 ``SIDES`` table (``kvdoctor.core.servers.lookup``) and never asks which server it was given. Nothing here
 imports torch or a server; the faults come from where ``--inject`` lists them (``kvdoctor.roundtrip.faults``).
 """
@@ -11,13 +11,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Protocol
 
-import typer
-
 from kvdoctor.choices import Device
 from kvdoctor.engines import Engine
 
 if TYPE_CHECKING:
-    from kvdoctor.cli.roundtrip import RoundtripRun
+    from kvdoctor.api._roundtrip import RoundtripJob
 
 # Options that steer SGLang's round trip only: given with --engine vllm, they would be silently ignored.
 SGLANG_ONLY = {"requests": "--requests", "heads": "--heads", "gpu_arch": "--gpu-arch", "emulate_d2h": "--emulate-d2h"}
@@ -26,16 +24,10 @@ SGLANG_ONLY = {"requests": "--requests", "heads": "--heads", "gpu_arch": "--gpu-
 class RoundtripSide(Protocol):
     """One server's round trip: :meth:`check` refuses (``InputError``) what its engine would not act on."""
 
-    def check(self, run: RoundtripRun) -> None: ...
+    def check(self, run: RoundtripJob) -> None: ...
 
 
-def explicit(ctx: typer.Context, name: str) -> bool:
-    """Option NAME was given (click's ParameterSource, read by name: Typer may vendor click)."""
-    source = ctx.get_parameter_source(name)
-    return source is not None and source.name != "DEFAULT"
-
-
-def _check_fault(run: RoundtripRun) -> None:
+def _check_fault(run: RoundtripJob) -> None:
     from kvdoctor.roundtrip.faults import check_fault
 
     check_fault(run.settings["inject"], server=run.server)
@@ -44,14 +36,14 @@ def _check_fault(run: RoundtripRun) -> None:
 class SglangSide:
     """SGLang's pools: kvdoctor's model of them or the installed SGLang; every option is theirs."""
 
-    def check(self, run: RoundtripRun) -> None:
+    def check(self, run: RoundtripJob) -> None:
         _check_fault(run)
 
 
 class VllmSide:
     """vLLM's own offloading worker (``--engine vllm``): one request's blocks of every group, on the CPU."""
 
-    def check(self, run: RoundtripRun) -> None:
+    def check(self, run: RoundtripJob) -> None:
         from kvdoctor._exceptions import InputError
 
         if run.engine is not Engine.VLLM:
@@ -60,7 +52,7 @@ class VllmSide:
                 "(kvdoctor's own model is of SGLang's pools)"
             )
         _check_fault(run)
-        given = [o for name, o in SGLANG_ONLY.items() if explicit(run.ctx, name)]
+        given = [o for name, o in SGLANG_ONLY.items() if name in run.explicit]
         if given:
             raise InputError(
                 f"{given[0]} is an option of SGLang's round trip; --engine vllm moves one request's blocks of every "

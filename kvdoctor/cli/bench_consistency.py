@@ -60,15 +60,10 @@ def bench_consistency(
     Ratios from that one run side by side: pressured vs reference tok/s, start-up's share of the total,
     the total against issue 18's 6-minute target. No number from a run that failed to deploy or never
     retracted. SGLang flags after `--` go to every server."""
-    BenchConsistencyRun(
-        ctx,
-        model,
-        dict(shrink=shrink, topology=topology, device=device, inject=None, output_dir=output_dir, timeout_s=timeout),
-        (requests, prompt_tokens, max_new_tokens, concurrency, seed),
-        dry_run=False,
-        json_out=json_out,
-        junit_path=None,
-    )()
+    given = dict(locals())  # consistency's options, as kvdoctor.api.consistency names them
+    del given["ctx"], given["json_out"]
+    given.update(server="sglang", inject=None, fault_file=None, bundle=None, scenario="preempt", junit_path=None)
+    BenchConsistencyRun(ctx, model, given, dry_run=False, json_out=json_out, junit_path=None)()
 
 
 class BenchConsistencyRun(ConsistencyRun):

@@ -31,13 +31,11 @@ its exit code (``kvdoctor._exceptions``). Cheap to import: everything heavy is i
 
 from __future__ import annotations
 
-import contextlib
 from abc import ABC, abstractmethod
-from pathlib import Path
 from typing import TYPE_CHECKING, Generic, TypeVar
 
+from kvdoctor.api._job import ErrorCase, check_reports, recorded
 from kvdoctor.cli.errors import exit_on_error
-from kvdoctor.core.record import record
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -46,15 +44,6 @@ if TYPE_CHECKING:
 
 R = TypeVar("R")  # what the work returns (a command's result)
 P = TypeVar("P", bound="Reportable")  # what the reporters read
-
-
-@record(frozen=True)
-class ErrorCase:
-    """Where a run stopped before its verdict leaves its error case: the JUnit suite and summary title."""
-
-    suite: str
-    title: str
-    junit_path: Path | None
 
 
 class CommandRun(ABC, Generic[R, P]):
@@ -94,8 +83,7 @@ class CommandRun(ABC, Generic[R, P]):
         with exit_on_error():
             self.check()
             self.preflight()
-            case = self.error_case()
-            with _recorded(case) if case is not None else contextlib.nullcontext():
+            with recorded(self.error_case()):
                 result = self.work()
             if result is None:
                 return
@@ -107,12 +95,6 @@ class CommandRun(ABC, Generic[R, P]):
                 say_unfinished(published)
             if published.exit_code:
                 raise typer.Exit(published.exit_code)
-
-
-def _recorded(case: ErrorCase) -> contextlib.AbstractContextManager[None]:
-    from kvdoctor.report.verdicts import errors_published
-
-    return errors_published(case.suite, case.title, junit_path=case.junit_path)
 
 
 def say_unfinished(published: Reportable) -> None:
@@ -140,8 +122,4 @@ def print_status(console: Console, published: Reportable) -> None:
     print_verdict(console, published.verdict, published.detail())
 
 
-def check_reports(junit_path: Path | None, output_dir: Path | None = None) -> None:
-    """The usual preflight: the JUnit file (and an output directory) writable, refused in one line if not."""
-    from kvdoctor.report.preflight import check_outputs
-
-    check_outputs(junit_path=junit_path, output_dir=output_dir)
+__all__ = ["CommandRun", "ErrorCase", "check_reports", "print_status", "say_unfinished"]

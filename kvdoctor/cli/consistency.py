@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from kvdoctor.cli.command import CommandRun, ErrorCase, check_reports
+from kvdoctor.cli.command import CommandRun, ErrorCase
 from kvdoctor.cli.consistency_options import (
     DEFAULT_OUTPUT_DIR,
     DEFAULT_SERVER,
@@ -39,9 +39,9 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from kvdoctor.consistency.deploy import Deployment
+    from kvdoctor.consistency.prepared import Prepared
     from kvdoctor.consistency.report import Report
     from kvdoctor.consistency.result import ConsistencyResult
-    from kvdoctor.consistency.run import Prepared
 
 MAX_SHOWN = 12  # diverging requests listed on the terminal (all are in the JSON)
 
@@ -90,107 +90,79 @@ def consistency(
 ) -> None:
     """Launch SGLang twice on the same model and prompts, a roomy reference and a pressured deployment that
     must retract, and compare every greedy token. SGLang flags after `--` go to every server."""
-    ConsistencyRun(
-        ctx,
-        model,
-        dict(
-            shrink=shrink,
-            topology=topology,
-            device=device,
-            inject=inject,
-            fault_file=fault_file,
-            bundle=bundle,
-            output_dir=output_dir,
-            timeout_s=timeout,
-            server=server,
-            scenario=scenario,
-        ),
-        (requests, prompt_tokens, max_new_tokens, concurrency, seed),
-        dry_run=dry_run,
-        json_out=json_out,
-        junit_path=junit_path,
-    )()
+    given = dict(locals())  # the options, named as kvdoctor.api.consistency names its keyword arguments
+    for cli_only in ("ctx", "dry_run", "json_out"):
+        del given[cli_only]
+    ConsistencyRun(ctx, model, given, dry_run=dry_run, json_out=json_out, junit_path=junit_path)()
 
 
 class ConsistencyRun(CommandRun["ConsistencyResult", "Report"]):
-    """One ``kvdoctor consistency`` (the steps of ``kvdoctor.cli.command``)."""
+    """One ``kvdoctor consistency``: the steps of ``kvdoctor.cli.command`` around the run of
+    :class:`kvdoctor.api.ConsistencyJob` (the job :func:`kvdoctor.api.consistency` executes), printing its head,
+    progress and findings."""
 
     def __init__(
         self,
         ctx: typer.Context,
         model: str,
-        settings: dict[str, Any],
-        workload: tuple[int, int, int, int, int],
+        given: dict[str, Any],
         *,
         dry_run: bool,
         json_out: bool,
         junit_path: Path | None,
     ) -> None:
-        self.ctx, self.model, self.settings, self.workload = ctx, model, settings, workload
+        self.ctx, self.model, self.given = ctx, model, given
         self.dry_run, self.json_out, self.junit_path = dry_run, json_out, junit_path
 
     def check(self) -> None:
         from rich.console import Console
 
         from kvdoctor._exceptions import InputError
-        from kvdoctor.consistency.run import ConsistencyOptions
-        from kvdoctor.consistency.workload import Workload
+        from kvdoctor.api._consistency import ConsistencyJob, consistency_options
 
         extra = tuple(self.ctx.args)
         if extra and not extra[0].startswith("-"):
             raise InputError(f"unexpected argument {extra[0]!r} (server flags go after --)")
-        self.options = ConsistencyOptions(
-            model=self.model,
-            workload=Workload(*self.workload),
-            extra_args=extra,
-            junit_path=self.junit_path,
-            **self.settings,
-        )
         self.console = Console(stderr=self.json_out)  # with --json, stdout is the JSON alone: progress on stderr
         self.status = None if self.json_out else self.console  # the JSON's verdict is the status line then
+        options = consistency_options(self.model, {**self.given, "server_args": extra})
+        self.job = ConsistencyJob(
+            options,
+            on_event=lambda phase, msg: _event(self.console, phase, msg),
+            on_plan=lambda prepared, preview: _print_head(self.console, prepared, preview),
+        )
+        self.options = options
 
     def preflight(self) -> None:
         if not self.dry_run:
-            from kvdoctor.consistency.bundle import check_destination
-
-            check_reports(self.junit_path, self.options.output_dir)
-            check_destination(self.options.bundle)
+            self.job.preflight()
 
     def error_case(self) -> ErrorCase:
-        from kvdoctor.consistency import report
-
-        return ErrorCase(report.SUITE, report.TITLE, None if self.dry_run else self.junit_path)
+        case = self.job.error_case()
+        return case if not self.dry_run else ErrorCase(case.suite, case.title, None)
 
     def work(self) -> ConsistencyResult | None:
-        from kvdoctor.consistency.run import plan_for, prepare, run
+        if not self.dry_run:
+            return self.job.work()
         from kvdoctor.deploy.plan import LaunchPlan, render
         from kvdoctor.report import serialize
 
-        console = self.console
-        prepared = prepare(self.options)
-        preview = plan_for(prepared, "<checkpoint>" if prepared.real_weights is None else self.model, None)
-        if self.dry_run:
+        _, preview = self.job.prepare()
+        if self.json_out:
+            print(serialize.dumps({"deployment": preview.to_dict(), "enablers": preview.enablers}), end="")
+        else:
             steps = LaunchPlan(self.model, "consistency", preview.steps, None, external=False)
-            if self.json_out:
-                print(serialize.dumps({"deployment": preview.to_dict(), "enablers": preview.enablers}), end="")
-            else:
-                console.print(render(steps), markup=False, highlight=False, soft_wrap=True)
-            return None
-        _print_head(console, prepared, preview)
-        return run(prepared, notify=lambda phase, msg: _event(console, phase, msg))
+            self.console.print(render(steps), markup=False, highlight=False, soft_wrap=True)
+        return None
 
     def deliver(self, result: ConsistencyResult) -> Report:
-        from kvdoctor.consistency.report import Report
         from kvdoctor.report import reportable, serialize
 
         print_result(self.console, result)
-        published = Report(result)
-        document = reportable.json_document(published)
-        if result.run_dir:  # the run's own record, beside its logs
-            serialize.write(Path(result.run_dir) / "result.json", document)
+        published = self.job.report(result)  # writes the run's own record (result.json)
         if self.json_out:
-            print(serialize.dumps(document), end="")
-        reportable.publish(published, junit_path=self.junit_path)
+            print(serialize.dumps(reportable.json_document(published)), end="")
+        self.job.publish(published)
         return published
 
 

@@ -8,13 +8,10 @@ from typing import Annotated
 
 import typer
 
-from kvdoctor.consistency.workload import Workload
+from kvdoctor.api._consistency import DEFAULT_OUTPUT_DIR, DEFAULT_TIMEOUT_S, WORKLOAD
 from kvdoctor.core import servers
 
-DEFAULT_OUTPUT_DIR = Path("kvdoctor-out/consistency")
-DEFAULT_TIMEOUT_S = 1800.0
 DEFAULT_SERVER = servers.DEFAULT_SERVER.value  # --server's default: the head line names another server only
-WORKLOAD = Workload()  # the workload options' defaults
 
 ModelArgument = Annotated[
     str, typer.Argument(help="Model directory, bundled fixture name (e.g. llama-3.1-8b) or HF id.")
@@ -49,4 +46,24 @@ FaultFileOption = Annotated[
         help="Your own fault: a Python file wrapping server functions in a role (prefill, decode, single, any), "
         "installed inside those servers and armed for the pressured burst (docs/fault-file.md). Not with --inject.",
     ),
+]
+
+__all__ = [
+    "DEFAULT_OUTPUT_DIR",
+    "DEFAULT_SERVER",
+    "DEFAULT_TIMEOUT_S",
+    "WORKLOAD",
+    "BundleOption",
+    "ConcurrencyOption",
+    "FaultFileOption",
+    "MaxNewTokensOption",
+    "ModelArgument",
+    "OutputDirOption",
+    "PromptTokensOption",
+    "RequestsOption",
+    "SeedOption",
+    "ServerDeviceOption",
+    "ShrinkOption",
+    "TimeoutOption",
+    "TopologyOption",
 ]

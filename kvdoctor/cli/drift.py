@@ -3,7 +3,8 @@
 ``--server sglang`` (the default) holds kvdoctor's SGLang rules to the installed SGLang
 (``kvdoctor.engines.sglang.drift``); ``--server vllm`` holds its vLLM rules to the installed vLLM
 (``kvdoctor.engines.vllm.drift``, the matrix in ``kvdoctor.core.vllm.matrix``). Each server's side is one line
-of :data:`SIDES` (``kvdoctor/cli/drift_sides.py``), its title and rules from its facts (``kvdoctor.core.servers``).
+of ``kvdoctor.api._drift.SIDES`` (``kvdoctor/api/_drift_sides.py``), its title and rules from its facts
+(``kvdoctor.core.servers``).
 One typed result (:class:`~kvdoctor.core.drift_result.DriftReport`) feeds every output through its
 :class:`~kvdoctor.report.drift_report.Report`: ``--json`` (the shared header, then the report's own
 keys; ``kvdoctor schema drift``), the table, JUnit (one case per matrix cell) and the step summary. A cell
@@ -16,34 +17,26 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 
-from kvdoctor._exceptions import InputError
-from kvdoctor.cli.command import CommandRun, ErrorCase, check_reports
+from kvdoctor.api._drift import Architectures, DriftJob
+from kvdoctor.cli.command import CommandRun
 from kvdoctor.cli.options import GpuArchOption
 from kvdoctor.cli.progress import with_progress
-from kvdoctor.core.servers import DEFAULT_SERVER, facts, lookup
+from kvdoctor.core.servers import DEFAULT_SERVER, facts
 from kvdoctor.engines import GpuArch, Server
 from kvdoctor.text import safe
 
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from kvdoctor.cli.drift_sides import DriftSide
     from kvdoctor.core.drift_result import DriftReport
     from kvdoctor.report.drift_report import Report
 
-Progress = Callable[[str, int, int], None]
-
-# One line per server: what ``drift --server S`` holds the rules against (its engine, its generated set).
-SIDES: dict[str, str] = {
-    "sglang": "kvdoctor.cli.drift_sides:SGLANG",
-    "vllm": "kvdoctor.cli.drift_sides:VLLM",
-}
+T = TypeVar("T")
 
 
 def drift(
@@ -104,106 +97,22 @@ def drift(
     )()
 
 
-@dataclass(frozen=True)
-class Architectures:
-    """``--all-architectures`` and the options that only mean something with it."""
+class DriftRun(DriftJob, CommandRun["DriftReport", "Report"]):
+    """One ``kvdoctor drift``: :class:`kvdoctor.api.DriftJob`'s steps (``kvdoctor.cli.command``), a progress bar
+    unless ``--json``; JUnit and the summary, then the output."""
 
-    on: bool = False
-    model_types: tuple[str, ...] = ()
-    output_dir: Path | None = None
-    strict: bool = False
+    def __init__(self, *args: Any, json_output: bool, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.json_output = json_output
 
-    def check(self, fixtures: tuple[str, ...], server: Server) -> None:
-        if not self.on:
-            given = [
-                name
-                for name, value in (
-                    ("--model-type", self.model_types),
-                    ("--output-dir", self.output_dir),
-                    ("--strict", self.strict),
-                )
-                if value
-            ]
-            if given:
-                raise InputError(f"{', '.join(given)} only mean(s) something with --all-architectures")
-            return
-        if fixtures:
-            raise InputError("--all-architectures generates its own configs; it cannot be combined with --fixture")
-        out = self.output_dir
-        if out is not None and out.exists() and (not out.is_dir() or any(out.iterdir())):
-            raise InputError(f"--output-dir {out} exists and is not an empty directory (nothing is overwritten)")
-
-
-class DriftRun(CommandRun["DriftReport", "Report"]):
-    """One ``kvdoctor drift`` (the steps of ``kvdoctor.cli.command``): JUnit and the summary, then the output."""
-
-    def __init__(
-        self,
-        fixtures: tuple[str, ...],
-        cases: tuple[str, ...],
-        gpu_arch: GpuArch,
-        *,
-        json_output: bool,
-        junit_path: Path | None,
-        server: Server = DEFAULT_SERVER,
-        explicit_arch: bool = False,
-        architectures: Architectures | None = None,
-    ) -> None:
-        self.fixtures, self.cases, self.gpu_arch = fixtures, cases, gpu_arch
-        self.json_output, self.junit_path = json_output, junit_path
-        self.server, self.explicit_arch = server, explicit_arch
-        self.architectures = architectures or Architectures()
-
-    def check(self) -> None:
-        told = facts(self.server)
-        if self.explicit_arch and not told.platform:  # silently ignored, the user would think it was used
-            raise InputError(
-                f"--gpu-arch is the platform SGLang is told; drift --server {told.name} compares answers that take none"
-            )
-        self.architectures.check(self.fixtures, self.server)
-
-    def preflight(self) -> None:
-        check_reports(self.junit_path)
-
-    def error_case(self) -> ErrorCase:
-        from kvdoctor.report.drift_report import SUITE, TITLE
-
-        return ErrorCase(SUITE, TITLE, self.junit_path)
-
-    def work(self) -> DriftReport:
-        side: DriftSide = lookup(SIDES, self.server, "drift side")
-        adapter = side.adapter()  # the installed server is the other side (exit 2 when it cannot drift)
-        if self.architectures.on:
-            return self._all_architectures(side, adapter.title)
-        if self.json_output:
-            return adapter.drift(self.fixtures, self.cases, self.gpu_arch, None)
-        return with_progress(
-            lambda update: adapter.drift(self.fixtures, self.cases, self.gpu_arch, update), f"import {adapter.title}"
-        )
-
-    def _all_architectures(self, side: DriftSide, title: str) -> DriftReport:
-        chosen = self.architectures
-
-        def run(update: Progress | None) -> DriftReport:
-            return side.all_architectures(
-                self.cases,
-                self.gpu_arch,
-                update,
-                output_dir=chosen.output_dir,
-                model_types=chosen.model_types,
-                strict=chosen.strict,
-            )
-
-        if self.json_output:
-            return run(None)
-        return with_progress(run, f"import {title}")
+    def watched(self, work: Callable[[Any], T], first_step: str) -> T:
+        return work(None) if self.json_output else with_progress(work, first_step)
 
     def deliver(self, result: DriftReport) -> Report:
         from kvdoctor.report import reportable
-        from kvdoctor.report.drift_report import Report
 
-        published = Report(result)
-        reportable.publish(published, junit_path=self.junit_path)
+        published = self.report(result)
+        self.publish(published)
         if self.json_output:
             typer.echo(json.dumps(reportable.json_document(published), indent=2, default=str))
         else:

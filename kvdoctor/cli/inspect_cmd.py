@@ -9,24 +9,19 @@ run is named by one line of :data:`RUNS`: the SGLang question is answered here (
 
 # No ``from __future__ import annotations`` here: Typer reads the command's annotations twice (its signature
 # with eval_str, then get_type_hints), compiling each string it finds; objects cost it nothing (issue 17).
-from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from kvdoctor.cli.command import ErrorCase
 from kvdoctor.cli.errors import exit_on_error
 from kvdoctor.cli.inspect_run import InspectRun
-from kvdoctor.cli.launch import launch_line
 from kvdoctor.cli.options import GpuArchOption
 from kvdoctor.core.servers import DEFAULT_SERVER, lookup
-from kvdoctor.engines import Adapter, Capability, Engine, GpuArch, Inspected, InspectQuestion, Server, answers_for
+from kvdoctor.engines import Engine, GpuArch, Server, answers_for
 
 if TYPE_CHECKING:
     from rich.console import Console
-
-    from kvdoctor.report import github
 
 
 def inspect(
@@ -72,12 +67,15 @@ def inspect(
         json_output=json_output,
         strict=strict,
         junit_path=junit_path,
+        server=server,
+        engine=engine,
     )
     return lookup(RUNS, server, "inspect run")(ctx, model, adapter, **settings)()
 
 
-# One line per server: the InspectRun that answers ``inspect --server S`` (its flags, rules, engine and tables),
-# imported only when that server is asked about (vLLM's in kvdoctor/cli/inspect_vllm.py).
+# One line per server: the InspectRun that draws ``inspect --server S``'s tables (its answer is the server's
+# job, ``kvdoctor.api._inspect.JOBS``), imported only when that server is asked about (vLLM's in
+# kvdoctor/cli/inspect_vllm.py).
 RUNS: dict[str, str] = {
     "sglang": "kvdoctor.cli.inspect_cmd:SglangInspectRun",
     "vllm": "kvdoctor.cli.inspect_vllm:VllmInspectRun",
@@ -85,24 +83,7 @@ RUNS: dict[str, str] = {
 
 
 class SglangInspectRun(InspectRun):
-    """``inspect`` of an SGLang launch line: the rule model, and an engine beside it when asked."""
-
-    def error_case(self) -> ErrorCase:
-        from kvdoctor.report.inspect_report import SUITE
-
-        return ErrorCase(SUITE, f"kvdoctor inspect {self.model}", self.junit_path)
-
-    def work(self) -> Inspected:
-        line = launch_line(self.ctx, self.model)
-        self.title = f"kvdoctor inspect {line.model}"
-        return _inspect(self.adapter, line.model, line.server_argv, self.gpu_arch, self.request_tokens, self.concurrent)
-
-    def facts(self, report: Any) -> "tuple[github.Row, ...]":
-        from kvdoctor.core.sglang.inspect_result import InspectReport
-        from kvdoctor.report.inspect_report import sglang_facts
-
-        # Not when kvdoctor refused the model and only SGLang answered (no rule-model facts to show).
-        return sglang_facts(report) if isinstance(report, InspectReport) else ()
+    """``inspect`` of an SGLang launch line: the rule model's tables, and the engine's beside them when asked."""
 
     def render(self, report: Any, console: "Console") -> None:
         from kvdoctor.cli import render_inspect
@@ -117,25 +98,3 @@ class SglangInspectRun(InspectRun):
             render_beside(sglang, console)
             if not isinstance(report, InspectReport):  # kvdoctor refused: the hazards are SGLang's drift alone
                 console.print(render_inspect.hazards_block(report.hazards, console.width))
-
-
-def _inspect(
-    adapter: Adapter, model: str, argv: Sequence[str], arch: GpuArch, request_tokens: int, concurrent: int
-) -> Inspected:
-    """The rule model's result; with an engine that answers beside it, the engine's answers too (and a
-    KVD015 hazard per disagreement). A refusal of the rule model is then the engine's to judge: it may
-    still answer, and the refusal is drift."""
-    from kvdoctor._exceptions import InputError
-    from kvdoctor.core.sglang.analysis import analyze
-    from kvdoctor.core.sglang.inspect_result import inspect_report
-
-    beside = Capability.INSPECT in adapter.capabilities
-    try:
-        analysis, refusal = analyze(model, argv, platform=arch.platform()), None
-    except InputError as exc:
-        if not beside:
-            raise
-        analysis, refusal = None, str(exc)
-    if not beside:
-        return Inspected(inspect_report(analysis, request_tokens, concurrent))
-    return adapter.beside(InspectQuestion(model, tuple(argv), arch, request_tokens, concurrent, analysis, refusal))

@@ -1,32 +1,32 @@
 """The steps every ``kvdoctor inspect`` shares, whichever server the launch line is for (:class:`InspectRun`).
 
-Its own module so that each server's command (``cli/inspect_cmd.py`` for SGLang, ``cli/inspect_vllm.py``
-for vLLM) stands on it without importing the other.
+The answer is :class:`kvdoctor.api.InspectJob`'s (the job :func:`kvdoctor.api.inspect` executes), the server's
+line of ``kvdoctor.api._inspect.JOBS``; the terminal's tables are the server's subclass here (``cli/inspect_cmd.py``
+for SGLang, ``cli/inspect_vllm.py`` for vLLM), so each stands on this module without importing the other.
 """
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import typer
 
-from kvdoctor.cli.command import CommandRun, check_reports
+from kvdoctor.cli.command import CommandRun
+from kvdoctor.cli.launch import own_options
 from kvdoctor.engines import Adapter, GpuArch, Inspected
 
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from kvdoctor.report import github
+    from kvdoctor.api._job import ErrorCase
     from kvdoctor.report.inspect_report import Report
 
 
 class InspectRun(CommandRun[Inspected, "Report"]):
-    """One ``kvdoctor inspect`` (the steps of ``kvdoctor.cli.command``): the output, the verdict line, then
-    JUnit and the step summary. A server's subclass answers (:meth:`work`, setting :attr:`title`), draws its
-    tables (:meth:`render`) and names its model's fact rows (:meth:`facts`)."""
-
-    title: str  # the step summary's heading, once the launch line named the model
+    """One ``kvdoctor inspect`` (the steps of ``kvdoctor.cli.command``) around its server's job: the output, the
+    verdict line, then JUnit and the step summary. A server's subclass draws its tables (:meth:`render`)."""
 
     def __init__(
         self,
@@ -40,36 +40,45 @@ class InspectRun(CommandRun[Inspected, "Report"]):
         json_output: bool,
         strict: bool,
         junit_path: Path | None,
+        server: Any,
+        engine: Any,
     ) -> None:
-        self.ctx, self.model, self.adapter = ctx, model, adapter
-        self.gpu_arch, self.request_tokens, self.concurrent = gpu_arch, request_tokens, concurrent
-        self.json_output, self.strict, self.junit_path = json_output, strict, junit_path
+        from kvdoctor.api._inspect import inspect_job
+
+        self.ctx, self.model, self.json_output = ctx, model, json_output
+        given = dict(
+            gpu_arch=gpu_arch,
+            request_tokens=request_tokens,
+            concurrent=concurrent,
+            strict=strict,
+            junit_path=junit_path,
+            server=server,
+            engine=engine,
+            server_args=tuple(ctx.args),
+        )
+        argv = tuple(ctx.command_path.split()[1:])
+        self.job = inspect_job(model, given, own_options=own_options(ctx), argv=argv)
+        self.job.adapter = adapter
 
     def preflight(self) -> None:
-        check_reports(self.junit_path)  # before any work: a red verdict must not end as exit 2
+        self.job.preflight()  # before any work: a red verdict must not end as exit 2
+
+    def error_case(self) -> ErrorCase | None:
+        return self.job.error_case()
+
+    def work(self) -> Inspected:
+        return self.job.work()
 
     def render(self, report: Any, console: Console) -> None:
         """The server's tables for REPORT."""
         raise NotImplementedError
 
-    def facts(self, report: Any) -> tuple[github.Row, ...]:
-        """The model's facts in the step summary (none when the rule model did not answer); asked only when
-        a step summary is written."""
-        return ()
-
     def deliver(self, result: Inspected) -> Report:
         from kvdoctor.report import reportable
-        from kvdoctor.report.inspect_report import Report
 
-        published = Report(
-            result.report,
-            self.title,
-            self.strict,
-            result.engine,
-            result.drifts,
-            self.facts,
-            tuple(self.ctx.command_path.split()[1:]),
-        )
+        for note in result.notes:  # e.g. why vLLM did not answer (the rule model still did)
+            print(f"kvdoctor: note: {note}", file=sys.stderr)
+        published = self.job.report(result)
         if self.json_output:
             import json
 
@@ -82,6 +91,4 @@ class InspectRun(CommandRun[Inspected, "Report"]):
         return published
 
     def after(self, published: Report) -> None:
-        from kvdoctor.report import reportable
-
-        reportable.publish(published, junit_path=self.junit_path)  # JUnit fails exactly when the exit code says
+        self.job.publish(published)  # JUnit fails exactly when the exit code says

@@ -8,53 +8,17 @@ imported the rule model still answers and the report says why vLLM did not.
 
 from __future__ import annotations
 
-import sys
 from typing import TYPE_CHECKING, Any
 
-from kvdoctor.cli.command import ErrorCase
 from kvdoctor.cli.inspect_run import InspectRun
-from kvdoctor.cli.launch import vllm_launch_line
 from kvdoctor.core.vllm.analysis import GroupRow, VllmAnswersFacts, VllmBesideReport, VllmReport, VllmUnavailable
-from kvdoctor.engines import Capability, Inspected, InspectQuestion
 
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from kvdoctor.report import github
-
 
 class VllmInspectRun(InspectRun):
-    """``inspect --server vllm``: parse the vLLM line, analyse, (ask vLLM: the adapter, when it answers
-    beside the rule model); then the steps every ``inspect`` shares (``InspectRun``)."""
-
-    def error_case(self) -> ErrorCase:
-        from kvdoctor.report.inspect_report import SUITE
-
-        return ErrorCase(SUITE, f"kvdoctor inspect --server vllm {self.model}", self.junit_path)
-
-    def work(self) -> Inspected:
-        from kvdoctor.core.config import load_config
-        from kvdoctor.core.vllm.analysis import analyze_vllm_config
-        from kvdoctor.core.vllm.flags import parse_vllm_flags
-
-        line = vllm_launch_line(self.ctx, self.model)
-        self.title = f"kvdoctor inspect --server vllm {line.model}"
-        analysis = analyze_vllm_config(load_config(line.model), parse_vllm_flags(line.server_argv))
-        if Capability.INSPECT in self.adapter.capabilities:
-            question = InspectQuestion(
-                line.model, tuple(line.server_argv), self.gpu_arch, self.request_tokens, self.concurrent, analysis
-            )
-            run = self.adapter.beside(question)
-        else:
-            run = Inspected(analysis.report())
-        for note in run.notes:  # e.g. why vLLM did not answer (the rule model still did)
-            print(f"kvdoctor: note: {note}", file=sys.stderr)
-        return run
-
-    def facts(self, report: VllmReport) -> tuple[github.Row, ...]:
-        from kvdoctor.report.inspect_report import vllm_facts
-
-        return vllm_facts(report)
+    """``inspect --server vllm``: the answer is ``kvdoctor.api._inspect_vllm.VllmInspectJob``'s; its tables here."""
 
     def render(self, report: VllmReport, console: Console) -> None:
         render(report, console)

@@ -4,7 +4,7 @@ Click hands the command its MODEL argument and, in order, every word it did not 
 reads them back as one launch line (``kvdoctor.core.sglang.flags.parse_launch_line``), so MODEL may come
 first, after the flags, as ``--model-path``, or inside a pasted ``python -m sglang.launch_server``
 or ``sglang serve`` command. Unknown options get a did-you-mean over kvdoctor's own options too. With
-``--server vllm`` the same words are read by vLLM's flag table (:func:`vllm_launch_line`).
+``--server vllm`` the same words are read by vLLM's flag table (``kvdoctor.api._inspect_vllm``).
 """
 
 from __future__ import annotations
@@ -29,12 +29,3 @@ def launch_line(ctx: typer.Context, model: str | None, *, default_model: str | N
 
     words = [model, *ctx.args] if model is not None else list(ctx.args)
     return parse_launch_line(words, own_options=own_options(ctx), default_model=default_model)
-
-
-def vllm_launch_line(ctx: typer.Context, model: str | None) -> LaunchLine:
-    """MODEL and the vLLM server flags (``--server vllm``), read by vLLM's flag table, as ``launch_line`` reads
-    SGLang's."""
-    from kvdoctor.core.vllm.flags import parse_vllm_launch_line
-
-    words = [model, *ctx.args] if model is not None else list(ctx.args)
-    return parse_vllm_launch_line(words, own_options=own_options(ctx))

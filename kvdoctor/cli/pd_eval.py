@@ -24,7 +24,9 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from typer.core import TyperCommand
 
-from kvdoctor.cli.command import CommandRun, ErrorCase, check_reports
+from kvdoctor.api._job import ErrorCase
+from kvdoctor.api._pd_eval import DEFAULT_OUTPUT_DIR, PdEvalJob
+from kvdoctor.cli.command import CommandRun
 from kvdoctor.cli.launch import own_options
 from kvdoctor.deploy.plan import DEFAULT_LAUNCHER, DEFAULT_ROUTER_LAUNCHER
 from kvdoctor.deploy.presets import Api, EvalDefaults, PresetName  # pure data, no heavy import
@@ -35,7 +37,6 @@ if TYPE_CHECKING:
     from kvdoctor.pd.report import Report
     from kvdoctor.pd.result import PdEvalResult
 
-DEFAULT_OUTPUT_DIR = Path("kvdoctor-out/pd-eval")
 _EVAL = EvalDefaults()  # the generic defaults; a --preset brings its own, which is what "or the preset's" means
 
 
@@ -175,45 +176,15 @@ def pd_eval(
 ) -> None:
     """Launch SGLang prefill + decode + router, run GSM8K few-shot, and gate on accuracy *and* on
     decode-side retraction having happened. Extra server flags after `--` go to both roles."""
-    settings = dict(
-        preset=preset,
-        tp=tp,
-        transfer_backend=transfer_backend,
-        ib_device=ib_device,
-        num_shots=num_shots,
-        num_questions=num_questions,
-        threshold=threshold,
-        max_new_tokens=max_new_tokens,
-        parallel=parallel,
-        api=api,
-        data_path=data_path,
-        launcher=launcher,
-        router_launcher=router_launcher,
-        mini_lb=mini_lb,
-        prefill_url=prefill_url,
-        decode_url=decode_url,
-        router_url=router_url,
-        host=host,
-        prefill_port=prefill_port,
-        decode_port=decode_port,
-        router_port=router_port,
-        bootstrap_port=bootstrap_port,
-        output_dir=output_dir,
-        timeout_s=timeout,
-        request_timeout_s=request_timeout,
-        allow_no_retraction=allow_no_retraction,
-        oracle=oracle.value,
-        shrink=shrink,
-        device=device,
-        inject=inject,
-        prompt_tokens=prompt_tokens,
-        seed=seed,
-    )
-    PdEvalRun(ctx, model, settings, dry_run=dry_run, json_out=json_out, junit_path=junit_path)()
+    given = dict(locals())  # the options, named as kvdoctor.api.pd_eval names its keyword arguments
+    for cli_only in ("ctx", "model", "dry_run", "json_out"):
+        del given[cli_only]
+    PdEvalRun(ctx, model, given, dry_run=dry_run, json_out=json_out)()
 
 
-class PdEvalRun(CommandRun["PdEvalResult", "Report"]):
-    """One ``kvdoctor pd-eval`` (the steps of ``kvdoctor.cli.command``).
+class PdEvalRun(PdEvalJob, CommandRun["PdEvalResult", "Report"]):
+    """One ``kvdoctor pd-eval``: :class:`kvdoctor.api.PdEvalJob`'s steps (``kvdoctor.cli.command``), its plan,
+    progress and tables on the console.
 
     Its report paths and pinned ports are proven in ``kvdoctor.pd.run.prepare`` (after the options, before
     anything starts). The run itself turns a deployment failure or a signal into a result whose reports say
@@ -221,89 +192,59 @@ class PdEvalRun(CommandRun["PdEvalResult", "Report"]):
     unfinished-run record's error case, never an earlier run's pass.
     """
 
-    def __init__(
-        self,
-        ctx: typer.Context,
-        model: str,
-        settings: dict[str, Any],
-        *,
-        dry_run: bool,
-        json_out: bool,
-        junit_path: Path | None,
-    ) -> None:
-        self.ctx, self.model, self.settings = ctx, model, settings
-        self.dry_run, self.json_out, self.junit_path = dry_run, json_out, junit_path
+    def __init__(self, ctx: typer.Context, model: str, given: dict[str, Any], *, dry_run: bool, json_out: bool) -> None:
+        super().__init__(model, given)
+        self.ctx, self.dry_run, self.json_out = ctx, dry_run, json_out
 
     def check(self) -> None:
         from rich.console import Console
 
-        from kvdoctor.pd import oracle
-        from kvdoctor.pd.run import PdEvalOptions
-
-        extra_args = _server_words(self.ctx, self.model)
-        self.options = PdEvalOptions(
-            model=self.model, extra_args=extra_args, junit_path=self.junit_path, **self.settings
-        )
-        oracle.check(self.options)
-        self.tokens = self.options.oracle == Oracle.TOKENS.value
+        self.server_args = _server_words(self.ctx, self.model)
+        super().check()
         self.console = Console(stderr=self.json_out)  # with --json, stdout is the JSON alone: progress on stderr
         self.status = None if self.json_out else self.console  # the JSON's verdict is the status line then
 
     def preflight(self) -> None:
-        if self.tokens and not self.dry_run:  # the GSM8K path proves its reports in kvdoctor.pd.run.prepare
-            check_reports(self.junit_path, self.options.output_dir)
+        if not self.dry_run:
+            super().preflight()
 
     def error_case(self) -> ErrorCase:
-        from kvdoctor.pd.report import SUITE, TITLE
-
-        return ErrorCase(SUITE, TITLE, None if self.dry_run else self.junit_path)
+        case = super().error_case()
+        return ErrorCase(case.suite, case.title, None if self.dry_run else case.junit_path)
 
     def work(self) -> PdEvalResult | None:
         from kvdoctor.pd import render
-        from kvdoctor.pd import report as pd_report
-        from kvdoctor.pd.run import prepare, run
-        from kvdoctor.report import serialize
 
         console = self.console
-        if self.tokens:
-            return self._tokens()
-        prepared = prepare(self.options, download=not self.dry_run, dry_run=self.dry_run)
+        prepared = self.prepare(dry_run=self.dry_run)
         if self.dry_run:
             # A plan, not a verdict: the human form stays shell-ready lines (no verdict line to paste).
-            if self.json_out:
-                forecast = prepared.prediction.to_dict() if prepared.prediction else None
-                print(serialize.dumps(pd_report.dry_run_document(prepared.plan.to_dict(), forecast)), end="")
-            else:
-                render.print_plan(console, prepared)
+            self._print_plan(prepared)
             return None
+        if self.tokens:
+            render.print_tokens_plan(console, prepared)
+            return self.run_prepared(prepared, notify=lambda m: render.event(console, m))
         render.print_plan(console, prepared)
         with render.progress(console) as hook:
-            return run(prepared, progress=hook, notify=lambda m: render.event(console, m))
+            return self.run_prepared(prepared, progress=hook, notify=lambda m: render.event(console, m))
 
-    def _tokens(self) -> PdEvalResult | None:
-        """--oracle tokens: consistency's preparation and run on pd-eval's plan (``kvdoctor.pd.tokens``)."""
-        from kvdoctor.pd import render, tokens
+    def _print_plan(self, prepared: Any) -> None:
+        from kvdoctor.pd import render
         from kvdoctor.pd import report as pd_report
         from kvdoctor.report import serialize
 
-        console = self.console
-        prepared = tokens.prepare(self.options)
-        if self.dry_run:
-            if self.json_out:
-                d = prepared.preview
-                enablers = [{"name": e.name, "where": e.where, "why": e.why} for e in d.enablers]
-                doc = pd_report.tokens_dry_run_document(
-                    prepared.launch_plan.to_dict(),
-                    d.to_dict(),
-                    enablers,
-                    prepared.consistency.options.workload.to_dict(),
-                )
-                print(serialize.dumps(doc), end="")
-            else:
-                render.print_tokens_plan(console, prepared)
-            return None
-        render.print_tokens_plan(console, prepared)
-        return tokens.run(prepared, notify=lambda phase, m: render.event(console, f"[{phase}] {m}"))
+        if not self.json_out:
+            (render.print_tokens_plan if self.tokens else render.print_plan)(self.console, prepared)
+        elif self.tokens:
+            d = prepared.preview
+            enablers = [{"name": e.name, "where": e.where, "why": e.why} for e in d.enablers]
+            doc = pd_report.tokens_dry_run_document(
+                prepared.launch_plan.to_dict(), d.to_dict(), enablers, prepared.consistency.options.workload.to_dict()
+            )
+            print(serialize.dumps(doc), end="")
+        else:
+            forecast = prepared.prediction.to_dict() if prepared.prediction else None
+            print(serialize.dumps(pd_report.dry_run_document(prepared.plan.to_dict(), forecast)), end="")
 
     def deliver(self, result: PdEvalResult) -> Report:
         from kvdoctor.pd import publish

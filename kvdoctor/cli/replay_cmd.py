@@ -13,15 +13,14 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from kvdoctor.cli.command import CommandRun, ErrorCase, check_reports
+from kvdoctor.api._replay import DEFAULT_OUTPUT_DIR, ReplayJob
+from kvdoctor.cli.command import CommandRun
 
 if TYPE_CHECKING:
     from rich.console import Console
 
     from kvdoctor.replay.report import Report
     from kvdoctor.replay.run import Matrix
-
-DEFAULT_OUTPUT_DIR = Path("kvdoctor-out/replay")
 
 
 def replay(
@@ -80,8 +79,9 @@ def _list(json_out: bool) -> None:
     console.print(f"{len(cases)} cases, {len(pending())} pending (every field: kvdoctor replay --list --json)")
 
 
-class ReplayRun(CommandRun["Matrix", "Report"]):
-    """One ``kvdoctor replay`` (the steps of ``kvdoctor.cli.command``)."""
+class ReplayRun(ReplayJob, CommandRun["Matrix", "Report"]):
+    """One ``kvdoctor replay``: :class:`kvdoctor.api.ReplayJob`'s steps (``kvdoctor.cli.command``), its progress on
+    the console (stderr with ``--json``), then the table or the JSON, JUnit and the step summary."""
 
     def __init__(
         self,
@@ -93,49 +93,28 @@ class ReplayRun(CommandRun["Matrix", "Report"]):
         json_out: bool,
         junit_path: Path | None,
     ) -> None:
-        self.bugs, self.every, self.output_dir, self.timeout = bugs, every, output_dir, timeout
-        self.json_out, self.junit_path = json_out, junit_path
+        super().__init__(bugs, every, output_dir, timeout, junit_path=junit_path, on_event=self._event)
+        self.json_out = json_out
 
     def check(self) -> None:
         from rich.console import Console
 
-        from kvdoctor._exceptions import InputError
-        from kvdoctor.replay.plan import select
-
-        if not self.timeout > 0:
-            raise InputError(f"--timeout must be > 0 seconds, got {self.timeout}")
-        self.chosen = select(self.bugs, every=self.every)
+        super().check()
         self.console = Console(stderr=self.json_out, highlight=False)  # with --json, stdout is the JSON alone
         self.status = None if self.json_out else self.console
-
-    def preflight(self) -> None:
-        check_reports(self.junit_path, self.output_dir)
-
-    def error_case(self) -> ErrorCase:
-        from kvdoctor.replay.report import SUITE, TITLE
-
-        return ErrorCase(SUITE, TITLE, self.junit_path)
-
-    def work(self) -> Matrix:
-        from kvdoctor.replay.run import RealRunner, Settings, prepare, run
-
-        runner = RealRunner()
-        prepared = prepare(self.chosen, Settings(self.output_dir, self.timeout), runner)  # bad input: exit 2 here
-        return run(prepared, runner, notify=self._event)
 
     def _event(self, phase: str, message: str) -> None:
         self.console.print(f"[{phase}] {message}", markup=False, soft_wrap=True)
 
     def deliver(self, result: Matrix) -> Report:
-        from kvdoctor.replay.report import Report
         from kvdoctor.report import reportable, serialize
 
-        published = Report(result)
+        published = self.report(result)
         if self.json_out:
             print(serialize.dumps(reportable.json_document(published)), end="")
         else:
             render(self.console, result)
-        reportable.publish(published, junit_path=self.junit_path)
+        self.publish(published)
         return published
 
 

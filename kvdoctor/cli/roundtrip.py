@@ -22,13 +22,13 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from kvdoctor.choices import Device
-from kvdoctor.cli.command import CommandRun, ErrorCase, check_reports
+from kvdoctor.cli.command import CommandRun, ErrorCase
 from kvdoctor.cli.launch import own_options
 from kvdoctor.cli.options import DeviceOption, GpuArchOption
 from kvdoctor.cli.progress import with_progress
 from kvdoctor.core.faults import roundtrip_names
-from kvdoctor.core.servers import DEFAULT_SERVER, lookup, rule_model
-from kvdoctor.engines import Capability, Engine, GpuArch, Server, answers_for, require
+from kvdoctor.core.servers import DEFAULT_SERVER
+from kvdoctor.engines import Engine, GpuArch, Server
 from kvdoctor.report.units import NONE, format_bytes, human, noun_for, yes_no
 from kvdoctor.roundtrip.faults import InjectName
 
@@ -36,7 +36,6 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from kvdoctor.core.engine_ref import EngineRef
-    from kvdoctor.core.launch_line import LaunchLine
     from kvdoctor.report.envelope import RunHeader
     from kvdoctor.report.roundtrip_report import Report
     from kvdoctor.roundtrip.result import ComponentCheck, EngineUsed, ModelUsed, RoundtripResult, VllmUsed
@@ -331,86 +330,41 @@ def roundtrip(
     loads them into fresh ones (vLLM flags follow MODEL). Exit 0 when everything matches, 1 when anything
     differs, 2 on bad input.
     """
-    RoundtripRun(
-        ctx,
-        model,
-        engine,
-        dict(device=device.value, requests=requests, tokens=tokens, seed=seed, inject=inject.value if inject else None),
-        (layers, heads),
-        gpu_arch=gpu_arch,
-        emulate_d2h=emulate_d2h,
-        json_output=json_output,
-        junit_path=junit_path,
-        server=server,
-    )()
-
-
-# One line per server: what its round trip refuses before any work (which engine runs it, which options
-# and faults it acts on: ``kvdoctor/cli/roundtrip_sides.py``).
-SIDES: dict[str, str] = {
-    "sglang": "kvdoctor.cli.roundtrip_sides:SGLANG",
-    "vllm": "kvdoctor.cli.roundtrip_sides:VLLM",
-}
+    given = dict(locals())  # the options, named as kvdoctor.api.roundtrip names its keyword arguments
+    del given["ctx"], given["json_output"]
+    RoundtripRun(ctx, model, {**given, "server_args": tuple(ctx.args)}, json_output=json_output)()
 
 
 class RoundtripRun(CommandRun["RoundtripResult", "Report"]):
-    """One ``kvdoctor roundtrip`` (the steps of ``kvdoctor.cli.command``): the output, the verdict line, then
-    JUnit and the step summary."""
+    """One ``kvdoctor roundtrip``: the steps of ``kvdoctor.cli.command`` around :class:`kvdoctor.api.RoundtripJob`
+    (the job :func:`kvdoctor.api.roundtrip` executes): the work under a progress bar, the output, the verdict line,
+    then JUnit and the step summary."""
 
-    def __init__(
-        self,
-        ctx: typer.Context,
-        model: str,
-        engine: Engine,
-        settings: dict[str, Any],
-        reductions: tuple[int | None, int | None],
-        *,
-        gpu_arch: GpuArch,
-        emulate_d2h: bool,
-        json_output: bool,
-        junit_path: Path | None,
-        server: Server = DEFAULT_SERVER,
-    ) -> None:
-        self.ctx, self.model, self.engine, self.settings, self.reductions = ctx, model, engine, settings, reductions
-        self.gpu_arch, self.emulate_d2h = gpu_arch, emulate_d2h
-        self.json_output, self.junit_path, self.server = json_output, junit_path, server
+    def __init__(self, ctx: typer.Context, model: str, given: dict[str, Any], *, json_output: bool) -> None:
+        from kvdoctor.api._roundtrip import RoundtripJob
+
+        self.ctx, self.json_output = ctx, json_output
+        self.job = RoundtripJob(model, given, explicit=_explicit(ctx), own_options=own_options(ctx))
 
     def check(self) -> None:
-        """Which engine runs which server's round trip, and only the options and faults it acts on (exit 2)."""
-        answers_for(self.engine, self.server)  # --engine vllm for SGLang's flags, --engine sglang for vLLM's
-        lookup(SIDES, self.server, "round trip").check(self)
+        self.job.check()
 
     def preflight(self) -> None:
-        check_reports(self.junit_path)  # before any work: a red verdict must not end as exit 2
+        self.job.preflight()  # before any work: a red verdict must not end as exit 2
 
     def error_case(self) -> ErrorCase:
-        from kvdoctor.report.roundtrip_report import SUITE, title
-
-        return ErrorCase(SUITE, title(self.model), self.junit_path)
+        return self.job.error_case()
 
     def work(self) -> RoundtripResult:
-        from kvdoctor.roundtrip.options import Reductions, RoundtripOptions
-
-        adapter = require(self.engine, Capability.ROUNDTRIP)
-        self.line = line = self._launch_line()
-        layers, heads = self.reductions
-        options = RoundtripOptions(**self.settings, reductions=Reductions(layers=layers, heads=heads))
         # The engine checks what it can without torch now (kvdoctor's: the rule model's refusals), so bad
         # input is one line before the progress bar; the work imports torch (and the server) under it.
-        work = adapter.roundtrip(
-            line.model, line.server_argv, options, arch=self.gpu_arch, emulate_d2h=self.emulate_d2h
-        )
-        return work(None) if self.json_output else with_progress(work, adapter.first_step)
-
-    def _launch_line(self) -> LaunchLine:
-        """MODEL and the server flags, read by the server's own flag table (its rule model's)."""
-        return rule_model(self.server).launch_line([self.model, *self.ctx.args], own_options(self.ctx))
+        work, first_step = self.job.prepare()
+        return work(None) if self.json_output else with_progress(work, first_step)
 
     def deliver(self, result: RoundtripResult) -> Report:
         from kvdoctor.report import reportable
-        from kvdoctor.report.roundtrip_report import Report
 
-        published = Report(result, self.line.model)
+        published = self.job.report(result)
         head = reportable.header(published)
         if self.json_output:
             typer.echo(json.dumps(reportable.json_document(published, head), indent=2, default=str))
@@ -422,6 +376,13 @@ class RoundtripRun(CommandRun["RoundtripResult", "Report"]):
         return published
 
     def after(self, published: Report) -> None:
-        from kvdoctor.report import reportable
+        self.job.publish(published)
 
-        reportable.publish(published, junit_path=self.junit_path)
+
+def _explicit(ctx: typer.Context) -> frozenset[str]:
+    """The options given on the command line (click's ParameterSource, read by name: Typer may vendor click)."""
+    return frozenset(
+        p.name
+        for p in ctx.command.params
+        if p.name and (src := ctx.get_parameter_source(p.name)) is not None and src.name != "DEFAULT"
+    )

@@ -11,15 +11,12 @@ from __future__ import annotations
 from rich.console import Console
 from rich.text import Text
 
-from kvdoctor.report.envelope import Verdict
+from kvdoctor.report.envelope import Verdict, verdict_line
 from kvdoctor.text import printable
 
+__all__ = ["STYLES", "print_verdict", "verdict_line"]
+
 STYLES = {Verdict.PASS: "bold green", Verdict.WARN: "bold yellow", Verdict.FAIL: "bold red", Verdict.ERROR: "bold red"}
-
-
-def verdict_line(verdict: Verdict, detail: str) -> str:
-    """The plain text of the line: ``verdict: <word> — <detail>``."""
-    return f"verdict: {verdict.word}" + (f" — {printable(detail)}" if detail else "")
 
 
 def print_verdict(console: Console, verdict: Verdict, detail: str) -> None:

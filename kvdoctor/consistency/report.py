@@ -75,7 +75,7 @@ def rows(result: ConsistencyResult) -> list[github.Row]:
     return [github.Row(g.name, g.message, "", "passed" if g.passed else "failed") for g in result.gates]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)  # repr: the protocol's one line (what a failed assert shows)
 class Report(Reportable):
     """A consistency run as every reporter reads it (``kvdoctor.report.reportable``)."""
 
@@ -115,3 +115,12 @@ class Report(Reportable):
 
     def summary_rows(self) -> list[github.Row]:
         return rows(self.result)
+
+    def explain_lines(self) -> list[str]:
+        """What failed (each gate, each diverging request: its first divergence), then what the state trace found:
+        per diverging request the component and seam that first disagree, with the server's file:line."""
+        out = list(super().explain_lines())
+        trace = self.result.state_trace
+        if trace is not None and self.result.exit_code == EXIT_GATE:
+            out += trace.lines()
+        return out

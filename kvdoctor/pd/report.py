@@ -215,7 +215,7 @@ def step_summary(result: PdEvalResult) -> str:
     return reportable.step_summary(Report(result))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)  # repr: the protocol's one line (what a failed assert shows)
 class Report(reportable.Reportable):
     """One pd-eval run as every reporter reads it (``kvdoctor.report.reportable``).
 

@@ -102,7 +102,7 @@ def _case(v: BugVerdict) -> junit.Case:
     return junit.Case(v.replay.bug, status, message=message, details=details, time_s=v.subject.wall_s)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)  # repr: the protocol's one line (what a failed assert shows)
 class Report(Reportable):
     """A replay as every reporter reads it (``kvdoctor.report.reportable``)."""
 

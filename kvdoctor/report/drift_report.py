@@ -85,7 +85,7 @@ def verdict_detail(result: DriftReport) -> str:
     return f"{counts}: {names}{more}"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)  # repr: the protocol's one line (what a failed assert shows)
 class Report(Reportable):
     """A drift run as every reporter reads it (``kvdoctor.report.reportable``)."""
 

@@ -27,7 +27,7 @@ from kvdoctor.core.record import record
 
 SCHEMA_VERSION = "1.0"
 
-__all__ = ["SCHEMA_VERSION", "RunHeader", "Verdict", "document", "header", "record_argv"]
+__all__ = ["SCHEMA_VERSION", "RunHeader", "Verdict", "document", "header", "record_argv", "verdict_line"]
 
 
 class Verdict(str, Enum):
@@ -49,6 +49,13 @@ class Verdict(str, Enum):
     def word(self) -> str:
         """How the one verdict line at the end of a command's output says it."""
         return {"pass": "passed", "warn": "passed with warnings", "fail": "FAILED", "error": "ERROR"}[self.value]
+
+
+def verdict_line(verdict: Verdict, detail: str) -> str:
+    """The plain text of the line every command's human output ends with: ``verdict: <word> — <detail>``."""
+    from kvdoctor.text import printable
+
+    return f"verdict: {verdict.word}" + (f" — {printable(detail)}" if detail else "")
 
 
 _ARGV: list[str] | None = None

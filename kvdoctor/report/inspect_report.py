@@ -140,7 +140,7 @@ def verdict_detail(hazards: Sequence[Hazard], *, strict: bool, drifts: int = 0, 
     return "; ".join(parts)
 
 
-@record(frozen=True)
+@record(frozen=True, repr=False)  # repr: the protocol's one line (what a failed assert shows)
 class Report(Reportable):
     """One ``inspect`` answer as every reporter reads it (``kvdoctor.report.reportable``).
 

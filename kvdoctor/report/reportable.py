@@ -76,6 +76,35 @@ class Reportable(Protocol):
         """Collapsed blocks under the summary's table (a failure's log tail, a launch plan)."""
         return {}
 
+    # -- what a Python caller reads (``kvdoctor.api``): the same verdict, said once --
+
+    @property
+    def passed(self) -> bool:
+        """Exit 0: the check ran its subject and found nothing gated (``warn`` passes too)."""
+        return self.exit_code == 0
+
+    def explain_lines(self) -> Sequence[str]:
+        """The lines that say why, under the verdict line: each case that did not pass, then each warning."""
+        out = [f"{c.name}: {c.message}" for c in self.junit_cases() if c.status != "passed" and c.message]
+        return out + [f"warning: {w}" for w in self.warnings]
+
+    def explain(self) -> str:
+        """The verdict line (``verdict: <word> — <detail>``, as the terminal ends), then :meth:`explain_lines`."""
+        return "\n".join([envelope.verdict_line(self.verdict, self.detail()), *self.explain_lines()])
+
+    def __repr__(self) -> str:
+        """One line: the command, the verdict line and the first reason (pytest shows it under a failed
+        ``assert report.passed``)."""
+        why = self.explain_lines()
+        first = f"; {why[0]}" if why else ""
+        return f"<kvdoctor {self.command}: {envelope.verdict_line(self.verdict, self.detail())}{first}>"
+
+    def to_json(self) -> str:
+        """The ``--json`` document (``kvdoctor schema <command>``), as text."""
+        from kvdoctor.report import serialize
+
+        return serialize.dumps(json_document(self))
+
 
 def header(result: Reportable) -> envelope.RunHeader:
     """The shared JSON header for RESULT."""

@@ -75,7 +75,7 @@ def rows(result: RoundtripResult) -> list[github.Row]:
     ] + [github.Row(h.code, f"{h.severity} (not gated)", "no error", "warning") for h in result.hazards]
 
 
-@record(frozen=True)
+@record(frozen=True, repr=False)  # repr: the protocol's one line (what a failed assert shows)
 class Report(Reportable):
     """A round trip as every reporter reads it (``kvdoctor.report.reportable``); MODEL as the user named it."""
 

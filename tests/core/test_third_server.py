@@ -20,9 +20,14 @@ import typer
 from typer.testing import CliRunner
 
 from kvdoctor._exceptions import InputError
+from kvdoctor.api import _drift as api_drift
+from kvdoctor.api import _inspect as api_inspect
+from kvdoctor.api import _roundtrip as api_roundtrip
+from kvdoctor.api._inspect import InspectJob
+from kvdoctor.api._job import ErrorCase
+from kvdoctor.api._roundtrip import RoundtripJob
 from kvdoctor.cli import drift, inspect_cmd, roundtrip, versions
 from kvdoctor.cli.app import PASSTHROUGH, app
-from kvdoctor.cli.command import ErrorCase
 from kvdoctor.cli.inspect_run import InspectRun
 from kvdoctor.core import servers
 from kvdoctor.core.drift_result import CaseResult, DriftReport
@@ -90,20 +95,24 @@ FACTS = ServerFacts(
 )
 TOY_RANGE = ("0.9", "1.0")  # the versions --engine toyserve drives
 
-# ---- its renderer (cli/inspect_toyserve.py) ------------------------------------------------------------------
+# ---- its answer (api/_inspect_toyserve.py) and renderer (cli/inspect_toyserve.py) -----------------------------
 
 
-class ToyInspectRun(InspectRun):
-    """``inspect --server toyserve``: the toy's launch line and rule model, through the seam."""
+class ToyInspectJob(InspectJob):
+    """``inspect --server toyserve`` (api/_inspect_toyserve.py): the toy's launch line and rule model."""
 
     def error_case(self) -> ErrorCase:
         return ErrorCase("kvdoctor.inspect", f"kvdoctor inspect --server {TOY} {self.model}", self.junit_path)
 
     def work(self) -> Inspected:
         rules = servers.rule_model(TOY)
-        line = rules.launch_line([self.model, *self.ctx.args], ("--json",))
+        line = rules.launch_line(self.words(), ("--json",))
         self.title = f"kvdoctor inspect --server {TOY} {line.model}"
         return Inspected(rules.analyze(line.model, line.server_argv))
+
+
+class ToyInspectRun(InspectRun):
+    """``inspect --server toyserve``'s tables (cli/inspect_toyserve.py), through the seam."""
 
     def render(self, report: ToyReport, console: Any) -> None:
         console.print(f"{servers.facts(TOY).title} {report.model}: {servers.facts(TOY).plural()} at {report.window}")
@@ -150,7 +159,7 @@ class ToyAdapter(Adapter):
 
 
 class ToyDriftSide:
-    """``drift --server toyserve``'s side (``cli.drift_sides.DriftSide``)."""
+    """``drift --server toyserve``'s side (``api._drift_sides.DriftSide``)."""
 
     def adapter(self) -> Adapter:
         return ToyAdapter()
@@ -163,9 +172,9 @@ TOY_DRIFT = ToyDriftSide()
 
 
 class ToyRoundtripSide:
-    """``roundtrip --server toyserve``'s checks (``cli.roundtrip_sides.RoundtripSide``): it injects no fault."""
+    """``roundtrip --server toyserve``'s checks (``api._roundtrip_sides.RoundtripSide``): it injects no fault."""
 
-    def check(self, run: roundtrip.RoundtripRun) -> None:
+    def check(self, run: RoundtripJob) -> None:
         if run.settings["inject"] is not None:
             raise InputError(f"--inject {run.settings['inject']}: ToyServe's round trip injects no fault")
 
@@ -181,8 +190,9 @@ def toyserve(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """The toy's facts and one line in each table; all taken back after the test."""
     servers.register(FACTS)
     monkeypatch.setitem(inspect_cmd.RUNS, TOY, f"{HERE}:ToyInspectRun")
-    monkeypatch.setitem(drift.SIDES, TOY, f"{HERE}:TOY_DRIFT")
-    monkeypatch.setitem(roundtrip.SIDES, TOY, f"{HERE}:TOY_ROUNDTRIP")
+    monkeypatch.setitem(api_inspect.JOBS, TOY, f"{HERE}:ToyInspectJob")
+    monkeypatch.setitem(api_drift.SIDES, TOY, f"{HERE}:TOY_DRIFT")
+    monkeypatch.setitem(api_roundtrip.SIDES, TOY, f"{HERE}:TOY_ROUNDTRIP")
     monkeypatch.setitem(versions.ENGINE_RANGES, TOY, f"{HERE}:TOY_RANGE")
     ToyRules.asked.clear()
     yield
@@ -256,15 +266,15 @@ def test_drift_reaches_the_servers_side_title_and_revision_through_the_tables(
 def test_roundtrip_reaches_the_servers_checks_and_launch_line_through_the_tables(toyserve: None) -> None:
     ctx = _context(roundtrip.roundtrip, ["toy-model", "--toy-window", "4"])
 
-    def run(inject: str | None) -> roundtrip.RoundtripRun:
-        settings = dict(device="cpu", requests=8, tokens=256, seed=0, inject=inject)
-        flags = dict(gpu_arch=GpuArch.SM100, emulate_d2h=False, json_output=True, junit_path=None)
-        return roundtrip.RoundtripRun(ctx, "toy-model", Engine.KVDOCTOR, settings, (None, None), **flags, server=TOY)
+    def run(inject: str | None) -> RoundtripJob:
+        given = dict(device="cpu", requests=8, tokens=256, seed=0, inject=inject, engine=Engine.KVDOCTOR, server=TOY)
+        given.update(gpu_arch=GpuArch.SM100, emulate_d2h=False, junit_path=None, server_args=tuple(ctx.args))
+        return RoundtripJob("toy-model", given)
 
     run(None).check()
     with pytest.raises(InputError, match="ToyServe's round trip injects no fault"):
         run("drop-kv").check()
-    assert run(None)._launch_line() == LaunchLine("toy-model", ("--toy-window", "4"))
+    assert run(None).launch_line() == LaunchLine("toy-model", ("--toy-window", "4"))
 
 
 def test_the_real_cli_still_offers_sglang_and_vllm_only(toyserve: None) -> None:
@@ -276,4 +286,4 @@ def test_the_real_cli_still_offers_sglang_and_vllm_only(toyserve: None) -> None:
 
 def test_a_server_missing_from_a_table_fails_loudly() -> None:
     with pytest.raises(KeyError, match="no drift side for server 'toyserve'"):
-        servers.lookup(drift.SIDES, TOY, "drift side")
+        servers.lookup(api_drift.SIDES, TOY, "drift side")

@@ -210,7 +210,7 @@ def test_generated_set_drift_is_reported_unless_strict(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, strict: bool
 ) -> None:
     monkeypatch.setattr(drift_mod, "run_all_architectures", lambda *a, **k: generated_report(strict=strict))
-    monkeypatch.setattr("kvdoctor.cli.drift_sides.require", lambda *a, **k: type("A", (), {"title": "SGLang"})())
+    monkeypatch.setattr("kvdoctor.api._drift_sides.require", lambda *a, **k: type("A", (), {"title": "SGLang"})())
     junit = tmp_path / "junit.xml"
     args = ["--all-architectures", "--json", "--junit", str(junit), *(["--strict"] if strict else [])]
     run = cli(*args)
@@ -228,7 +228,7 @@ def test_generated_set_drift_is_reported_unless_strict(
 
 def test_generated_set_table_names_every_model_type_and_skip(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(drift_mod, "run_all_architectures", lambda *a, **k: generated_report(strict=False))
-    monkeypatch.setattr("kvdoctor.cli.drift_sides.require", lambda *a, **k: type("A", (), {"title": "SGLang"})())
+    monkeypatch.setattr("kvdoctor.api._drift_sides.require", lambda *a, **k: type("A", (), {"title": "SGLang"})())
     run = cli("--all-architectures")
     assert run.exit_code == 0, run.output
     out = run.stdout

@@ -1,0 +1,100 @@
+"""``inspect``: which state a model carries, where it lives, how its server backs it up; no torch without an engine.
+
+Each server's answer is one line of :data:`JOBS` (its launch line, rule model and engine: ``_inspect_sglang``,
+``_inspect_vllm``), imported only when that server is asked about; what every server's ``inspect`` shares is
+:class:`InspectJob`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from kvdoctor.api._job import Job, execute
+from kvdoctor.core.servers import DEFAULT_SERVER, lookup
+from kvdoctor.engines import Engine, GpuArch, Inspected, Server, answers_for
+
+if TYPE_CHECKING:
+    from kvdoctor.report import github
+    from kvdoctor.report.inspect_report import Report
+
+# One line per server: the job that answers ``inspect --server S``.
+JOBS: dict[str, str] = {
+    "sglang": "kvdoctor.api._inspect_sglang:SglangInspectJob",
+    "vllm": "kvdoctor.api._inspect_vllm:VllmInspectJob",
+}
+
+
+def server_of(value: Server | str) -> Server | str:
+    """VALUE as the ``Server`` it names, or a registered server's own name (``kvdoctor.core.servers.register``)."""
+    try:
+        return Server(value)
+    except ValueError:
+        return value
+
+
+class InspectJob(Job[Inspected, "Report"]):
+    """One ``inspect`` of MODEL with GIVEN (:func:`inspect`'s keyword arguments). A server's subclass answers
+    (:meth:`work`, setting :attr:`title`) and names its model's fact rows (:meth:`facts`); NOTES are what its engine
+    said about itself (why it did not answer), for the caller to show."""
+
+    title: str  # the step summary's heading, once the launch line named the model
+
+    def __init__(
+        self, model: str | None, given: Mapping[str, Any], *, own_options: Sequence[str] = (), argv: Sequence[str] = ()
+    ) -> None:
+        self.model, self.own_options, self.argv = model, tuple(own_options), tuple(argv)
+        self.server = server_of(given["server"])
+        self.engine = Engine(given["engine"])
+        self.server_args = tuple(given.get("server_args", ()))
+        self.gpu_arch = GpuArch(given["gpu_arch"])
+        self.request_tokens, self.concurrent = int(given["request_tokens"]), int(given["concurrent"])
+        self.strict, self.junit_path = bool(given["strict"]), given.get("junit_path")
+        self.notes: tuple[str, ...] = ()
+
+    def check(self) -> None:
+        self.adapter = answers_for(self.engine, self.server)  # type: ignore[arg-type]  # another server's: exit 2
+
+    def words(self) -> list[str]:
+        """MODEL and the server flags, as one launch line's words."""
+        return [self.model, *self.server_args] if self.model is not None else list(self.server_args)
+
+    def facts(self, report: Any) -> tuple[github.Row, ...]:
+        """The model's facts in the step summary (none when the rule model did not answer)."""
+        return ()
+
+    def report(self, result: Inspected) -> Report:
+        from kvdoctor.report.inspect_report import Report
+
+        self.notes = tuple(result.notes)
+        return Report(result.report, self.title, self.strict, result.engine, result.drifts, self.facts, self.argv)
+
+
+def inspect_job(
+    model: str | None, given: Mapping[str, Any], *, own_options: Sequence[str] = (), argv: Sequence[str] = ()
+) -> InspectJob:
+    """The job that answers for GIVEN's server (its line of :data:`JOBS`)."""
+    cls = lookup(JOBS, str(getattr(given["server"], "value", given["server"])), "inspect job")
+    return cls(model, given, own_options=own_options, argv=argv)
+
+
+def inspect(
+    model: str,
+    *,
+    strict: bool = False,
+    request_tokens: int = 2048,
+    concurrent: int = 128,
+    junit_path: Path | None = None,
+    engine: Engine | str = Engine.KVDOCTOR,
+    gpu_arch: GpuArch | str = GpuArch.SM100,
+    server: Server | str = DEFAULT_SERVER,
+    server_args: Sequence[str] = (),
+) -> Report:
+    """``kvdoctor inspect MODEL [options] SERVER_ARGS``: which state MODEL carries under that launch line, where it
+    lives, how the server backs it up at retraction, its bytes and hazards; from kvdoctor's rule model (no torch),
+    or also from the installed server's own code (``engine="sglang"`` or ``"vllm"``), with the drift between them.
+    Returns the report (``passed``, ``verdict``, ``explain()``, ``to_json()``; its ``report`` is the typed answer).
+    Exit code 1 (``passed`` False) only with ``strict`` and an error-severity hazard."""
+    given = dict(locals())
+    return execute(inspect_job(model, given, argv=("inspect",)))
