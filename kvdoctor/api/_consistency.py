@@ -6,7 +6,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kvdoctor.api._job import ErrorCase, Job, Progress, check_reports, execute
+from kvdoctor.api._job import ErrorCase, Job, Progress, check_reports, execute, flags
 from kvdoctor.consistency.workload import Workload
 
 if TYPE_CHECKING:
@@ -87,7 +87,7 @@ def consistency(
     output_dir: Path = DEFAULT_OUTPUT_DIR,
     timeout: float = DEFAULT_TIMEOUT_S,
     junit_path: Path | None = None,
-    server_args: Sequence[str] = (),
+    server_args: str | Sequence[str] = (),
     on_event: Progress | None = None,
 ) -> Report:
     """``kvdoctor consistency MODEL [options] -- SERVER_ARGS``: launch the server twice on the same model and
@@ -110,7 +110,7 @@ def consistency_options(model: str, given: Mapping[str, Any]) -> ConsistencyOpti
     return ConsistencyOptions(
         model=model,
         workload=workload,
-        extra_args=tuple(given.get("server_args") or ()),
+        extra_args=flags(given.get("server_args")),
         junit_path=given.get("junit_path"),
         shrink=bool(given["shrink"]),
         topology=str(given["topology"]),

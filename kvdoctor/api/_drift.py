@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from kvdoctor._exceptions import InputError
 from kvdoctor.api._inspect import server_of
-from kvdoctor.api._job import ErrorCase, Job, execute
+from kvdoctor.api._job import ErrorCase, Job, chosen, execute, names
 from kvdoctor.core.servers import DEFAULT_SERVER, facts, lookup
 from kvdoctor.engines import GpuArch, Server
 
@@ -125,13 +125,13 @@ class DriftJob(Job["DriftReport", "Report"]):
 
 def drift(
     *,
-    fixture: Sequence[str] | None = None,
-    case: Sequence[str] | None = None,
+    fixture: str | Sequence[str] | None = None,
+    case: str | Sequence[str] | None = None,
     gpu_arch: GpuArch | str = GpuArch.SM100,
     junit_path: Path | None = None,
     server: Server | str = DEFAULT_SERVER,
     all_architectures: bool = False,
-    model_type: Sequence[str] | None = None,
+    model_type: str | Sequence[str] | None = None,
     output_dir: Path | None = None,
     strict: bool = False,
 ) -> Report:
@@ -139,13 +139,14 @@ def drift(
     ``server="vllm"``) on every bundled fixture x launch case (or, ``all_architectures``, a config for every model
     type the server's registry serves). Needs the server importable. Returns the report (``passed`` False when a
     cell drifts; ``report`` is the typed :class:`~kvdoctor.core.drift_result.DriftReport`)."""
+    arch = chosen(GpuArch, gpu_arch, "gpu_arch")
     job = DriftJob(
-        tuple(fixture or ()),
-        tuple(case or ()),
-        GpuArch(gpu_arch),
+        names(fixture),
+        names(case),
+        arch,
         junit_path=junit_path,
         server=server_of(server),  # type: ignore[arg-type]
-        explicit_arch=GpuArch(gpu_arch) is not GpuArch.SM100,
-        architectures=Architectures(all_architectures, tuple(model_type or ()), output_dir, strict),
+        explicit_arch=arch is not GpuArch.SM100,
+        architectures=Architectures(all_architectures, names(model_type), output_dir, strict),
     )
     return execute(job)

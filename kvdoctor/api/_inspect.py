@@ -11,8 +11,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kvdoctor.api._job import Job, execute
-from kvdoctor.core.servers import DEFAULT_SERVER, lookup
+from kvdoctor._exceptions import InputError
+from kvdoctor.api._job import Job, chosen, execute, flags
+from kvdoctor.core.servers import DEFAULT_SERVER, lookup, servers
 from kvdoctor.engines import Engine, GpuArch, Inspected, Server, answers_for
 
 if TYPE_CHECKING:
@@ -27,11 +28,14 @@ JOBS: dict[str, str] = {
 
 
 def server_of(value: Server | str) -> Server | str:
-    """VALUE as the ``Server`` it names, or a registered server's own name (``kvdoctor.core.servers.register``)."""
+    """VALUE as the ``Server`` it names, or a registered server's own name (``kvdoctor.core.servers.register``); any
+    other is bad input (exit 2) naming the known servers."""
     try:
         return Server(value)
     except ValueError:
-        return value
+        if value in servers():
+            return value
+        raise InputError(f"server={value!r} is not one of {', '.join(servers())}") from None
 
 
 class InspectJob(Job[Inspected, "Report"]):
@@ -46,14 +50,17 @@ class InspectJob(Job[Inspected, "Report"]):
     ) -> None:
         self.model, self.own_options, self.argv = model, tuple(own_options), tuple(argv)
         self.server = server_of(given["server"])
-        self.engine = Engine(given["engine"])
-        self.server_args = tuple(given.get("server_args", ()))
-        self.gpu_arch = GpuArch(given["gpu_arch"])
+        self.engine = chosen(Engine, given["engine"], "engine")
+        self.server_args = flags(given.get("server_args"))
+        self.gpu_arch = chosen(GpuArch, given["gpu_arch"], "gpu_arch")
         self.request_tokens, self.concurrent = int(given["request_tokens"]), int(given["concurrent"])
         self.strict, self.junit_path = bool(given["strict"]), given.get("junit_path")
         self.notes: tuple[str, ...] = ()
 
     def check(self) -> None:
+        for flag, value in (("--request-tokens", self.request_tokens), ("--concurrent", self.concurrent)):
+            if value < 1:
+                raise InputError(f"{flag} must be at least 1, got {value}")
         self.adapter = answers_for(self.engine, self.server)  # type: ignore[arg-type]  # another server's: exit 2
 
     def words(self) -> list[str]:
@@ -75,7 +82,8 @@ def inspect_job(
     model: str | None, given: Mapping[str, Any], *, own_options: Sequence[str] = (), argv: Sequence[str] = ()
 ) -> InspectJob:
     """The job that answers for GIVEN's server (its line of :data:`JOBS`)."""
-    cls = lookup(JOBS, str(getattr(given["server"], "value", given["server"])), "inspect job")
+    server = server_of(given["server"])  # an unknown server is bad input; a registered one without a job, loud
+    cls = lookup(JOBS, str(getattr(server, "value", server)), "inspect job")
     return cls(model, given, own_options=own_options, argv=argv)
 
 
@@ -89,7 +97,7 @@ def inspect(
     engine: Engine | str = Engine.KVDOCTOR,
     gpu_arch: GpuArch | str = GpuArch.SM100,
     server: Server | str = DEFAULT_SERVER,
-    server_args: Sequence[str] = (),
+    server_args: str | Sequence[str] = (),
 ) -> Report:
     """``kvdoctor inspect MODEL [options] SERVER_ARGS``: which state MODEL carries under that launch line, where it
     lives, how the server backs it up at retraction, its bytes and hazards; from kvdoctor's rule model (no torch),

@@ -15,11 +15,14 @@ No Typer, rich or process exit here, and nothing heavy at import.
 from __future__ import annotations
 
 import contextlib
+import enum
+import shlex
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
+from kvdoctor._exceptions import InputError
 from kvdoctor.core.record import record
 
 if TYPE_CHECKING:
@@ -28,6 +31,7 @@ if TYPE_CHECKING:
 R = TypeVar("R")  # what the work returns (a command's result)
 P = TypeVar("P", bound="Reportable")  # what the reporters read
 T = TypeVar("T")
+E = TypeVar("E", bound=enum.Enum)
 
 Progress = Callable[[str, str], None]  # (phase, message): a long run's progress, as the CLI prints it on stderr
 
@@ -102,3 +106,31 @@ def check_reports(junit_path: Path | None, output_dir: Path | None = None) -> No
     from kvdoctor.report.preflight import check_outputs
 
     check_outputs(junit_path=junit_path, output_dir=output_dir)
+
+
+def chosen(kind: type[E], value: E | str, keyword: str) -> E:
+    """VALUE as KIND's member. One it has not is bad input (exit 2) naming KEYWORD and the choices, as the CLI refuses
+    an option's value: a Python caller's typo is never a ``ValueError`` traceback."""
+    try:
+        return kind(value)
+    except ValueError:
+        choices = ", ".join(str(m.value) for m in kind)
+        raise InputError(f"{keyword}={value!r} is not one of {choices}") from None
+
+
+def names(value: str | Sequence[str] | None) -> tuple[str, ...]:
+    """A list-taking keyword's names: one string is one name (``bug="sglang#29368"``), never its characters."""
+    if isinstance(value, str):
+        return (value,)
+    return tuple(value or ())
+
+
+def flags(value: str | Sequence[str] | None) -> tuple[str, ...]:
+    """Server flags (what follows ``--`` on the command line): a list of words, or one string split as a shell does
+    (``server_args="--disable-overlap-schedule"``), never its characters."""
+    if isinstance(value, str):
+        try:
+            return tuple(shlex.split(value))
+        except ValueError as exc:  # an unclosed quote
+            raise InputError(f"server_args={value!r}: {exc}") from None
+    return tuple(value or ())

@@ -6,7 +6,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kvdoctor.api._job import ErrorCase, Job, check_reports, execute
+from kvdoctor.api._job import ErrorCase, Job, check_reports, chosen, execute, flags
 from kvdoctor.deploy.plan import DEFAULT_LAUNCHER, DEFAULT_ROUTER_LAUNCHER
 from kvdoctor.deploy.presets import Api, PresetName  # pure data, no heavy import
 from kvdoctor.pd.oracle import Oracle
@@ -22,20 +22,20 @@ DEFAULT_OUTPUT_DIR = Path("kvdoctor-out/pd-eval")
 _RENAMED = {"timeout": "timeout_s", "request_timeout": "request_timeout_s"}
 
 
-def pd_eval_options(model: str, given: Mapping[str, Any], server_args: Sequence[str]) -> PdEvalOptions:
+def pd_eval_options(model: str, given: Mapping[str, Any], server_args: str | Sequence[str]) -> PdEvalOptions:
     """The run's options from :func:`pd_eval`'s keyword arguments (the CLI's command names its options the same)."""
     from kvdoctor.pd.run import PdEvalOptions
 
     settings = {_RENAMED.get(k, k): v for k, v in given.items() if k not in ("model", "server_args")}
-    settings["oracle"] = Oracle(settings.get("oracle", Oracle.GSM8K)).value
-    return PdEvalOptions(model=model, extra_args=tuple(server_args), **settings)
+    settings["oracle"] = chosen(Oracle, settings.get("oracle", Oracle.GSM8K), "oracle").value
+    return PdEvalOptions(model=model, extra_args=flags(server_args), **settings)
 
 
 class PdEvalJob(Job["PdEvalResult", "Report"]):
     """One pd-eval of MODEL with GIVEN (:func:`pd_eval`'s keyword arguments) and SERVER_ARGS (both roles')."""
 
-    def __init__(self, model: str, given: Mapping[str, Any], server_args: Sequence[str] = ()) -> None:
-        self.model, self.given, self.server_args = model, dict(given), tuple(server_args)
+    def __init__(self, model: str, given: Mapping[str, Any], server_args: str | Sequence[str] = ()) -> None:
+        self.model, self.given, self.server_args = model, dict(given), flags(server_args)
         self.junit_path = self.given.get("junit_path")
 
     def check(self) -> None:
@@ -130,7 +130,7 @@ def pd_eval(
     inject: str | None = None,
     prompt_tokens: int | None = None,
     seed: int | None = None,
-    server_args: Sequence[str] = (),
+    server_args: str | Sequence[str] = (),
 ) -> Report:
     """``kvdoctor pd-eval MODEL [options] -- SERVER_ARGS``: launch SGLang prefill + decode + router (or attach to
     running ones), run GSM8K few-shot (``oracle="gsm8k"``) or compare every greedy token against a roomy reference of

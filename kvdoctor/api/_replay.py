@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from kvdoctor.api._job import ErrorCase, Job, Progress, check_reports, execute
+from kvdoctor.api._job import ErrorCase, Job, Progress, check_reports, execute, names
 
 if TYPE_CHECKING:
     from kvdoctor.replay.report import Report
@@ -63,7 +63,7 @@ class ReplayJob(Job["Matrix", "Report"]):
 
 def replay(
     *,
-    bug: Sequence[str] | None = None,
+    bug: str | Sequence[str] | None = None,
     every: bool = False,
     output_dir: Path = DEFAULT_OUTPUT_DIR,
     timeout: float = 1800.0,
@@ -73,4 +73,4 @@ def replay(
     """``kvdoctor replay --bug ID ... | --all``: each public bug's subject (its fault armed inside the real server,
     or the release that carries it) beside its green control, each for the right reason (docs/bugs.md). Returns the
     matrix's report: ``passed`` when every chosen bug reproduced; its ``result`` is the typed matrix."""
-    return execute(ReplayJob(tuple(bug or ()), every, output_dir, timeout, junit_path=junit_path, on_event=on_event))
+    return execute(ReplayJob(names(bug), every, output_dir, timeout, junit_path=junit_path, on_event=on_event))

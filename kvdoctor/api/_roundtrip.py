@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kvdoctor.api._inspect import server_of
-from kvdoctor.api._job import ErrorCase, Job, execute
+from kvdoctor.api._job import ErrorCase, Job, chosen, execute, flags
 from kvdoctor.choices import Device
 from kvdoctor.core.servers import DEFAULT_SERVER, lookup, rule_model
 from kvdoctor.engines import Capability, Engine, GpuArch, Server, answers_for, require
@@ -41,12 +41,12 @@ class RoundtripJob(Job["RoundtripResult", "Report"]):
         own_options: Sequence[str] = (),
     ) -> None:
         self.model, self.given, self.explicit, self.own_options = model, dict(given), explicit, tuple(own_options)
-        self.engine = Engine(given["engine"])
+        self.engine = chosen(Engine, given["engine"], "engine")
         self.server = server_of(given["server"])  # a Server, or a registered server's name (its tables answer)
         self.junit_path = given.get("junit_path")
         inject = given.get("inject")
         self.settings = dict(
-            device=Device(given["device"]).value,
+            device=chosen(Device, given["device"], "device").value,
             requests=int(given["requests"]),
             tokens=int(given["tokens"]),
             seed=int(given["seed"]),
@@ -65,18 +65,19 @@ class RoundtripJob(Job["RoundtripResult", "Report"]):
 
     def launch_line(self) -> LaunchLine:
         """MODEL and the server flags, read by the server's own flag table (its rule model's)."""
-        words = [self.model, *self.given.get("server_args", ())]
+        words = [self.model, *flags(self.given.get("server_args"))]
         return rule_model(self.server).launch_line(words, self.own_options)
 
     def prepare(self) -> tuple[Work, str]:
         """The work (bad input refused now, before torch is imported) and the name of its first step."""
-        from kvdoctor.roundtrip.options import Reductions, RoundtripOptions
+        from kvdoctor.roundtrip.options import Reductions, RoundtripOptions, check_options
 
         adapter = require(self.engine, Capability.ROUNDTRIP)
         self.line = line = self.launch_line()
         reductions = Reductions(layers=self.given.get("layers"), heads=self.given.get("heads"))
         options = RoundtripOptions(**self.settings, reductions=reductions)
-        arch = GpuArch(self.given["gpu_arch"])
+        check_options(options)  # every engine's round trip: its bounds, before the engine imports torch
+        arch = chosen(GpuArch, self.given["gpu_arch"], "gpu_arch")
         work = adapter.roundtrip(
             line.model, line.server_argv, options, arch=arch, emulate_d2h=bool(self.given["emulate_d2h"])
         )
@@ -107,7 +108,7 @@ def roundtrip(
     server: Server | str = DEFAULT_SERVER,
     gpu_arch: GpuArch | str = GpuArch.SM100,
     emulate_d2h: bool = False,
-    server_args: Sequence[str] = (),
+    server_args: str | Sequence[str] = (),
 ) -> Report:
     """``kvdoctor roundtrip MODEL [options] SERVER_ARGS``: retract requests on real pools (kvdoctor's model of
     SGLang's, the installed SGLang's, or vLLM's offloading worker), let others reuse their slots, restore, and diff

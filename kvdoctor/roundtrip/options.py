@@ -56,6 +56,9 @@ def check_options(opts: RoundtripOptions) -> None:
         raise InputError("--seed must be in [0, 2**64) (torch.Generator takes a 64-bit seed)")
     if not 0 < opts.retract_fraction < 1:
         raise InputError("the retracted fraction must be in (0, 1)")
+    for flag, kept in (("--layers", opts.reductions.layers), ("--heads", opts.reductions.heads)):
+        if kept is not None and kept < 1:  # 0 would read as "no reduction" and run the full shapes
+            raise InputError(f"{flag} must be at least 1, got {kept}")
 
 
 # What `bench roundtrip` is asked to time, beside what a round trip is asked to do: the engine adapters
