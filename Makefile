@@ -71,11 +71,13 @@ vllm-matrix: vllm-env
 SERVER_VENV ?= .venv-server
 server-env: server-apt $(SERVER_VENV)/.installed
 
+# As root (CI here) apt-get runs as is; as a user with sudo (a GitHub runner, the action's install) through sudo -n.
+SUDO := $(shell [ "$$(id -u)" -ne 0 ] && command -v sudo >/dev/null 2>&1 && echo sudo -n)
 server-apt:
 	@if ldconfig -p | grep -q libibverbs.so.1 && ldconfig -p | grep -q librdmacm.so.1; then \
 		echo "libibverbs1 and librdmacm1 present"; \
 	else \
-		apt-get update && apt-get install -y libibverbs1 librdmacm1; \
+		$(SUDO) apt-get update && $(SUDO) apt-get install -y libibverbs1 librdmacm1; \
 	fi
 
 $(SERVER_VENV)/.installed: constraints/sglang.txt constraints/sglang-server.txt pyproject.toml
@@ -90,8 +92,7 @@ $(SERVER_VENV)/.installed: constraints/sglang.txt constraints/sglang-server.txt 
 ## chosen few (Llama PD green and red under drop-kv on one launch, the replays of a prefix-hit bug
 ## and a PD transfer bug each beside its green control on one launch, the docs' fault file red, the overlap finding's
 ## bundle red and green with kvdoctor not importable, a project's own pytest file red through kvdoctor's pytest
-## plugin); `matrix` tests run
-## in consistency-matrix.
+## plugin, the GitHub Action's steps with server: sglang green); `matrix` tests run in consistency-matrix.
 test-server: server-env
 	$(SERVER_VENV)/bin/python -m pytest -q -p no:cacheprovider -m "server and not matrix" tests/consistency
 

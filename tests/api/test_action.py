@@ -193,7 +193,7 @@ def test_the_steps_run_green_and_write_the_summary_the_artifact_and_the_outputs(
 
 
 def test_under_a_fault_the_action_fails_with_its_summary_and_reports(workspace: Path) -> None:
-    runner, ran, case = _run(workspace, f"{SMALL} --inject missing-mamba")
+    runner, ran, case = _run(workspace, f"{SMALL} --inject 'missing-mamba'")  # args split as a shell does
     codes = dict(ran)
     assert codes["Run kvdoctor"] == 0 and codes["Upload the reports"] == 0  # the reports come back either way
     assert codes["Verdict"] == 1  # the job goes red with the command's own exit code
@@ -202,6 +202,16 @@ def test_under_a_fault_the_action_fails_with_its_summary_and_reports(workspace: 
     assert "**FAILED**" in summary and "conv_state" in summary
     artifact = case / "artifacts" / "kvdoctor-roundtrip-kvdoctor-test"
     assert '"verdict": "fail"' in (artifact / "report.json").read_text()
+
+
+def test_args_a_shell_cannot_split_are_bad_input_not_a_run(workspace: Path) -> None:
+    runner, ran, case = _run(workspace, f"{SMALL} --inject 'missing-mamba")
+    codes = dict(ran)
+    assert codes["Run kvdoctor"] == 0 and codes["Verdict"] == 2, ran
+    assert runner.steps["run"]["verdict"] == "error"
+    assert "**bad input**" in (case / "step-summary.md").read_text()
+    artifact = case / "artifacts" / "kvdoctor-roundtrip-kvdoctor-test"
+    assert artifact.is_dir() and not (artifact / "report.json").exists()  # not the report an earlier step left
 
 
 def test_the_docs_workflow_uses_the_actions_inputs_and_outputs() -> None:
