@@ -1,17 +1,31 @@
-"""Free TCP ports for one PD deployment.
+"""Free TCP ports for one deployment.
 
 Why: parallel CI jobs on one host collide on SGLang's fixed defaults (bootstrap 8998, router
 Prometheus 29000); every port the run binds is chosen free unless the user pins it. A pinned port
 is checked free before anything starts: a server already listening there would otherwise answer
 the health checks for the one kvdoctor is about to start (a false pass on a foreign server).
+
+Where: below the kernel's ephemeral range (``net.ipv4.ip_local_port_range``, 32768 up by default), in
+:data:`PORT_RANGE`. A port is chosen free, released, and bound by the server only after its model has loaded
+(uvicorn binds after start-up: tens of seconds on a CPU). In that window every other process that binds port 0
+or connects out gets a port from the ephemeral range, and a server starting beside it does: each SGLang
+scheduler's gloo groups listen on ports the kernel picks there (``torch.distributed``). A
+chosen ephemeral port taken so made the HTTP server fail to bind while SGLang's warm-up thread went on polling
+the port, now gloo's, which accepts and never answers: 120 read time-outs, 12 minutes, then SGLang killed
+itself (CI, stop 38: "reference died: ... Read timed out"). SGLang picks its own later-bound ports the same way
+and for the same reason (``srt/utils/network.py``, ``get_free_port_below_ephemeral``: 22000-29999), which
+:data:`PORT_RANGE` stays clear of. A machine whose ephemeral range starts lower than :data:`PORT_RANGE` gets
+ports from the kernel (port 0), as before.
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
+import random
 import socket
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 
 from kvdoctor._exceptions import InputError
 
@@ -25,17 +39,41 @@ def address_family(host: str) -> socket.AddressFamily:
     return info[0][0]
 
 
+# Where free ports are chosen: below SGLang's own later-bound ports (22000-29999) and the kernel's ephemeral range.
+PORT_RANGE = range(10000, 22000)
+EPHEMERAL_RANGE_FILE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+
+
+def ephemeral_low(path: Path = EPHEMERAL_RANGE_FILE) -> int:
+    """The first port the kernel hands out for port 0 and outgoing connections (32768 where unknown)."""
+    try:
+        return int(path.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
+def port_pool() -> range:
+    """The ports :func:`free_ports` chooses from: :data:`PORT_RANGE` below the ephemeral range (empty: none)."""
+    return range(PORT_RANGE.start, min(PORT_RANGE.stop, ephemeral_low()))
+
+
 def free_ports(count: int, *, host: str = "127.0.0.1", avoid: Iterable[int] = ()) -> list[int]:
-    """``count`` distinct ports the OS reports free right now (all bound at once, so distinct)."""
+    """``count`` distinct ports free on HOST right now, from :func:`port_pool` in random order (all held bound
+    until every one is chosen, so distinct); from the kernel (port 0) once the pool has no free port left."""
     family = address_family(host)
     taken = set(avoid)
+    pool = port_pool()
+    candidates = iter(random.sample(pool, len(pool)))
     ports: list[int] = []
     with contextlib.ExitStack() as stack:
         while len(ports) < count:
+            wanted = next((p for p in candidates if p not in taken), 0)
             sock = stack.enter_context(socket.socket(family, socket.SOCK_STREAM))
             try:
-                sock.bind((host, 0))
+                sock.bind((host, wanted))
             except OSError as exc:
+                if wanted and exc.errno in (errno.EADDRINUSE, errno.EACCES):
+                    continue  # held by another process (or reserved): the next candidate
                 raise InputError(f"--host {host!r}: cannot bind a port there: {exc}") from None
             port = sock.getsockname()[1]
             if port not in taken:

@@ -13,7 +13,10 @@ a *survivor*: named in the result, and the run fails (exit 3). Every server also
 parent-death signal, so a SIGKILLed kvdoctor takes its servers with it.
 
 Health counts only for the process we started: a 200 from a port whose listener is not in our
-process tree (a foreign server on a pinned or raced port) is not "healthy".
+process tree (a foreign server on a pinned or raced port) is not "healthy". A listener that is not ours and
+accepts without answering (taken between the port's choice and the server's bind, e.g. by another server's
+gloo group) fails the wait at once: the server could not bind its port, and SGLang's warm-up thread would
+otherwise poll that listener for 12 minutes before killing its own server (``kvdoctor.deploy.ports``).
 
 kvdoctor owns the variables its in-server code reads (``hook_log.CONTROL_ENV``: the fault to inject, the
 patches, the logs): a server gets only those its step sets. One inherited from kvdoctor's own environment
@@ -186,7 +189,8 @@ class Supervisor(contextlib.AbstractContextManager["Supervisor"]):
         For a process we started, a 200 counts only once that process (or a descendant, or an
         orphan reparented to us) is the one listening on the URL's port; until then we keep polling
         (a listener we cannot attribute is treated the same way) and at the deadline the failure
-        says a foreign server answered.
+        says a foreign server answered. A request that times out on a listener outside that tree fails at once:
+        the port was taken before the server bound it, and the server will never answer there.
         """
         port = _port_of(url)
         foreign = False
@@ -194,9 +198,17 @@ class Supervisor(contextlib.AbstractContextManager["Supervisor"]):
             while True:
                 self.check_alive()
                 timeout = max(POLL_INTERVAL_S, min(HEALTH_TIMEOUT_S, deadline - time.monotonic()))
-                answered = False
-                with contextlib.suppress(httpx.HTTPError):
+                answered = silent = False
+                try:
                     answered = client.get(url, timeout=timeout).status_code == 200
+                except httpx.ReadTimeout:
+                    silent = True  # a listener accepted and did not answer: ours (busy), or not
+                except httpx.HTTPError:
+                    pass
+                if silent and proc is not None and not self.owns_listener(proc, port):
+                    holders = listeners(port)
+                    if holders:
+                        raise ForeignServer(self._taken_message(proc, url, port, holders))
                 if answered:
                     if proc is None or self.owns_listener(proc, port):
                         return
@@ -218,6 +230,28 @@ class Supervisor(contextlib.AbstractContextManager["Supervisor"]):
                     if conn.status == psutil.CONN_LISTEN and conn.laddr and conn.laddr.port == port:
                         return True
         return False
+
+    def _taken_message(self, proc: Managed, url: str, port: int, holders: list[int | None]) -> str:
+        """Who holds PORT instead of PROC: a pid, its name, and the role of the server it belongs to if ours."""
+        whose: dict[int, str] = {}
+        for other in self.procs:
+            if other is not proc:
+                whose |= dict.fromkeys([other.pid, *other.seen], f"of kvdoctor's {other.role} server")
+        held = []
+        for pid in holders:
+            if pid is None:
+                held.append("a process kvdoctor cannot name")
+                continue
+            try:
+                name = psutil.Process(pid).name()
+            except psutil.Error:
+                name = "exited since"
+            held.append(f"pid {pid} ({', '.join(filter(None, [name, whose.get(pid)]))})")
+        return (
+            f"{proc.role}: port {port} was taken before the server bound it: {' and '.join(held)} listens there "
+            f"and does not answer {url}, so the server kvdoctor started (pid {proc.pid}) could not bind it; "
+            f"last lines of {proc.log_path}:\n{log_tail(proc.log_path)}"
+        )
 
     def _remember_descendants(self, proc: Managed) -> None:
         with contextlib.suppress(psutil.Error):
@@ -317,6 +351,16 @@ def marked_processes(key: str, value: str) -> list[psutil.Process]:
             if _running(candidate) and candidate.environ().get(key) == value:
                 found.append(candidate)
     return found
+
+
+def listeners(port: int) -> list[int | None]:
+    """The pids listening on PORT on any address (None: a process this user may not see); [] where the system's
+    sockets cannot be read."""
+    try:
+        conns = psutil.net_connections(kind="inet")
+    except psutil.Error:
+        return []
+    return [c.pid for c in conns if c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port]
 
 
 def _wait_gone(procs: list[psutil.Process], timeout_s: float) -> list[psutil.Process]:

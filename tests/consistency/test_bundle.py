@@ -194,3 +194,11 @@ def test_the_runner_names_a_divergence_and_a_drift_and_passes_what_matches() -> 
     assert run.fill("{python} --port {port3} {checkpoint}", {"python": "p", "port3": "9", "checkpoint": "c"}) == (
         "p --port 9 c"
     )
+
+
+def test_the_runner_picks_ports_below_the_ephemeral_range_as_kvdoctor_does() -> None:
+    """A server binds its port after its model loads; an ephemeral one may be taken by then (test_port_race.py)."""
+    from kvdoctor.deploy.ports import ephemeral_low, port_pool
+
+    chosen = _runner().free_ports(8)
+    assert len(set(chosen)) == 8 and all(p in port_pool() and p < ephemeral_low() for p in chosen), chosen

@@ -17,6 +17,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from kvdoctor.deploy.ports import port_pool
+
 # An ISO 8601 instant: the JSON header's "timestamp", JUnit's timestamp="..." attribute.
 TIMESTAMP = re.compile(r"\b\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:Z|[+-]\d{2}:?\d{2})?")
 # pd-eval's run directory: run-<YYYYmmdd-HHMMSS>-<8 hex> (kvdoctor/deploy/rundir.py).
@@ -31,9 +33,9 @@ ELAPSED = re.compile(r"(\belapsed\s+)\d+(?:\.\d+)? s\b")
 PAREN_SECONDS = re.compile(r"\(\d+(?:\.\d+)? s\)")
 # drift's verdict line: "... 0 drifting, 35.3 s".
 DRIFT_SECONDS = re.compile(r"(\b\d+ drifting, )\d+(?:\.\d+)? s\b")
-# A free port (bound to port 0, so in the kernel's ephemeral range) after a loopback host or a --*port flag,
-# or as JSON "bootstrap_port"; a port outside that range (the closed-port case's :9, consistency's fixed
-# 30000..30005) is kept.
+# A free port (kvdoctor.deploy.ports: from its pool below the kernel's ephemeral range, or the kernel's port 0
+# where the pool is empty) after a loopback host or a --*port flag, or as JSON "bootstrap_port"; any other port
+# (the closed-port case's :9, consistency's fixed 30000..30005) is kept.
 HOST_PORT = re.compile(r"(127\.0\.0\.1:)(\d{4,5})\b")
 FLAG_PORT = re.compile(r"(--(?:[a-z]+-)*port[ =])(\d{4,5})\b")
 JSON_PORT = re.compile(r'("(?:[a-z]+_)?port": )(\d{4,5})\b')
@@ -52,6 +54,7 @@ def _ephemeral_ports() -> range:
 
 
 EPHEMERAL = _ephemeral_ports()
+FREE_POOL = port_pool()
 
 
 @dataclass
@@ -92,7 +95,7 @@ class Normaliser:
 
     def _port(self, match: re.Match[str]) -> str:
         port = match.group(2)
-        if int(port) not in EPHEMERAL:
+        if int(port) not in EPHEMERAL and int(port) not in FREE_POOL:
             return match.group(0)
         name = self.ports.setdefault(port, f"<port{len(self.ports) + 1}>")
         return match.group(0).replace(port, name, 1)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.golden.normalise import EPHEMERAL, Normaliser, path_placeholders
+from tests.golden.normalise import EPHEMERAL, FREE_POOL, Normaliser, path_placeholders
 
 SCRATCH, REPO, FIXTURES, VENV = Path("/tmp/s1"), Path("/w/kv"), Path("/w/other/fixtures"), Path("/w/kv/.venv")
 
@@ -49,6 +49,8 @@ def test_free_ports_keep_their_identity_within_a_case() -> None:
     assert norm(f'  "bootstrap_port": {low + 9},') == '  "bootstrap_port": <port2>,'
     assert norm(f'          "--port",\n          "{low + 7}"') == '          "--port",\n          "<port3>"'
     assert norm(f'          "--tp",\n          "{low + 7}"') == f'          "--tp",\n          "{low + 7}"'
+    pool = FREE_POOL.start  # kvdoctor's own free ports, below the ephemeral range
+    assert norm(f"--port {pool + 3} http://127.0.0.1:{low + 5}") == "--port <port4> http://127.0.0.1:<port1>"
 
 
 def test_paths_version_and_host_are_replaced_longest_first() -> None:

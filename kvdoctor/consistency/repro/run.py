@@ -28,6 +28,7 @@ import concurrent.futures
 import contextlib
 import json
 import os
+import random
 import re
 import signal
 import socket
@@ -48,11 +49,26 @@ class LaunchFailed(Exception):
 
 
 def free_ports(n: int) -> list[int]:
-    socks = []
+    """N free ports below the kernel's ephemeral range (10000-21999): a server binds its port only after its model
+    has loaded, and meanwhile another server's gloo groups take ports from the ephemeral range (port 0)."""
     try:
-        for _ in range(n):
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as fh:
+            low = int(fh.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768
+    pool = list(range(10000, min(22000, low)))
+    random.shuffle(pool)
+    socks: list[socket.socket] = []
+    try:
+        while len(socks) < n:
             s = socket.socket()
-            s.bind(("127.0.0.1", 0))
+            try:
+                s.bind(("127.0.0.1", pool.pop() if pool else 0))
+            except OSError:
+                s.close()
+                if not pool:
+                    raise
+                continue  # held by another process: the next one
             socks.append(s)
         return [s.getsockname()[1] for s in socks]
     finally:
