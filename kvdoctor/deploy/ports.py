@@ -13,8 +13,9 @@ scheduler's gloo groups listen on ports the kernel picks there (``torch.distribu
 chosen ephemeral port taken so made the HTTP server fail to bind while SGLang's warm-up thread went on polling
 the port, now gloo's, which accepts and never answers: 120 read time-outs, 12 minutes, then SGLang killed
 itself (CI, stop 38: "reference died: ... Read timed out"). SGLang picks its own later-bound ports the same way
-and for the same reason (``srt/utils/network.py``, ``get_free_port_below_ephemeral``: 22000-29999), which
-:data:`PORT_RANGE` stays clear of. A machine whose ephemeral range starts lower than :data:`PORT_RANGE` gets
+and for the same reason (``srt/utils/network.py``, ``get_free_port_below_ephemeral``: 22000-29999), and Mooncake's
+TCP transport listens on a port it picks in 15000-16999 (95 of 95 in this machine's PD logs): :data:`PORT_RANGE`
+stays clear of both. A machine whose ephemeral range starts lower than :data:`PORT_RANGE` gets
 ports from the kernel (port 0), as before.
 """
 
@@ -39,8 +40,9 @@ def address_family(host: str) -> socket.AddressFamily:
     return info[0][0]
 
 
-# Where free ports are chosen: below SGLang's own later-bound ports (22000-29999) and the kernel's ephemeral range.
-PORT_RANGE = range(10000, 22000)
+# Where free ports are chosen: below the kernel's ephemeral range, between Mooncake's transfer ports (15000-16999)
+# and SGLang's own later-bound ports (22000-29999).
+PORT_RANGE = range(17000, 22000)
 EPHEMERAL_RANGE_FILE = Path("/proc/sys/net/ipv4/ip_local_port_range")
 
 

@@ -49,14 +49,14 @@ class LaunchFailed(Exception):
 
 
 def free_ports(n: int) -> list[int]:
-    """N free ports below the kernel's ephemeral range (10000-21999): a server binds its port only after its model
+    """N free ports below the kernel's ephemeral range (17000-21999): a server binds its port only after its model
     has loaded, and meanwhile another server's gloo groups take ports from the ephemeral range (port 0)."""
     try:
         with open("/proc/sys/net/ipv4/ip_local_port_range") as fh:
             low = int(fh.read().split()[0])
     except (OSError, ValueError, IndexError):
         low = 32768
-    pool = list(range(10000, min(22000, low)))
+    pool = list(range(17000, min(22000, low)))
     random.shuffle(pool)
     socks: list[socket.socket] = []
     try:
