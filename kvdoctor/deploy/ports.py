@@ -9,14 +9,13 @@ Where: below the kernel's ephemeral range (``net.ipv4.ip_local_port_range``, 327
 :data:`PORT_RANGE`. A port is chosen free, released, and bound by the server only after its model has loaded
 (uvicorn binds after start-up: tens of seconds on a CPU). In that window every other process that binds port 0
 or connects out gets a port from the ephemeral range, and a server starting beside it does: each SGLang
-scheduler's gloo groups listen on ports the kernel picks there (``torch.distributed``). A
-chosen ephemeral port taken so made the HTTP server fail to bind while SGLang's warm-up thread went on polling
-the port, now gloo's, which accepts and never answers: 120 read time-outs, 12 minutes, then SGLang killed
-itself (CI, stop 38: "reference died: ... Read timed out"). SGLang picks its own later-bound ports the same way
-and for the same reason (``srt/utils/network.py``, ``get_free_port_below_ephemeral``: 22000-29999), and Mooncake's
-TCP transport listens on a port it picks in 15000-16999 (95 of 95 in this machine's PD logs): :data:`PORT_RANGE`
-stays clear of both. A machine whose ephemeral range starts lower than :data:`PORT_RANGE` gets
-ports from the kernel (port 0), as before.
+scheduler's gloo groups listen on ports the kernel picks there (``torch.distributed``). When one took a chosen
+port, the HTTP server failed to bind it and SGLang's warm-up thread went on polling it, now gloo's, which accepts
+and never answers: 120 read time-outs, 12 minutes, then SGLang killed its own server (CI, stop 38: "reference
+died: ... Read timed out"). SGLang picks its own later-bound ports below the range for the same reason
+(``srt/utils/network.py``, ``get_free_port_below_ephemeral``: 22000-29999), and Mooncake's TCP transport listens
+on a port it picks in 15000-16999 (95 of 95 in this machine's PD logs): :data:`PORT_RANGE` stays clear of both.
+A machine whose ephemeral range starts at or below :data:`PORT_RANGE` gets ports from the kernel (port 0).
 """
 
 from __future__ import annotations

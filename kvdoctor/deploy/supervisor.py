@@ -360,7 +360,9 @@ def listeners(port: int) -> list[int | None]:
         conns = psutil.net_connections(kind="inet")
     except psutil.Error:
         return []
-    return [c.pid for c in conns if c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port]
+    return list(
+        dict.fromkeys(c.pid for c in conns if c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port)
+    )
 
 
 def _wait_gone(procs: list[psutil.Process], timeout_s: float) -> list[psutil.Process]:
