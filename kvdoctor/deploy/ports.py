@@ -45,17 +45,18 @@ PORT_RANGE = range(17000, 22000)
 EPHEMERAL_RANGE_FILE = Path("/proc/sys/net/ipv4/ip_local_port_range")
 
 
-def ephemeral_low(path: Path = EPHEMERAL_RANGE_FILE) -> int:
-    """The first port the kernel hands out for port 0 and outgoing connections (32768 where unknown)."""
+def ephemeral_ports(path: Path = EPHEMERAL_RANGE_FILE) -> range:
+    """The ports the kernel hands out for port 0 and outgoing connections (32768-65535 where unknown)."""
     try:
-        return int(path.read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        return 32768
+        low, high = map(int, path.read_text().split())
+    except (OSError, ValueError):
+        low, high = 32768, 65535
+    return range(low, high + 1)
 
 
 def port_pool() -> range:
     """The ports :func:`free_ports` chooses from: :data:`PORT_RANGE` below the ephemeral range (empty: none)."""
-    return range(PORT_RANGE.start, min(PORT_RANGE.stop, ephemeral_low()))
+    return range(PORT_RANGE.start, min(PORT_RANGE.stop, ephemeral_ports().start))
 
 
 def free_ports(count: int, *, host: str = "127.0.0.1", avoid: Iterable[int] = ()) -> list[int]:

@@ -198,7 +198,7 @@ def test_the_runner_names_a_divergence_and_a_drift_and_passes_what_matches() -> 
 
 def test_the_runner_picks_ports_below_the_ephemeral_range_as_kvdoctor_does() -> None:
     """A server binds its port after its model loads; an ephemeral one may be taken by then (test_port_race.py)."""
-    from kvdoctor.deploy.ports import ephemeral_low, port_pool
+    from kvdoctor.deploy.ports import ephemeral_ports, port_pool
 
     chosen = _runner().free_ports(8)
-    assert len(set(chosen)) == 8 and all(p in port_pool() and p < ephemeral_low() for p in chosen), chosen
+    assert len(set(chosen)) == 8 and all(p in port_pool() and p < ephemeral_ports().start for p in chosen), chosen

@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kvdoctor.deploy.ports import port_pool
+from kvdoctor.deploy.ports import ephemeral_ports, port_pool
 
 # An ISO 8601 instant: the JSON header's "timestamp", JUnit's timestamp="..." attribute.
 TIMESTAMP = re.compile(r"\b\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:Z|[+-]\d{2}:?\d{2})?")
@@ -44,16 +44,7 @@ ARGV_PORT_FLAG = re.compile(r'^\s*"--(?:[a-z]+-)*port",$')
 ARGV_PORT_VALUE = re.compile(r'^(\s*")(\d{4,5})(",?)$')
 
 
-def _ephemeral_ports() -> range:
-    """The range free ports come from (Linux: net.ipv4.ip_local_port_range; elsewhere 32768..65535)."""
-    try:
-        low, high = map(int, Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
-    except (OSError, ValueError):
-        low, high = 32768, 65535
-    return range(low, high + 1)
-
-
-EPHEMERAL = _ephemeral_ports()
+EPHEMERAL = ephemeral_ports()
 FREE_POOL = port_pool()
 
 

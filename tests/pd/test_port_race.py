@@ -33,7 +33,7 @@ LOADING = (sys.executable, "-c", "import time; time.sleep(600)")  # a server sti
 
 
 def test_free_ports_come_from_below_the_ephemeral_range() -> None:
-    low = ports.ephemeral_low()
+    low = ports.ephemeral_ports().start
     chosen = ports.free_ports(16)
     assert len(set(chosen)) == 16
     assert all(p in ports.port_pool() and p < low for p in chosen), (chosen, low)
@@ -53,8 +53,8 @@ def test_a_held_pool_port_is_passed_over(monkeypatch: pytest.MonkeyPatch) -> Non
 
 def test_without_a_pool_the_kernel_chooses(monkeypatch: pytest.MonkeyPatch) -> None:
     """A machine whose ephemeral range starts below kvdoctor's pool: ports from port 0, as before."""
-    real_low = ports.ephemeral_low()
-    monkeypatch.setattr(ports, "ephemeral_low", lambda path=None: ports.PORT_RANGE.start)
+    real_low = ports.ephemeral_ports().start
+    monkeypatch.setattr(ports, "ephemeral_ports", lambda path=None: range(ports.PORT_RANGE.start, 60999))
     assert not ports.port_pool()
     chosen = ports.free_ports(3)
     assert len(set(chosen)) == 3 and all(p >= real_low for p in chosen), chosen
@@ -63,8 +63,9 @@ def test_without_a_pool_the_kernel_chooses(monkeypatch: pytest.MonkeyPatch) -> N
 def test_the_ephemeral_range_is_read_from_the_kernel(tmp_path: Path) -> None:
     (tmp_path / "range").write_text("40000\t60999\n")
     (tmp_path / "junk").write_text("none")
-    assert ports.ephemeral_low(tmp_path / "range") == 40000
-    assert ports.ephemeral_low(tmp_path / "junk") == ports.ephemeral_low(tmp_path / "missing") == 32768
+    assert ports.ephemeral_ports(tmp_path / "range") == range(40000, 61000)
+    unknown = range(32768, 65536)
+    assert ports.ephemeral_ports(tmp_path / "junk") == ports.ephemeral_ports(tmp_path / "missing") == unknown
 
 
 @pytest.fixture
