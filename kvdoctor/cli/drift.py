@@ -9,7 +9,9 @@ One typed result (:class:`~kvdoctor.core.drift_result.DriftReport`) feeds every 
 :class:`~kvdoctor.report.drift_report.Report`: ``--json`` (the shared header, then the report's own
 keys; ``kvdoctor schema drift``), the table, JUnit (one case per matrix cell) and the step summary. A cell
 fails in JUnit exactly when it drifts, and the command exits 1 exactly when one does, so the CI file and
-the exit code cannot disagree. Its reports are written first, then its output (the steps of
+the exit code cannot disagree. A cell where the server's own code failed is an error (JUnit ``<error>``, one line
+under the tables): with no drift the run exits 3, its verdict line naming the server's error and where. Its reports
+are written first, then its output (the steps of
 ``kvdoctor.cli.command``).
 """
 
@@ -81,7 +83,8 @@ def drift(
 
     Needs the server importable: SGLang (make sglang-env; run .venv-sglang/bin/kvdoctor drift) or, with
     --server vllm, vLLM (make vllm-env; run .venv-vllm/bin/kvdoctor drift --server vllm). Exit 0 when every
-    field agrees, 1 on any drift, 2 on bad input.
+    field agrees, 1 on any drift, 2 on bad input, 3 when the server's own code failed in a case (no answer: never
+    counted as drift).
     """
     source = ctx.get_parameter_source("gpu_arch")  # click's ParameterSource (Typer may vendor click: by name)
     explicit_arch = source is not None and source.name != "DEFAULT"
@@ -152,7 +155,20 @@ def render(console: Console, result: DriftReport) -> None:
         console.print(table)
         for line in refusal_lines(r, server):
             console.print(safe(line), highlight=False)
+    render_errors(console, result)
     render_architectures(console, result)
+
+
+def render_errors(console: Console, result: DriftReport) -> None:
+    """The cells where the server's own code failed, one line per distinct failure (never a drift table):
+    ``error inside vLLM in 429 of 429 cases (deepseek-v3 · base, … and 424 more): RuntimeError: … at vllm/…:243``."""
+    from kvdoctor.report.drift_report import cells_named
+
+    for error, _count in result.errors():
+        cells = [r for r in result.errored if str(getattr(r, "error", "")) == error]
+        where = f"{len(cells)} of {result.cases} cases ({cells_named(cells)})"
+        line = f"error inside {result.server_title} in {where}: {error}"
+        console.print(safe(line), highlight=False, soft_wrap=True)
 
 
 def render_architectures(console: Console, result: DriftReport) -> None:

@@ -11,10 +11,16 @@ What differs by server is only the name of the server's side, and it is a key of
 (:class:`SglangCaseResult`, ``FieldDrift``); a vLLM cell ``vllm_refusal`` and ``vllm``
 (:class:`VllmCaseResult`, :class:`VllmFieldDrift`). A reader tests which key is present; neither appears
 as ``null`` beside the other. Everything else (the totals, ``ok``, the verdict) is this one type.
+
+A cell is one of three (its ``status``): ``ok`` (every field compared agrees), ``drift`` (a field differs, or one
+side refused), ``error`` (the server's own code failed in a way it does not refuse: ``error`` holds its type,
+message and file:line, and no field of the cell was compared). An error is never drift: the report counts it
+apart (``error_cases``), and a run with one is no pass (exit 3 unless a cell also drifts, exit 1).
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import field
 from typing import Any, ClassVar, Protocol
 
@@ -22,6 +28,9 @@ from kvdoctor.core.engine_ref import EngineRef
 from kvdoctor.core.record import record
 
 __all__ = [
+    "CELL_DRIFT",
+    "CELL_ERROR",
+    "CELL_OK",
     "ArchitectureTotals",
     "CaseResult",
     "Disagreement",
@@ -41,6 +50,9 @@ class Disagreement(Protocol):
 
     field: str
     kvdoctor: Any
+
+
+CELL_OK, CELL_DRIFT, CELL_ERROR = "ok", "drift", "error"  # a cell's status
 
 
 def server_answer(drift: Disagreement, server: str) -> Any:
@@ -64,7 +76,9 @@ class CaseResult:
 
     A server's cell is its subclass (:class:`SglangCaseResult`, :class:`VllmCaseResult`), which adds the
     server's refusal under its own key and the cell's time; the positional order of the fields is the
-    one ``drift`` always had (model, case, argv, fields, drift, kvdoctor_refusal, <server>_refusal, seconds).
+    one ``drift`` always had (model, case, argv, fields, drift, kvdoctor_refusal, <server>_refusal, seconds),
+    then ``error``: the server's own code failed in this cell (``RuntimeError: … at vllm/platforms/cpu.py:243``),
+    so nothing was compared; the cell's ``status`` is then ``error``, neither ok nor drift.
     """
 
     server: ClassVar[str]
@@ -74,11 +88,14 @@ class CaseResult:
     argv: tuple[str, ...]
     fields: int
     ok: bool = field(init=False)
+    status: str = field(init=False)  # ok | drift | error (CELL_*)
     drift: list[Any] = field(default_factory=list)
     kvdoctor_refusal: str | None = None
 
     def __post_init__(self) -> None:
-        self.ok = not self.drift
+        failed = getattr(self, "error", None) is not None  # a subclass's field, after the time
+        self.status = CELL_ERROR if failed else CELL_DRIFT if self.drift else CELL_OK
+        self.ok = self.status == CELL_OK
         self.seconds: float = round(getattr(self, "seconds", 0.0), 3)  # a subclass's field, after the refusal
 
     @property
@@ -95,6 +112,7 @@ class SglangCaseResult(CaseResult):
 
     sglang_refusal: str | None = None
     seconds: float = 0.0
+    error: str | None = None  # SGLang's own code failed here: type, message, file:line (nothing compared)
 
 
 @record
@@ -105,6 +123,7 @@ class VllmCaseResult(CaseResult):
 
     vllm_refusal: str | None = None
     seconds: float = 0.0
+    error: str | None = None  # vLLM's own code failed here: type, message, file:line (nothing compared)
 
 
 @record
@@ -114,7 +133,8 @@ class DriftReport:
     ``engine`` is the installed server compared against; in ``--json`` the shared header's ``engine``
     (the same name, version and path) stands for it. The other fields are the report's own keys.
     ``gpu_arch`` is the GPU SGLang was told it runs on; None for vLLM, whose compared answers take no
-    platform.
+    platform. ``error_cases`` counts the cells where the server's own code failed (not drift: nothing was
+    compared there); ``drifting_cases`` only the cells where a compared field differs.
     """
 
     ok: bool = field(init=False)
@@ -122,6 +142,7 @@ class DriftReport:
     cases: int = field(init=False)  # how many matrix cells ran
     fields_compared: int = field(init=False)
     drifting_cases: int = field(init=False)
+    error_cases: int = field(init=False)  # cells where the server's own code failed (no field compared)
     results: list[CaseResult]
     elapsed_s: float
     gpu_arch: str | None = "sm100"  # the --gpu-arch both sides were told (SGLang)
@@ -131,7 +152,8 @@ class DriftReport:
         self.ok = all(c.ok for c in self.results)
         self.cases = len(self.results)
         self.fields_compared = sum(c.fields for c in self.results)
-        self.drifting_cases = sum(not c.ok for c in self.results)
+        self.drifting_cases = sum(c.status == CELL_DRIFT for c in self.results)
+        self.error_cases = sum(c.status == CELL_ERROR for c in self.results)
 
     @property
     def server(self) -> str:
@@ -150,7 +172,18 @@ class DriftReport:
 
     @property
     def drifting(self) -> list[CaseResult]:
-        return [c for c in self.results if not c.ok]
+        """The cells where a compared field differs (never a cell whose server failed)."""
+        return [c for c in self.results if c.status == CELL_DRIFT]
+
+    @property
+    def errored(self) -> list[CaseResult]:
+        """The cells where the server's own code failed (nothing compared there)."""
+        return [c for c in self.results if c.status == CELL_ERROR]
+
+    def errors(self) -> list[tuple[str, int]]:
+        """Each distinct failure of the server's code and how many cells it ended, the most common first
+        (the first seen first among equals)."""
+        return Counter(str(getattr(c, "error", "")) for c in self.errored).most_common()
 
 
 @record
@@ -163,9 +196,10 @@ class ModelTypeVerdict:
     cells: int
     drifting_cells: int
     ok: bool = field(init=False)
+    error_cells: int = 0  # cells where the server's own code failed (not drift)
 
     def __post_init__(self) -> None:
-        self.ok = self.drifting_cells == 0
+        self.ok = self.drifting_cells == 0 and self.error_cells == 0
 
 
 @record

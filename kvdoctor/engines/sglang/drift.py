@@ -3,7 +3,8 @@
 Every bundled fixture is inspected under every launch line of :data:`MATRIX`, by kvdoctor's rule
 model and by the installed SGLang (:mod:`kvdoctor.engines.sglang.inspect`), in one process that
 imports SGLang once. Against the SGLang version the rules restate, the table must be empty; against
-a user's own SGLang it shows where the frozen rules no longer hold.
+a user's own SGLang it shows where the frozen rules no longer hold. SGLang failing in a way it does not
+refuse is the cell's ``error`` (its type, message and file:line), never drift: nothing was compared there.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ from pathlib import Path
 from kvdoctor._exceptions import EngineUnavailable, InputError
 from kvdoctor.core.config import bundled_fixtures
 from kvdoctor.core.drift_result import (
+    CELL_DRIFT,
+    CELL_ERROR,
     ArchitectureTotals,
     DriftReport,
     GeneratedDriftReport,
@@ -26,10 +29,9 @@ from kvdoctor.core.drift_result import (
     SglangCaseResult,
 )
 from kvdoctor.core.sglang.analysis import analyze
-from kvdoctor.core.sglang.inspect_result import FieldDrift
 from kvdoctor.engines import GpuArch
 from kvdoctor.engines.sglang import _runtime
-from kvdoctor.engines.sglang.inspect import Beside, _asked, beside
+from kvdoctor.engines.sglang.inspect import Beside, _asked, beside, failure
 
 SIZED = ("--max-total-tokens", "65536")  # a pool size both sides can use for the hicache ratio
 DECODE = ("--disaggregation-mode", "decode")
@@ -89,20 +91,20 @@ def one_case(model: str, case: LaunchCase, arch: GpuArch, name: str | None = Non
         answers: Beside = beside(analysis, model, argv, arch, kvdoctor_refusal=refusal)
     except EngineUnavailable:
         raise  # this SGLang cannot be driven (import, version, a piece it lacks): drift refuses, exit 2
-    except Exception as exc:  # SGLang failed in a way it does not refuse: a finding for this cell only
+    except Exception as exc:  # SGLang failed in a way it does not refuse: this cell is an error, never drift
         different = _runtime.api_difference(exc, f"drift cell {model} · {case.name}")
         if different is not None:
             raise different from exc  # kvdoctor's call into another version failed: not drift, exit 2
-        error = f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]} ({_runtime.sglang_frame(exc)})"
         return SglangCaseResult(
             label,
             case.name,
             tuple(argv),
             0,
-            [FieldDrift("error", None, error)],
+            [],
             refusal,
             None,
             time.perf_counter() - started,
+            error=failure(exc),
         )
     live = answers.live
     return SglangCaseResult(
@@ -210,7 +212,8 @@ def run_all_architectures(
                     gen.architecture,
                     gen.model_type in fixture_types,
                     len(cells),
-                    sum(not c.ok for c in cells),
+                    sum(c.status == CELL_DRIFT for c in cells),
+                    error_cells=sum(c.status == CELL_ERROR for c in cells),
                 )
             )
         report("done", total, total)

@@ -14,17 +14,20 @@ For one model and launch line SGLang's own code is evaluated, in this process, o
   cache is built (run up to the first line after the checks, then stopped).
 
 :func:`compare` puts kvdoctor's rule-model answer beside each live one; every disagreement is a
-``KVD015-RULES-DRIFT`` hazard naming the field, both answers and the SGLang version.
+``KVD015-RULES-DRIFT`` hazard naming the field, both answers and the SGLang version. SGLang's own code failing
+in a way it does not refuse is no answer and no drift: exit 3, one line naming its error and SGLang's file:line
+(:func:`server_failures`; ``drift`` makes it that cell's error, :func:`failure`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import types
 from dataclasses import dataclass, field
 from typing import Any
 
-from kvdoctor._exceptions import EngineRefuses, InputError
+from kvdoctor._exceptions import DeploymentError, EngineRefuses, InputError
 from kvdoctor.core.engine_ref import EngineRef
 from kvdoctor.core.registry import ERROR, Hazard
 from kvdoctor.core.sglang.analysis import Analysis, analyze
@@ -38,13 +41,29 @@ from kvdoctor.core.sglang.inspect_result import (
     inspect_report,
     shown,
 )
-from kvdoctor.engines import GpuArch, Inspected, InspectQuestion
+from kvdoctor.engines import GpuArch, Inspected, InspectQuestion, failures
 from kvdoctor.engines.sglang import _pools, _runtime, _support
 from kvdoctor.engines.sglang._planes import planes_of
 
 DRIFT_CODE = "KVD015-RULES-DRIFT"
 REFUSES_CODE = "KVD014-SGLANG-REFUSES"  # the rule model's own code for a launch SGLang refuses
 TINY = _pools.PoolPlan(rows=2, pages=4, page_size=1)
+
+
+def failure(exc: BaseException) -> str:
+    """SGLang's failure in words: its type, message and where it was raised (``sglang/<file>:<line> in <fn>``)."""
+    return f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]} at {_runtime.sglang_frame(exc)}"
+
+
+def failed_inside(exc: BaseException, during: str) -> DeploymentError | None:
+    """EXC as exit 3 when SGLang's own code raised it (no answer came: not drift, not kvdoctor's bug); None for
+    kvdoctor's own errors and for a failure no frame of SGLang's raised (kvdoctor's bug, exit 4)."""
+    return failures.failed_inside(exc, during, title="SGLang", raised_in=_runtime.raised_in_sglang, failure=failure)
+
+
+def server_failures(during: str) -> contextlib.AbstractContextManager[None]:
+    """Inside the block, an exception SGLang's own code raised ends the run with exit 3 (:func:`failed_inside`)."""
+    return failures.server_failures(lambda exc: failed_inside(exc, during))
 
 
 @dataclass
@@ -421,6 +440,11 @@ def inspect_beside(question: InspectQuestion) -> Inspected:
     When the rule model refused the input (``question.analysis`` is None) SGLang may still answer, and the
     refusal is drift; when SGLang refuses it too, the input is malformed (exit 2), never a report that passes.
     """
+    with server_failures("inspect --engine sglang"):
+        return _inspect_beside(question)
+
+
+def _inspect_beside(question: InspectQuestion) -> Inspected:
     model, argv, arch = question.model, list(question.server_argv), question.arch
     refusal = question.kvdoctor_refusal
     if question.analysis is None:

@@ -32,6 +32,7 @@ from kvdoctor.engines.sglang import _pools, _runtime
 from kvdoctor.engines.sglang._faults import EngineFault, FaultState, get_engine_fault
 from kvdoctor.engines.sglang._instruments import Instruments, Patches
 from kvdoctor.engines.sglang._planes import StatePlane, components, planes_of
+from kvdoctor.engines.sglang.inspect import failed_inside
 from kvdoctor.roundtrip.options import RoundtripOptions
 from kvdoctor.roundtrip.result import ComponentCheck, EngineUsed, RoundtripResult
 from kvdoctor.roundtrip.steps import INTRUDER_BASE, Progress, StepNames, run_steps
@@ -354,6 +355,9 @@ def run_roundtrip(
         different = _runtime.api_difference(exc, "roundtrip's call into it failed")
         if different is not None:
             raise different from exc  # another version's API, never a finding about SGLang: exit 2
+        failed = failed_inside(exc, "roundtrip --engine sglang")
+        if failed is not None:
+            raise failed from exc  # SGLang's own code failed outside a checked step: no verdict, exit 3
         raise
     finally:
         runtime.close()

@@ -6,7 +6,8 @@ Every bundled fixture the vLLM rule model accepts is analysed under every launch
 shapes and dtypes, the groups and their block sizes and bytes, the connector's HMA support and what the
 offloading connector does per group, the start-up refusals), in one process that imports vLLM once.
 Each question is one field; a cell drifts when any answer differs. Both sides refusing the launch alike
-is agreement; one side refusing is drift, and the cell carries both messages.
+is agreement; one side refusing is drift, and the cell carries both messages. vLLM failing in a way it does not
+refuse is the cell's ``error`` (its type, message and file:line), never drift: nothing was compared there.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ from typing import Any
 from kvdoctor._exceptions import EngineUnavailable, InputError
 from kvdoctor.core.config import bundled_fixtures
 from kvdoctor.core.drift_result import (
+    CELL_DRIFT,
+    CELL_ERROR,
     ArchitectureTotals,
     DriftReport,
     GeneratedDriftReport,
@@ -49,24 +52,16 @@ def _kvdoctor_refusal(a: VllmAnalysis) -> str | None:
     return "; ".join(said) or None
 
 
-def _frame(exc: BaseException) -> str:
-    """The innermost frame inside vLLM (or kvdoctor) that raised, as file:line."""
-    tb, where = exc.__traceback__, "?"
-    while tb is not None:
-        path = tb.tb_frame.f_code.co_filename
-        if "/vllm/" in path or "/kvdoctor/" in path:
-            where = f"{path.split('/site-packages/')[-1]}:{tb.tb_lineno}"
-        tb = tb.tb_next
-    return where
-
-
 def one_case(model: str, case: matrix.LaunchCase) -> VllmCaseResult:
     """MODEL under CASE: the rule model's answer and the installed vLLM's, field by field."""
     started = time.perf_counter()
     argv = case.argv
 
-    def cell(fields: int, drift: list[VllmFieldDrift], ours: str | None, theirs: str | None) -> VllmCaseResult:
-        return VllmCaseResult(model, case.name, argv, fields, drift, ours, theirs, time.perf_counter() - started)
+    def cell(
+        fields: int, drift: list[VllmFieldDrift], ours: str | None, theirs: str | None, error: str | None = None
+    ) -> VllmCaseResult:
+        seconds = time.perf_counter() - started
+        return VllmCaseResult(model, case.name, argv, fields, drift, ours, theirs, seconds, error)
 
     try:
         analysis = analyze_vllm(model, argv)
@@ -76,9 +71,8 @@ def one_case(model: str, case: matrix.LaunchCase) -> VllmCaseResult:
         answers = asked.beside(analysis)
     except EngineUnavailable:
         raise  # vLLM (or the connector's module) cannot be imported here: the whole run is exit 2
-    except Exception as exc:  # vLLM failed in a way it does not refuse: a finding for this cell only
-        error = f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]} ({_frame(exc)})"
-        return cell(0, [VllmFieldDrift("error", None, error)], _kvdoctor_refusal(analysis), None)
+    except Exception as exc:  # vLLM failed in a way it does not refuse: this cell is an error, never drift
+        return cell(0, [], _kvdoctor_refusal(analysis), None, asked.failure(exc))
     drift = [VllmFieldDrift(c.question, c.kvdoctor, c.vllm) for c in answers.drifts]
     theirs = "; ".join(answers.refusals) or None
     return cell(len(answers.checks), drift, _kvdoctor_refusal(analysis), theirs)
@@ -184,10 +178,15 @@ def run_all_architectures(
                 done = one_case(path, case)
                 cells.append(dataclasses.replace(done, model=gen.model_type))
             results.extend(cells)
-            drifting = sum(not c.ok for c in cells)
+            drifting = sum(c.status == CELL_DRIFT for c in cells)
             verdicts.append(
                 ModelTypeVerdict(
-                    gen.model_type, gen.architecture, gen.model_type in fixture_types, len(cells), drifting
+                    gen.model_type,
+                    gen.architecture,
+                    gen.model_type in fixture_types,
+                    len(cells),
+                    drifting,
+                    error_cells=sum(c.status == CELL_ERROR for c in cells),
                 )
             )
         report("done", total, total)

@@ -19,17 +19,21 @@ What vLLM itself computes here, on CPU, from its own classes and functions (no m
 - ``max_model_len``, from vLLM's own ``_get_and_verify_max_len`` on the config object vLLM's ``get_config``
   builds from the model's config.json (``cache_config.py``), beside the rule model's (``core/vllm/model_len.py``).
 Inputs kvdoctor supplies (printed as such): which layer is which kind and the block size.
-Each disagreement is a ``KVD115-VLLM-DRIFT`` error.
+Each disagreement is a ``KVD115-VLLM-DRIFT`` error. vLLM's own code failing in a way it does not refuse is no answer
+and no drift: exit 3, one line naming its error and vLLM's file:line (:func:`server_failures`; ``drift`` makes it
+that cell's error, :func:`failure`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import types
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-from kvdoctor._exceptions import EngineUnavailable
+from kvdoctor._exceptions import DeploymentError, EngineUnavailable
 from kvdoctor.core.engine_ref import EngineRef
 from kvdoctor.core.registry import ERROR, Hazard
 from kvdoctor.core.vllm import rules
@@ -44,7 +48,7 @@ from kvdoctor.core.vllm.analysis import (
 from kvdoctor.core.vllm.connectors import Status
 from kvdoctor.core.vllm.refusals import total_kv_heads
 from kvdoctor.core.vllm.specs import LayerSpec, SpecKind
-from kvdoctor.engines import Inspected, InspectQuestion
+from kvdoctor.engines import Inspected, InspectQuestion, failures
 from kvdoctor.engines.vllm import _runtime as rt
 from kvdoctor.engines.vllm import cache_config
 
@@ -56,6 +60,39 @@ TOKEN_HEAD_BACKEND = ("vllm.v1.attention.backends.triton_attn", "TritonAttention
 PLAIN_BACKEND = ("vllm.v1.attention.backends.flash_attn", "FlashAttentionBackend")
 REFUSES_CODE = "KVD114-VLLM-REFUSES"
 NONE = "none"
+
+
+_KVDOCTOR = str(Path(__file__).resolve().parents[2])  # kvdoctor's own package: its frames are never vLLM's
+
+
+def _where(exc: BaseException) -> tuple[str, bool]:
+    """The innermost frame inside vLLM that raised EXC as ``vllm/<file>:<line>``, and True; when none is vLLM's,
+    kvdoctor's own innermost frame (``kvdoctor's own kvdoctor/<file>:<line>``), and False."""
+    tb, vllm, ours = exc.__traceback__, None, None
+    while tb is not None:
+        path = tb.tb_frame.f_code.co_filename
+        if path.startswith(_KVDOCTOR):
+            ours = f"kvdoctor's own kvdoctor/{path[len(_KVDOCTOR) :].lstrip('/')}:{tb.tb_lineno}"
+        elif "/vllm/" in path:
+            vllm = f"vllm/{path.rsplit('/vllm/', 1)[1]}:{tb.tb_lineno}"
+        tb = tb.tb_next
+    return (vllm, True) if vllm else (ours or "outside vLLM", False)
+
+
+def failure(exc: BaseException) -> str:
+    """vLLM's failure in words: its type, message and where it was raised (``vllm/<file>:<line>``)."""
+    return f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]} at {_where(exc)[0]}"
+
+
+def failed_inside(exc: BaseException, during: str) -> DeploymentError | None:
+    """EXC as exit 3 when vLLM's own code raised it (no answer came: not drift, not kvdoctor's bug); None for
+    kvdoctor's own errors and for a failure no frame of vLLM's raised (kvdoctor's bug, exit 4)."""
+    return failures.failed_inside(exc, during, title="vLLM", raised_in=lambda e: _where(e)[1], failure=failure)
+
+
+def server_failures(during: str) -> contextlib.AbstractContextManager[None]:
+    """Inside the block, an exception vLLM's own code raised ends the run with exit 3 (:func:`failed_inside`)."""
+    return failures.server_failures(lambda exc: failed_inside(exc, during))
 
 
 def check(question: str, kvdoctor: str, vllm: str) -> VllmCheck:
@@ -435,7 +472,8 @@ def inspect_beside(question: InspectQuestion) -> Inspected:
     report = analysis.report()
     base = {f.name: getattr(report, f.name) for f in dataclasses.fields(report)}
     try:
-        answers = beside(analysis)
+        with server_failures("inspect --engine vllm"):
+            answers = beside(analysis)
     except EngineUnavailable as exc:  # the rule model answered; say why vLLM did not
         unavailable = VllmBesideReport(**base, vllm=VllmUnavailable(available=False, reason=str(exc)))
         return Inspected(unavailable, notes=(f"{exc}; kvdoctor's rule model answered alone",))

@@ -40,7 +40,7 @@ from kvdoctor.engines.vllm import _offload_shims as shims
 from kvdoctor.engines.vllm import _runtime as rt
 from kvdoctor.engines.vllm import cache_config
 from kvdoctor.engines.vllm import window_hit as swa
-from kvdoctor.engines.vllm.inspect import mamba_state, vllm_spec
+from kvdoctor.engines.vllm.inspect import mamba_state, server_failures, vllm_spec
 from kvdoctor.roundtrip.faults import check_fault
 from kvdoctor.roundtrip.result import ComponentCheck, RoundtripResult, VllmGroup, VllmUsed
 
@@ -288,6 +288,7 @@ def _preflight(
     return a, groups, expected_red, hits
 
 
+@server_failures("roundtrip --engine vllm")  # vLLM's own code failing outside the worker: no verdict, exit 3
 def run_vllm_roundtrip(
     model: str,
     argv: Sequence[str] = (),
