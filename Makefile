@@ -1,26 +1,45 @@
-# The README's two set-up commands live here so CI and people run the same thing.
+# The README's two set-up commands live here so CI and people run the same thing. Both make and use the main
+# environment, .venv/ (a virtualenv of $(PY): a Debian or Ubuntu system Python refuses `pip install` outside one,
+# PEP 668); the server environments below are virtualenvs of their own. kvdoctor/core/environments.py lists them all
+# (what each holds, its size and build time, which commands need it), as README's table and `kvdoctor --help` do.
 PY ?= python3
-INSTALL = $(PY) -m pip install -q -c constraints/cpu.txt -e
+VENV ?= .venv
+VPY ?= $(VENV)/bin/python
+# Where torch comes from: by default the package index pip is configured with, which on this project's machines
+# serves the CPU build of torch 2.13.0 (constraints/cpu.txt); PyPI itself serves the CUDA build for Linux x86_64
+# (several GB, and it still runs on a CPU). TORCH_INDEX=https://download.pytorch.org/whl/cpu takes the CPU build.
+TORCH_INDEX ?=
+INSTALL = $(VPY) -m pip install -q -c constraints/cpu.txt $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX)) -e
 
 .PHONY: demo test test-only lint sglang-env test-sglang vllm-env test-vllm server-env server-apt test-server consistency-matrix \
 	sglang-overlay test-sglang-overlay vllm-server-env test-vllm-server vllm-server-matrix vllm-matrix replay-matrix replay-bench finding-releases
 
-## Install, then run the main job on a built-in default (CPU, no GPU needed).
-demo:
-	$(INSTALL) .
-	kvdoctor roundtrip inkling-small --kv-cache-dtype mxfp8 --disaggregation-mode decode --page-size 128 --device cpu
+## Install kvdoctor into .venv/, then run the main job on a built-in default (CPU, no GPU needed).
+demo: $(VENV)/.installed-demo
+	$(VENV)/bin/kvdoctor roundtrip inkling-small --kv-cache-dtype mxfp8 --disaggregation-mode decode --page-size 128 --device cpu
 
-## Install with test extras, lint, and run the whole test suite.
-test:
-	$(INSTALL) '.[test]'
+## Install kvdoctor with its test extras into .venv/, lint, and run the whole test suite.
+test: $(VENV)/.installed-test
 	$(MAKE) test-only
 
+# A Python without its venv module (Debian's python3 without the python3-venv package) fails here in one line.
+$(VENV)/bin/python:
+	@$(PY) -m venv $(VENV) || { echo "make: '$(PY) -m venv $(VENV)' failed: install your Python's venv module (Debian, Ubuntu: apt-get install python3-venv) or name another Python: make PY=/path/to/python3" >&2; rm -rf $(VENV); exit 1; }
+
+$(VENV)/.installed-demo: $(VENV)/bin/python constraints/cpu.txt pyproject.toml
+	$(INSTALL) .
+	touch $@
+
+$(VENV)/.installed-test: $(VENV)/bin/python constraints/cpu.txt pyproject.toml
+	$(INSTALL) '.[test]'
+	touch $@ $(VENV)/.installed-demo
+
 test-only: lint
-	$(PY) -m pytest -q -n auto
+	$(VPY) -m pytest -q -n auto
 
 lint:
-	$(PY) -m ruff check kvdoctor tests scripts
-	$(PY) -m ruff format --check kvdoctor tests scripts
+	$(VPY) -m ruff check kvdoctor tests scripts
+	$(VPY) -m ruff format --check kvdoctor tests scripts
 
 ## The --engine sglang environment: .venv-sglang/ with torch 2.14.1 (as SGLang pins it), the pinned set
 ## SGLang's pool and scheduler modules import, sglang==0.5.23 without its CUDA-only dependencies, and

@@ -6,6 +6,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from kvdoctor.api._arguments import checked
 from kvdoctor.api._job import ErrorCase, Job, Progress, check_reports, execute, flags
 from kvdoctor.consistency.workload import Workload
 
@@ -35,7 +36,8 @@ class ConsistencyJob(Job["ConsistencyResult", "Report"]):
         from kvdoctor.consistency.bundle import check_destination
 
         check_reports(self.junit_path, self.options.output_dir)
-        check_destination(self.options.bundle)
+        o = self.options
+        check_destination(o.bundle, inject=o.inject, fault_file=o.fault_file, server=o.server)
 
     def error_case(self) -> ErrorCase:
         from kvdoctor.consistency import report
@@ -68,6 +70,7 @@ class ConsistencyJob(Job["ConsistencyResult", "Report"]):
         return published
 
 
+@checked
 def consistency(
     model: str,
     *,

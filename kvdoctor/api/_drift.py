@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from kvdoctor._exceptions import InputError
+from kvdoctor.api._arguments import checked
 from kvdoctor.api._inspect import server_of
 from kvdoctor.api._job import ErrorCase, Job, chosen, execute, names
 from kvdoctor.core.servers import DEFAULT_SERVER, facts, lookup
@@ -123,6 +124,7 @@ class DriftJob(Job["DriftReport", "Report"]):
         return Report(result)
 
 
+@checked
 def drift(
     *,
     fixture: str | Sequence[str] | None = None,

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kvdoctor._exceptions import InputError
+from kvdoctor.api._arguments import checked
 from kvdoctor.api._job import Job, chosen, execute, flags
 from kvdoctor.core.servers import DEFAULT_SERVER, lookup, servers
 from kvdoctor.engines import Engine, GpuArch, Inspected, Server, answers_for
@@ -87,6 +88,7 @@ def inspect_job(
     return cls(model, given, own_options=own_options, argv=argv)
 
 
+@checked
 def inspect(
     model: str,
     *,

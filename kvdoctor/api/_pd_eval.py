@@ -6,6 +6,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from kvdoctor.api._arguments import checked
 from kvdoctor.api._job import ErrorCase, Job, check_reports, chosen, execute, flags
 from kvdoctor.deploy.plan import DEFAULT_LAUNCHER, DEFAULT_ROUTER_LAUNCHER
 from kvdoctor.deploy.presets import Api, PresetName  # pure data, no heavy import
@@ -67,7 +68,14 @@ class PdEvalJob(Job["PdEvalResult", "Report"]):
     def run_prepared(
         self, prepared: Any, *, progress: Any = None, notify: Callable[[str], None] | None = None
     ) -> PdEvalResult:
-        """Launch (or attach), evaluate, guard, tear down; never raises for deployment trouble (exit 3)."""
+        """Launch (or attach), evaluate, guard, tear down; never raises for deployment trouble (exit 3). First what
+        the launches need in this Python (exit 2 naming the environment, after every check of the input and
+        before any work: ``kvdoctor.pd.environment``)."""
+        from kvdoctor.pd import environment
+        from kvdoctor.pd.run import base_preset
+
+        o = self.options
+        environment.check(o, mini_lb=base_preset(o).mini_lb if o.mini_lb is None else o.mini_lb)
         if self.tokens:
             from kvdoctor.pd import tokens
 
@@ -94,6 +102,7 @@ class PdEvalJob(Job["PdEvalResult", "Report"]):
         pd_report.write_all(published.result, Path(published.result.run_dir), junit_path=self.junit_path, doc=doc)
 
 
+@checked
 def pd_eval(
     model: str,
     *,

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from kvdoctor.api._arguments import checked
 from kvdoctor.api._job import ErrorCase, Job, Progress, check_reports, execute, names
 
 if TYPE_CHECKING:
@@ -35,12 +36,15 @@ class ReplayJob(Job["Matrix", "Report"]):
     def check(self) -> None:
         from kvdoctor._exceptions import InputError
         from kvdoctor.replay.plan import select
+        from kvdoctor.replay.run import RealRunner
 
         if not self.timeout > 0:
             raise InputError(f"--timeout must be > 0 seconds, got {self.timeout}")
         self.chosen = select(self.bugs, every=self.every)
+        self.runner = RealRunner()
 
     def preflight(self) -> None:
+        self.runner.check_environment(self.chosen, "kvdoctor replay")
         check_reports(self.junit_path, self.output_dir)
 
     def error_case(self) -> ErrorCase:
@@ -49,11 +53,10 @@ class ReplayJob(Job["Matrix", "Report"]):
         return ErrorCase(SUITE, TITLE, self.junit_path)
 
     def work(self) -> Matrix:
-        from kvdoctor.replay.run import RealRunner, Settings, prepare, run
+        from kvdoctor.replay.run import Settings, prepare, run
 
-        runner = RealRunner()
-        prepared = prepare(self.chosen, Settings(self.output_dir, self.timeout), runner)  # bad input: exit 2 here
-        return run(prepared, runner, notify=self.on_event)
+        prepared = prepare(self.chosen, Settings(self.output_dir, self.timeout), self.runner)  # bad input: exit 2 here
+        return run(prepared, self.runner, notify=self.on_event)
 
     def report(self, result: Matrix) -> Report:
         from kvdoctor.replay.report import Report
@@ -61,6 +64,7 @@ class ReplayJob(Job["Matrix", "Report"]):
         return Report(result)
 
 
+@checked
 def replay(
     *,
     bug: str | Sequence[str] | None = None,

@@ -6,6 +6,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from kvdoctor.api._arguments import checked
 from kvdoctor.api._inspect import server_of
 from kvdoctor.api._job import ErrorCase, Job, chosen, execute, flags
 from kvdoctor.choices import Device
@@ -93,6 +94,7 @@ class RoundtripJob(Job["RoundtripResult", "Report"]):
         return Report(result, self.line.model)
 
 
+@checked
 def roundtrip(
     model: str,
     *,

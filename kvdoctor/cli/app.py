@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import gc
 import importlib
+import inspect
 import sys
 from collections.abc import Callable, Iterator, Mapping, MutableMapping
 from dataclasses import dataclass
@@ -44,17 +45,42 @@ class Lazy:
     context_settings: dict[str, Any] | None = None
     cls: str | None = None
 
+    def register(self, group: typer.Typer) -> None:
+        """``group.command(NAME, ...)(function)`` as Typer documents it, the docstring :func:`reflowed` as help."""
+        module = importlib.import_module(self.module)
+        cls = getattr(module, self.cls) if self.cls else None
+        function = getattr(module, self.function)
+        help_text = reflowed(inspect.getdoc(function))
+        group.command(self.name, cls=cls, context_settings=self.context_settings, help=help_text)(function)
+
     def build(self, rich_markup_mode: Any) -> Any:
         """The click command Typer builds from the function: same parameters, help and settings."""
-        module = importlib.import_module(self.module)
         one = typer.Typer()
-        cls = getattr(module, self.cls) if self.cls else None
-        one.command(self.name, cls=cls, context_settings=self.context_settings)(getattr(module, self.function))
+        self.register(one)
         return typer.main.get_command_from_info(
             one.registered_commands[0],
             pretty_exceptions_short=app.pretty_exceptions_short,
             rich_markup_mode=rich_markup_mode,
         )
+
+
+def reflowed(help_text: str | None) -> str | None:
+    """HELP_TEXT (a command's docstring) with each paragraph on one line, for rich to wrap at the terminal's width.
+
+    Typer's rich help keeps a docstring's single line breaks in every paragraph after the first (and in the first,
+    where a group's Commands panel lists it), so a paragraph wrapped at 120 columns in the source broke mid-sentence
+    in ``--help`` at any other width. Paragraphs (split at
+    blank lines) stay paragraphs; one that starts with ``\\b`` (click's keep-as-written mark), and anything after
+    ``\\f``, is kept as written. ``tests/cli/test_help_texts.py`` reads every command's help at 80 and 120 columns.
+    """
+    if not help_text:
+        return help_text
+    body, cut, rest = inspect.cleandoc(help_text).partition("\f")
+    paragraphs = [
+        p if p.lstrip("\n").startswith("\b") else " ".join(line.strip() for line in p.splitlines() if line.strip())
+        for p in body.split("\n\n")
+    ]
+    return "\n\n".join(paragraphs) + cut + rest
 
 
 # In the order --help and completion list them.
@@ -195,8 +221,26 @@ class LazyGroup(TyperGroup):
         return name, command, rest
 
 
+def _environments() -> str:
+    """The root help's epilog: which environment runs which command (``kvdoctor.core.environments``)."""
+    from kvdoctor.core.environments import help_lines
+
+    head = "Environments (each built by its make target; a command started without its server exits 2 naming it):"
+    return "\n\n".join([head, *help_lines()])
+
+
 class _Root(LazyGroup):
     lazy = COMMANDS
+
+    @property
+    def epilog(self) -> str:
+        """Which environment runs which command, read only when a help screen is drawn (start-up imports nothing
+        of ``kvdoctor.core``)."""
+        return _environments()
+
+    @epilog.setter
+    def epilog(self, value: Any) -> None:
+        """Click's constructor sets one; the root's is always the environments'."""
 
 
 class _Bench(LazyGroup):

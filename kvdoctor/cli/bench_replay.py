@@ -51,12 +51,16 @@ class BenchReplayRun(CommandRun["tuple[Matrix, Matrix]", "BenchReport"]):
         self.status = None if self.json_out else self.console
 
     def preflight(self) -> None:
+        from kvdoctor.replay.run import RealRunner
+
+        self.runner = RealRunner()
+        self.runner.check_environment(self.chosen, "kvdoctor bench replay")
         check_reports(None, self.output_dir)
 
     def work(self) -> tuple[Matrix, Matrix]:
-        from kvdoctor.replay.run import RealRunner, Settings, prepare, run
+        from kvdoctor.replay.run import Settings, prepare, run
 
-        runner, settings = RealRunner(), Settings(self.output_dir, self.timeout)
+        runner, settings = self.runner, Settings(self.output_dir, self.timeout)
         grouped = prepare(self.chosen, settings, runner)  # both layouts checked before either starts
         alone = prepare(self.chosen, settings, runner, separate=True)
         say = self._event

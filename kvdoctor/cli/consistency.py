@@ -1,9 +1,10 @@
-"""``kvdoctor consistency MODEL [options] [-- SGLANG FLAGS]``: a real SGLang deployment under forced
-retraction against a roomy reference, every greedy token compared.
+"""``kvdoctor consistency MODEL [options] [-- SERVER FLAGS]``: a real SGLang (or, ``--server vllm``, vLLM)
+deployment under forced retraction (vLLM: preemption) against a roomy reference, every greedy token compared.
 
 Exit codes: 0 every token identical with retraction proven; 1 a divergence above the noise floor, or a
-guard with no teeth (no retraction, a retracting reference, degenerate output, a stand-in called);
-2 bad input (including a model SGLang cannot run on this device, named with SGLang's file:line);
+guard with no teeth (no retraction, a retracting reference, degenerate output, a stand-in called, a fault that
+never fired); 2 bad input (including a model the server cannot run on this device, named with its file:line, and a
+fault file kvdoctor cannot use);
 3 the deployment failed; 130/143 after Ctrl-C/SIGTERM (everything started was stopped).
 """
 
@@ -41,7 +42,7 @@ if TYPE_CHECKING:
     from kvdoctor.consistency.deploy import Deployment
     from kvdoctor.consistency.prepared import Prepared
     from kvdoctor.consistency.report import Report
-    from kvdoctor.consistency.result import ConsistencyResult
+    from kvdoctor.consistency.result import ConsistencyResult, FaultFileDoc
 
 MAX_SHOWN = 12  # diverging requests listed on the terminal (all are in the JSON)
 
@@ -88,8 +89,9 @@ def consistency(
     ),
     junit_path: Annotated[Path | None, typer.Option("--junit", help="Write JUnit XML, one case per gate.")] = None,
 ) -> None:
-    """Launch SGLang twice on the same model and prompts, a roomy reference and a pressured deployment that
-    must retract, and compare every greedy token. SGLang flags after `--` go to every server."""
+    """Launch the server (SGLang, or vLLM with --server vllm) twice on the same model and prompts, a roomy reference
+    and a pressured deployment that must retract (preempt), and compare every greedy token. The server's own flags
+    after `--` go to every server."""
     given = dict(locals())  # the options, named as kvdoctor.api.consistency names its keyword arguments
     for cli_only in ("ctx", "dry_run", "json_out"):
         del given[cli_only]
@@ -226,7 +228,7 @@ def _print_head(console: Console, prepared: Prepared, preview: Deployment) -> No
         from kvdoctor.consistency import fault_file
 
         found = fault_file.read(o.fault_file)
-        p(f"fault: --fault-file {found.path} ({found.name}): {found.describe()}", markup=False, soft_wrap=True)
+        p(f"fault: --fault-file {found.shown} ({found.name}): {found.describe()}", markup=False, soft_wrap=True)
     if o.inject:
         words = consistency_facts(o.server)
         p(f"fault: --inject {o.inject} {words.fault_site.format(hook=words.fault_hook(o.scenario))}", markup=False)
@@ -314,9 +316,26 @@ def print_result(console: Console, result: ConsistencyResult, *, gates: bool = T
             f"fault {f.name} in {f.role}: {tally}" + (f"; {words.fault_problem}: {f.refused}" if f.refused else ""),
             markup=False,
         )
+    mine = getattr(r, "fault_file", None)
+    if mine:
+        p(fault_file_line(mine), markup=False, soft_wrap=True)
     for warning in r.warnings:
         p(f"warning: {warning}", markup=False, soft_wrap=True)
     for g in r.gates if gates else ():
         p(f"gate {g.name}: {'pass' if g.passed else 'FAIL'}: {g.message}", markup=False, soft_wrap=True)
     if r.exit_code not in (EXIT_PASS, EXIT_GATE) and r.message:
         p(r.message, markup=False, soft_wrap=True)
+
+
+def fault_file_line(record: FaultFileDoc) -> str:
+    """``--fault-file``'s record in one line: the fault, its file, and per wrap whether a server installed it and how
+    often it fired while armed."""
+    wraps = ", ".join(
+        f"{w['target']} ({w['role']}) "
+        + (f"fired {w['fired']}" if w["installed"] else "never installed")
+        + (f", {w['unchanged']} unchanged" if w["unchanged"] else "")
+        for w in record["wraps"]
+    )
+    loaded = f"loaded by {record['loaded']} server process{'es' if record['loaded'] != 1 else ''}"
+    refused = f"; refused: {record['refused']}" if record["refused"] else ""
+    return f"fault file {record['name']} ({record['path']}): {loaded}; {wraps or 'no wraps read'}{refused}"

@@ -19,7 +19,9 @@ ModelArgument = Annotated[
 ShrinkOption = Annotated[
     bool, typer.Option("--shrink", help="Make the config tiny (2-4 layers, every layer kind kept).")
 ]
-TopologyOption = Annotated[str, typer.Option("--topology", help="single: one server each; pd: prefill+decode+router.")]
+TopologyOption = Annotated[
+    str, typer.Option("--topology", help="single: one server each; pd (SGLang): prefill+decode+router.")
+]
 ServerDeviceOption = Annotated[str, typer.Option("--device", help="cpu or cuda.")]
 RequestsOption = Annotated[int, typer.Option("--requests", help="Prompts (seeded random token ids).")]
 PromptTokensOption = Annotated[int, typer.Option("--prompt-tokens", help="Tokens per prompt.")]

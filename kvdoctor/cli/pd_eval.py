@@ -174,7 +174,7 @@ def pd_eval(
         None, "--seed", help="tokens: seeds the prompts and the checkpoint.", show_default="0"
     ),
 ) -> None:
-    """Launch SGLang prefill + decode + router, run GSM8K few-shot, and gate on accuracy *and* on
+    """Launch SGLang prefill + decode + router, run GSM8K few-shot, and gate on both accuracy and
     decode-side retraction having happened. Extra server flags after `--` go to both roles."""
     given = dict(locals())  # the options, named as kvdoctor.api.pd_eval names its keyword arguments
     for cli_only in ("ctx", "model", "dry_run", "json_out"):

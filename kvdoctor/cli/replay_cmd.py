@@ -1,13 +1,18 @@
 """``kvdoctor replay``: public bugs replayed on real servers, each beside its green control (``kvdoctor.replay``).
 
 ``--bug ID`` (repeatable) or ``--all`` runs the cases; ``--list`` lists them (and the pending ones) without running
-anything. Exit codes: 0 every chosen bug reproduced (control green, subject red or loud, each for the right
-reason); 1 a bug not reproduced, or not run here; 2 bad input (checked before anything starts); 3 a deployment
-failed unexpectedly; 130/143 after Ctrl-C/SIGTERM (everything started was stopped).
+anything, only the ``--bug`` ones when given; with ``--list``, the options of a run (``--timeout``, ``--junit``,
+``--output-dir``) are bad input rather than silently dropped. At 80 columns (a CI log) every bug id, fault and model
+stays whole on one line: a table that cannot fit whole is laid out one block per bug instead.
+
+Exit codes: 0 every chosen bug reproduced (control green, subject red or loud, each for the right reason); 1 a bug
+not reproduced, or not run here; 2 bad input (checked before anything starts, ``--timeout`` > 0 in every mode); 3 a
+deployment failed unexpectedly; 130/143 after Ctrl-C/SIGTERM (everything started was stopped).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -19,64 +24,143 @@ from kvdoctor.cli.command import CommandRun
 if TYPE_CHECKING:
     from rich.console import Console
 
+    from kvdoctor.core.replays import Replay
     from kvdoctor.replay.report import Report
     from kvdoctor.replay.run import Matrix
 
 
+# The options of a run, which --list (it runs nothing) refuses rather than drops: parameter name -> flag.
+_RUN_ONLY = {"timeout": "--timeout", "junit_path": "--junit", "output_dir": "--output-dir"}
+
+
 def replay(
+    ctx: typer.Context,
     bug: Annotated[
-        list[str] | None, typer.Option("--bug", help="A bug id to replay (sglang#23773); repeatable.")
+        list[str] | None,
+        typer.Option("--bug", help="A bug id to replay (sglang#23773); repeatable. With --list: list only these."),
     ] = None,
     every: Annotated[bool, typer.Option("--all", help="Replay every bug that has a case.")] = False,
     list_only: Annotated[
-        bool, typer.Option("--list", help="List the cases (and the pending ones); run nothing.")
+        bool,
+        typer.Option(
+            "--list",
+            help="List the cases (and the pending ones); run nothing. Takes --bug, --all and --json; "
+            "--timeout, --junit and --output-dir are a run's, so with --list they are bad input (exit 2).",
+        ),
     ] = False,
     output_dir: Annotated[
         Path, typer.Option("--output-dir", help="Run directories and the checkpoint cache go here.")
     ] = DEFAULT_OUTPUT_DIR,
-    timeout: Annotated[float, typer.Option("--timeout", help="Seconds for each deployment's whole run.")] = 1800.0,
+    timeout: Annotated[
+        float, typer.Option("--timeout", help="Seconds for each deployment's whole run (> 0).")
+    ] = 1800.0,
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON document (kvdoctor schema replay).")] = False,
     junit_path: Annotated[Path | None, typer.Option("--junit", help="Write JUnit XML, one case per bug.")] = None,
 ) -> None:
     """Replay public bugs inside real servers, each beside its control (docs/bugs.md).
 
-    A bug's row passes only when the control is green and the subject red (or loud), each for the right reason."""
+    A bug's row passes only when the control is green and the subject red (or loud), each for the right reason.
+    --list runs nothing: it lists the cases (only the --bug ones when given)."""
+    from kvdoctor._exceptions import InputError
+
+    if not timeout > 0:  # in every mode: a value that can never be a run's is refused wherever it is given
+        raise InputError(f"--timeout must be > 0 seconds, got {timeout}")
     if list_only:
-        _list(json_out)
+        given = [flag for name, flag in _RUN_ONLY.items() if _given(ctx, name)]
+        if given:
+            raise InputError(f"--list runs nothing, so {given[0]} has no use there (--list takes --bug, --all, --json)")
+        _list(tuple(bug or ()), every, json_out)
         return
     ReplayRun(tuple(bug or ()), every, output_dir, timeout, json_out=json_out, junit_path=junit_path)()
 
 
-def _list(json_out: bool) -> None:
-    from kvdoctor.core.replays import pending, replays
+def _given(ctx: typer.Context, name: str) -> bool:
+    """NAME's option was on the command line (click's ParameterSource, read by name: Typer may vendor click)."""
+    source = ctx.get_parameter_source(name)
+    return source is not None and source.name != "DEFAULT"
+
+
+def _listed(bug_ids: tuple[str, ...], every: bool) -> tuple[tuple[Replay, ...], tuple[Replay, ...]]:
+    """(the cases, the pending ones) that --list shows: all, or those of BUG_IDS in the order given (a pending id
+    is listed as pending); an unknown id is bad input, as it is for a run."""
+    from kvdoctor._exceptions import InputError
+    from kvdoctor.core import replays
+
+    cases, waiting = replays.replays(), replays.pending()
+    if every and bug_ids:
+        raise InputError("give --bug ID or --all, not both")
+    if not bug_ids:
+        return cases, waiting
+    known = {r.bug: r for r in (*cases, *waiting)}
+    chosen = []
+    for bug_id in dict.fromkeys(b.strip().lower() for b in bug_ids):
+        if bug_id not in known:
+            try:
+                replays.get(bug_id)
+            except KeyError as exc:
+                raise InputError(f"--bug {exc.args[0]}") from None
+        chosen.append(known[bug_id])
+    return tuple(r for r in chosen if r in cases), tuple(r for r in chosen if r in waiting)
+
+
+def _list(bug_ids: tuple[str, ...], every: bool, json_out: bool) -> None:
     from kvdoctor.replay.report import replay_dict
 
-    cases = replays()
+    cases, waiting = _listed(bug_ids, every)
     if json_out:
         from kvdoctor.report.envelope import document, header
         from kvdoctor.report.serialize import dumps
 
         head = header("replay", exit_code=0, argv_fallback=["replay", "--list"])
-        waiting = [{"bug": r.bug, "fault": r.fault} for r in pending()]
-        doc = {"count": len(cases), "cases": [replay_dict(r) for r in cases], "pending": waiting}
+        pending = [{"bug": r.bug, "fault": r.fault} for r in waiting]
+        doc = {"count": len(cases), "cases": [replay_dict(r) for r in cases], "pending": pending}
         typer.echo(dumps(document(head, doc)), nl=False)
         return
     from rich.console import Console
-    from rich.table import Table
-
-    from kvdoctor.text import safe
 
     console = Console(highlight=False, emoji=False)
-    table = Table(title="kvdoctor replay: the cases", title_justify="left")
-    for column in ("bug", "fault", "scenario", "model", "topology", "expect"):
-        table.add_column(column, overflow="fold")
-    for r in (*cases, *pending()):
+    rows = []
+    for r in (*cases, *waiting):
         fault = r.fault or f"none (control {' '.join(r.control_args)})"
         fault += "" if r in cases else " (pending)"
         expect = r.expect.outcome.value + (f" {r.expect.line}" if r.expect.line else "")
-        table.add_row(*(safe(v) for v in (r.bug, fault, r.scenario, r.model, r.topology, expect)))
-    console.print(table)
-    console.print(f"{len(cases)} cases, {len(pending())} pending (every field: kvdoctor replay --list --json)")
+        rows.append((r.bug, fault, r.scenario, r.model, r.topology, expect))
+    columns = ("bug", "fault", "scenario", "model", "topology", "expect")
+    print_rows(console, "kvdoctor replay: the cases", columns, rows)
+    from kvdoctor.report.units import noun_for
+
+    counted = f"{len(cases)} {noun_for(len(cases), 'case')}, {len(waiting)} pending"
+    console.print(f"{counted} (every field: kvdoctor replay --list --json)", markup=False)
+
+
+def print_rows(console: Console, title: str, columns: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
+    """ROWS under COLUMNS: a table when it fits CONSOLE whole (every cell on one line), else one block per row,
+    the first cell (the bug id) on a line of its own and the others, ``column=value``, wrapped at spaces under it.
+    Either way no
+    id, fault, model or flag is ever folded mid-word (at 80 columns a table of six folding columns split
+    ``sglang#23773`` into ``sglang#237`` / ``73``: an id a CI log cannot give back)."""
+    from rich.table import Table
+    from rich.text import Text
+
+    from kvdoctor.cli.layout import fits_whole
+    from kvdoctor.text import printable, safe
+
+    table = Table(title=title, title_justify="left")
+    for column in columns:
+        table.add_column(column, no_wrap=True)
+    for row in rows:
+        table.add_row(*(safe(c) for c in row))
+    if fits_whole(table, console):
+        console.print(table)
+        return
+    console.print(Text(title))
+    for row in rows:
+        console.print(Text(printable(row[0]), style="bold", no_wrap=True, overflow="ignore"))
+        named = zip((c.replace(" ", "-") for c in columns[1:]), row[1:], strict=True)  # a key stays one word
+        fields = [f"{name}={printable(value)}" for name, value in named]
+        for line in Text("  ".join(fields)).wrap(console, max(console.width - 2, 20)):
+            line.rstrip()
+            console.print(Text("  ") + line, no_wrap=True, overflow="ignore", crop=False)
 
 
 class ReplayRun(ReplayJob, CommandRun["Matrix", "Report"]):
@@ -120,13 +204,7 @@ class ReplayRun(ReplayJob, CommandRun["Matrix", "Report"]):
 
 def render(console: Console, m: Matrix) -> None:
     """One row per bug (control, subject, first divergence, wall time), then the matrix's launches and time."""
-    from rich.table import Table
-
-    from kvdoctor.text import safe
-
-    table = Table(title="kvdoctor replay", title_justify="left")
-    for column in ("bug", "fault", "scenario", "control", "subject", "first divergence", "s", "row"):
-        table.add_column(column, overflow="fold")
+    rows = []
     for v in m.verdicts:
         first = v.first_divergence
         where = "—"
@@ -138,8 +216,9 @@ def render(console: Console, m: Matrix) -> None:
             where = f"{at}{', '.join(named[:2])}{more} ({first['source']})"
         cells = (v.replay.bug, v.replay.fault or "none", v.replay.scenario, v.control.verdict, v.subject.verdict)
         cells += (where, f"{v.subject.wall_s:.0f}", v.status)
-        table.add_row(*(safe(c) for c in cells))
-    console.print(table)
+        rows.append(cells)
+    columns = ("bug", "fault", "scenario", "control", "subject", "first divergence", "wall s", "row")
+    print_rows(console, "kvdoctor replay", columns, rows)
     for v in m.verdicts:
         if not v.reproduced:
             console.print(f"{v.replay.bug}: {v.status}: {v.reason}", markup=False, soft_wrap=True)

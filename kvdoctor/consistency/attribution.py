@@ -20,11 +20,12 @@ travels, and the first disagreement names the component and the seam:
 
 A request with no disagreement made the round trip (``round_trip``: the proof, per component); a
 diverging request that was never retracted is named as such (``not_retracted``: the noise floor or
-another path). Every verdict of a seam carries the SGLang source that moved the bytes there; with an
-``--inject`` fault installed, a disagreement is the fault's, not SGLang's. A fault in a server's log of a run
-*without* ``--inject`` (a leaked control variable, a user's own hook) is nobody's finding: the disagreements are
-reported without SGLang's source, and :func:`unrequested_gates` turns the verdict red and unknown. Pure: no
-torch, no SGLang.
+another path). Every verdict of a seam carries the SGLang source that moved the bytes there; with a fault
+installed, kvdoctor's (``--inject``) or the user's own (``--fault-file``: INJECTED_BY says which), a disagreement is
+the fault's, not SGLang's: no SGLang source, and the finding names the fault (``injected``, ``injected_by``). A fault
+in a server's log of a run that asked for none (a leaked control variable, a user's own hook) is nobody's finding:
+the disagreements are reported without SGLang's source, and :func:`unrequested_gates` turns the verdict red and
+unknown. Pure: no torch, no SGLang.
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ REFERENCE_DIGEST_LOG = "digests-reference.jsonl"  # the reference decode's: only
 STATE_BYTES = 64 * 1024  # keep a request's recurrent state when it is at most this (a shrunk model's: a few KiB)
 MAX_SHOWN = 12
 UNREQUESTED = "unrequested_fault"  # the gate's reason: a fault ran inside a server of a run without --inject
+INJECT, FAULT_FILE = "--inject", "--fault-file"  # who installed the run's fault (attribute's injected_by)
 
 OVERLAP_LOOP = Cite("sglang", "srt/disaggregation/decode.py", "get_next_disagg_decode_batch_to_run", 3189, 3218)
 OVERLAP_DROP = Cite("sglang", "srt/managers/scheduler_components/batch_result_processor.py", "is_retracted", 1021, 1026)
@@ -353,8 +355,10 @@ def unrequested_gates(lines: Iterable[str] | hook_log.EventLog, injected: str | 
     return [gates.Gate("fault", False, UNREQUESTED, message)]
 
 
-def _note(injected: str | None, unrequested: str | None) -> str:
-    """Why a disagreement is not the server's, when it is not (a fault ran on this path)."""
+def _note(injected: str | None, unrequested: str | None, by: str = INJECT) -> str:
+    """Why a disagreement is not the server's, when it is not (a fault ran on this path; BY: who installed it)."""
+    if injected and by == FAULT_FILE:
+        return f" (your --fault-file {injected} is installed on this path)"
     if injected:
         return f" (kvdoctor's --inject {injected} is installed on this path)"
     if unrequested:
@@ -368,6 +372,7 @@ def _request(
     overlap: bool | None,
     injected: str | None,
     unrequested: str | None = None,
+    by: str = INJECT,
 ) -> RequestTrace:
     cycles = retraction_cycles(events)
     t = RequestTrace(d.index, d.diverged, d.within_noise, d.position, len(cycles), "round_trip", cycles=cycles)
@@ -378,7 +383,7 @@ def _request(
     for n, cycle in enumerate(cycles, 1):
         for issue in _check(cycle, n):
             key, cites = _cite(issue, overlap)
-            note = _note(injected, unrequested)
+            note = _note(injected, unrequested, by)
             detail = issue.detail + note
             why = "" if note else EXPLAIN.get(key, "")
             shown = [] if note else [str(c) for c in cites]
@@ -406,11 +411,14 @@ def attribute(
     drifted: Sequence[int] = (),
     unrequested: str | None = None,
     burst: str | None = None,
+    injected_by: str = INJECT,
 ) -> StateTrace:
-    """Join the trace at PATH with the comparison DIFFS (one per prompt of PROMPTS, in order); DRIFTED: the
-    requests whose logprobs drift with identical tokens (``compare.drift``); UNREQUESTED: the fault event that
-    ran inside the server without ``--inject`` (:func:`unrequested_fault`): then nothing is SGLang's; BURST: the
-    case's burst of a many-case run (:func:`read_events`)."""
+    """Join the trace at PATH with the comparison DIFFS (one per prompt of PROMPTS, in order); INJECTED: the run's
+    fault (its name), installed by INJECTED_BY (``--inject``, or ``--fault-file``: the user's own): then a
+    disagreement is the fault's, not SGLang's; DRIFTED: the requests whose logprobs drift with identical tokens
+    (``compare.drift``); UNREQUESTED: the fault event that ran inside the server of a run that asked for none
+    (:func:`unrequested_fault`): then nothing is SGLang's; BURST: the case's burst of a many-case run
+    (:func:`read_events`)."""
     trace = StateTrace(str(path), failure=failure)
     events, bad = read_events(path, burst)
     schedulers = [e for e in events if e.get("event") == "scheduler"]
@@ -435,19 +443,22 @@ def attribute(
     drifting = set(drifted)
     for d in diffs:
         if d.diverged or d.index in by_request or d.index in drifting:
-            t = _request(d, by_request.get(d.index, []), trace.overlap, injected, unrequested)
+            t = _request(d, by_request.get(d.index, []), trace.overlap, injected, unrequested, injected_by)
             if d.index in drifting and not d.diverged:
                 t.drift = d.max_abs_dlogprob
             trace.requests.append(t)
     incomplete = any(r.verdict == "incomplete" for r in trace.requests)
     trace.complete = not (failure or bad or incomplete or trace.backups != trace.restores)
-    trace.finding = _finding(trace, injected, unrequested)
+    trace.finding = _finding(trace, injected, unrequested, injected_by)
     return trace
 
 
-def _finding(trace: StateTrace, injected: str | None, unrequested: str | None = None) -> dict[str, Any] | None:
+def _finding(
+    trace: StateTrace, injected: str | None, unrequested: str | None = None, by: str = INJECT
+) -> dict[str, Any] | None:
     """What the diverging requests share: each kind of disagreement, how many diverging (and identical
-    retracted) requests show it, and SGLang's source; the most common first."""
+    retracted) requests show it, and SGLang's source (none when a fault was installed: INJECTED, by BY); the most
+    common first."""
     red = [r for r in trace.requests if (r.diverged and not r.within_noise) or r.drift is not None]
     if not red:
         return None
@@ -484,12 +495,17 @@ def _finding(trace: StateTrace, injected: str | None, unrequested: str | None = 
         parts.insert(
             0, f"unknown: a fault nobody asked for ran inside the server ({unrequested}); nothing here is SGLang's"
         )
+    elif injected and by == FAULT_FILE:
+        parts.insert(
+            0, f"the fault's: your --fault-file {injected} was installed on this path; nothing here is SGLang's"
+        )
     top = ranked[0]["issue"] if ranked and ranked[0]["diverging"] else None
     return {
         "verdict": top["verdict"] if top else ("round_trip" if proven else "not_retracted"),
         "component": top["component"] if top else None,
         "requests": [r.index for r in red],
         "injected": injected,
+        "injected_by": by if injected else None,
         "unrequested": unrequested,
         "cite": list(top["cite"]) if top else [],
         "kinds": [

@@ -18,7 +18,9 @@ and copied to ``--bundle DIR``. It holds:
 - ``ISSUE.md``: title, steps, expected vs observed, the cited lines, the workaround.
 
 Files are written into a new folder beside the destination and renamed into place at the end: never half a bundle,
-never over a folder that holds anything.
+never over a folder that holds anything. ``--bundle`` is checked before launch (:func:`check_destination`). A bundle
+is made to be posted publicly: every text file in it is scrubbed of the user's absolute paths (:class:`Scrub`), and
+``trace/result.json``'s environments are written as ``bundle.json``'s (no ``KVDOCTOR_*``, no kvdoctor path).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ import os
 import platform
 import re
 import shutil
+import sys
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -42,6 +45,7 @@ from kvdoctor.consistency.compare import Generation
 from kvdoctor.consistency.result import ConsistencyResult
 from kvdoctor.deploy import plan
 from kvdoctor.deploy.metrics import COUNTER
+from kvdoctor.report.atomic import unwind_on_sigterm
 
 BUNDLE_DIR = "bundle"
 REPRO = Path(__file__).resolve().parent / "repro"
@@ -52,18 +56,59 @@ DISTRIBUTIONS = ("sglang", "sglang-router", "mooncake-transfer-engine", "torch",
 
 @dataclass(frozen=True)
 class Written:
-    path: Path  # the bundle: --bundle's folder when given, else the run directory's
+    path: Path  # the bundle: --bundle's folder when given (and copied), else the run directory's
     reason: str  # what was written, for the terminal
+    warning: str | None = None  # the copy to --bundle failed after the run: the run directory's bundle stands
 
 
-def check_destination(dest: Path | None) -> None:
-    """``--bundle DIR``: refused before anything launches when DIR holds anything (exit 2)."""
+def check_destination(
+    dest: Path | None, *, inject: str | None = None, fault_file: Path | None = None, server: str = "sglang"
+) -> None:
+    """``--bundle DIR``, refused before anything launches (exit 2, one line) when no bundle could ever land there:
+    the run can never write one (``--inject``, ``--fault-file``: the red would be kvdoctor's fault; a server other
+    than SGLang), DIR holds anything or is no folder, DIR is a symbolic link (the bundle replaces DIR whole, which
+    would replace the link and leave its target empty: give the folder itself), DIR is a mount point (it cannot be
+    replaced), or nothing can be created in DIR's parent (proven by creating a folder of our own there and removing
+    it: to root, ``os.access`` says yes for ``/proc``)."""
     if dest is None:
         return
+    if inject or fault_file is not None:
+        flag = f"--inject {inject}" if inject else f"--fault-file {fault_file}"
+        raise InputError(
+            f"--bundle {dest} with {flag}: such a run never gets a bundle (its red is kvdoctor's fault, which only "
+            "kvdoctor installs, not the server's own); drop one of them"
+        )
+    if server != "sglang":
+        raise InputError(f"--bundle {dest} with --server {server}: a bundle reproduces SGLang runs only; drop --bundle")
+    try:
+        _check_folder(dest)
+    except OSError as exc:
+        raise InputError(f"--bundle {dest}: {exc.strerror or exc}") from None
+
+
+def _check_folder(dest: Path) -> None:
+    if dest.is_symlink():
+        raise InputError(
+            f"--bundle {dest}: it is a symbolic link (to {os.readlink(dest)}); the bundle replaces its folder whole, "
+            "which would replace the link and leave its target empty: give the folder itself"
+        )
     if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
         raise InputError(f"--bundle {dest}: it exists and is not an empty folder (kvdoctor overwrites nothing)")
-    if not dest.parent.exists():
+    if dest.exists() and os.path.ismount(dest):
+        raise InputError(f"--bundle {dest}: it is a mount point, which cannot be replaced: give a new folder in it")
+    parent = dest.absolute().parent
+    if not parent.exists():
         raise InputError(f"--bundle {dest}: its parent folder {dest.parent} does not exist")
+    if not parent.is_dir():
+        raise InputError(f"--bundle {dest}: its parent {dest.parent} is not a folder")
+    with unwind_on_sigterm():
+        try:
+            probe = tempfile.mkdtemp(prefix=f".{dest.name}-probe-", dir=parent)
+        except OSError as exc:
+            raise InputError(
+                f"--bundle {dest}: no folder can be created in its parent {dest.parent} ({exc.strerror or exc})"
+            ) from None
+        os.rmdir(probe)
 
 
 def why_not(result: ConsistencyResult, fault: str | None) -> str | None:
@@ -108,6 +153,73 @@ def _env(env: dict[str, str], shims: str | None, hook: str | None) -> dict[str, 
     if path:
         out["PYTHONPATH"] = ":".join(path)
     return out
+
+
+class Scrub:
+    """The user's own absolute paths, each rewritten to a placeholder wherever the bundle would carry it: a bundle is
+    made to be posted publicly. Longest first, each only as a whole path (``/root`` is not ``/rootfs``); the JSON
+    spelling of a path (escaped) too. ``--bundle``'s folder is ``{bundle}``, the run directory ``{run_dir}`` (its
+    parent ``{output_dir}``), a copied checkpoint ``{checkpoint}`` (as in ``bundle.json``), kvdoctor's checkout (or
+    install) ``{kvdoctor}``, a virtual environment ``{venv}``, the working directory ``{cwd}``, the home ``~``."""
+
+    def __init__(self, run_dir: Path, checkpoint: str | None, copy_to: Path | None) -> None:
+        import kvdoctor
+
+        named: list[tuple[Path | str | None, str]] = [
+            (copy_to, "{bundle}"),
+            (run_dir, "{run_dir}"),
+            (checkpoint, "{checkpoint}"),
+            (run_dir.parent, "{output_dir}"),
+            (Path(kvdoctor.__file__).parent.parent, "{kvdoctor}"),
+            (sys.prefix if sys.prefix != sys.base_prefix else None, "{venv}"),
+            (_cwd(), "{cwd}"),
+            (Path.home(), "~"),
+        ]
+        spelled: dict[str, str] = {}
+        for path, placeholder in named:
+            if not path:
+                continue
+            for p in {os.path.abspath(path), os.path.realpath(path)}:
+                for text in (p.rstrip("/"), json.dumps(p)[1:-1].rstrip("/")):
+                    if text and text not in spelled:  # "/" names no one; the first placeholder named wins
+                        spelled[text] = placeholder
+        self.rules = [
+            (re.compile(rf"(?<![\w.~-]){re.escape(text)}(?![\w.~-])"), placeholder)
+            for text, placeholder in sorted(spelled.items(), key=lambda kv: -len(kv[0]))
+        ]
+
+    def text(self, text: str) -> str:
+        """TEXT with every path of the user's as its placeholder."""
+        for pattern, placeholder in self.rules:
+            text = pattern.sub(placeholder, text)
+        return text
+
+    def doc(self, value: Any, shims: str | None, hook: str | None) -> Any:
+        """VALUE (a JSON document) with every string scrubbed, and every environment (a mapping with kvdoctor's own
+        variables or ``PYTHONPATH``) as ``bundle.json`` writes it: kvdoctor's variables and its path left out."""
+        if isinstance(value, dict):
+            if any(isinstance(k, str) and (k.startswith("KVDOCTOR_") or k == "PYTHONPATH") for k in value):
+                value = _env({str(k): str(v) for k, v in value.items()}, shims, hook)
+            return {self.text(str(k)): self.doc(v, shims, hook) for k, v in value.items()}
+        if isinstance(value, (list, tuple)):
+            return [self.doc(v, shims, hook) for v in value]
+        return self.text(value) if isinstance(value, str) else value
+
+    def file(self, path: Path) -> None:
+        try:
+            text = path.read_text(encoding="utf-8")
+        except UnicodeDecodeError:
+            return  # no text: nothing kvdoctor wrote
+        scrubbed = self.text(text)
+        if scrubbed != text:
+            path.write_text(scrubbed, encoding="utf-8")
+
+
+def _cwd() -> str | None:
+    try:
+        return os.getcwd()
+    except OSError:  # removed meanwhile: no path to scrub
+        return None
 
 
 def _sha256(path: Path) -> str:
@@ -185,8 +297,12 @@ def _spec(
     }
 
 
-def _stage(staging: Path, run_dir: Path, result: ConsistencyResult, spec: dict[str, Any], copied: bool) -> None:
-    """Every file of the bundle into STAGING."""
+def _stage(
+    staging: Path, run_dir: Path, result: ConsistencyResult, spec: dict[str, Any], copied: bool, scrub: Scrub
+) -> None:
+    """Every file of the bundle into STAGING, the user's paths and kvdoctor's variables scrubbed from each file written
+    here (the checkpoint's bytes are the run's, digested, and ``run.py`` and the enablers are kvdoctor's own files,
+    copied as they are)."""
     (staging / "logs").mkdir()
     shutil.copy2(REPRO / "run.py", staging / "run.py")
     hook, shims = spec["enablers"]["site"], spec["enablers"]["shims"]
@@ -211,11 +327,15 @@ def _stage(staging: Path, run_dir: Path, result: ConsistencyResult, spec: dict[s
     for name in (attribution.DIGEST_LOG, attribution.REFERENCE_DIGEST_LOG):
         if (run_dir / name).exists():
             shutil.copy2(run_dir / name, staging / "trace" / name)
-    (staging / "trace" / "result.json").write_text(json.dumps(_plain(result), indent=1, default=str), "utf-8")
+    plain = json.loads(json.dumps(_plain(result), default=str))
+    (staging / "trace" / "result.json").write_text(json.dumps(scrub.doc(plain, shims, hook), indent=1), "utf-8")
     versions = _versions()
     (staging / "versions.json").write_text(json.dumps(versions, indent=1), encoding="utf-8")
     (staging / "bundle.json").write_text(json.dumps(spec, indent=1), encoding="utf-8")
     (staging / "ISSUE.md").write_text(issue_text(result, spec, versions), encoding="utf-8")
+    for f in sorted(staging.rglob("*")):
+        if f.is_file() and f.relative_to(staging).parts[0] not in ("checkpoint", "enablers", "run.py"):
+            scrub.file(f)
 
 
 def _copy(bundle: Path, dest: Path) -> None:
@@ -245,16 +365,21 @@ def write(
     """The bundle of red RESULT in RUN_DIR/bundle (and COPY_TO); TOKENS: the reference's and the red run's."""
     copied = result.checkpoint is not None and Path(result.model_dir or "").is_dir()
     spec = _spec(result, deployment, prompts, tokens, workload, extra_args, copied)
+    scrub = Scrub(run_dir, result.model_dir if copied else None, copy_to)
     dest = run_dir / BUNDLE_DIR
     staging = Path(tempfile.mkdtemp(prefix=".bundle-", dir=run_dir))
     try:
-        _stage(staging, run_dir, result, spec, copied)
+        _stage(staging, run_dir, result, spec, copied, scrub)
         os.replace(staging, dest)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
     if copy_to is not None:
-        _copy(dest, copy_to)
+        try:
+            _copy(dest, copy_to)
+        except (OSError, InputError) as exc:  # checked before launch; the folder changed during the run
+            why = f"not copied to --bundle {copy_to}: {exc}"
+            return Written(dest, f"reproduction bundle: {dest} ({why}; python3 {dest}/run.py)", f"the bundle {why}")
     where = copy_to or dest
     return Written(where, f"reproduction bundle: {where} (python3 {where}/run.py; {where}/ISSUE.md)")
 
@@ -303,7 +428,8 @@ def issue_text(result: ConsistencyResult, spec: dict[str, Any], versions: dict[s
         "`run.py` launches the servers in `bundle.json` (the red deployment, with the checkpoint in "
         "`checkpoint/`), sends the prompts (token ids) with the same concurrency, and compares every token and "
         "logprob with the roomy reference's. Exit 1: reproduced; 0: identical with retractions counted; 2: "
-        "nothing was retracted; 3: a server did not start.",
+        "nothing was retracted; 3: no verdict (a server did not start, a request failed, or the retraction counter "
+        "is no count or went backwards); 130/143: stopped by Ctrl-C/SIGTERM, every server it started stopped.",
         "",
     ]
     lines += ["## Expected vs observed", ""]

@@ -122,6 +122,29 @@ class FaultReport:
     refused: str | None = None
 
 
+class FaultFileWrapDoc(TypedDict):
+    """One wrap of a ``--fault-file``, as the servers' hook log saw it."""
+
+    target: str  # module:Attr.path
+    role: str  # prefill, decode, single, any
+    installed: bool  # a server process of that role wrapped it
+    fired: int  # armed calls that changed something (fault-fired lines)
+    unchanged: int  # armed calls that said they changed nothing (fault-unchanged lines)
+
+
+class FaultFileDoc(TypedDict):
+    """``--fault-file``: the user's own fault, recorded as ``fault`` records ``--inject``'s
+    (``kvdoctor.consistency.fault_file.record``)."""
+
+    name: str  # what the run armed and the servers logged: the file the path resolves to, without .py
+    path: str  # the resolved path the servers ran
+    given: str  # the path as given (a symlink's own)
+    sha256: str | None  # of the bytes kvdoctor read (the version judged)
+    loaded: int  # server processes that loaded the file (fault-file-loaded lines)
+    refused: str | None  # the first refusal (the file, or a target, could not be used in a server), else None
+    wraps: list[FaultFileWrapDoc]
+
+
 class CheckpointDoc(TypedDict):
     """The seeded checkpoint the servers loaded (``kvdoctor.consistency.checkpoint.Checkpoint.to_dict``)."""
 
@@ -237,6 +260,7 @@ class ConsistencyResult:
     cpu_enablers: list[dict[str, str]] = field(default_factory=list)
     stand_in: StandInDoc = field(default_factory=StandInDoc)
     fault: FaultReport | None = None
+    fault_file: FaultFileDoc | None = None  # --fault-file's record (kvdoctor.consistency.fault_file.record)
     deployment: DeploymentDoc | dict[str, Any] = field(default_factory=dict)  # {} until planned
     launch_s: dict[str, float] = field(default_factory=dict)
     bursts: list[Burst] = field(default_factory=list)

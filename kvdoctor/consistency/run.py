@@ -117,9 +117,12 @@ def plan_for(prepared: Prepared, model_dir: str, run_dir: Path | None) -> deploy
 
 def preflight(prepared: Prepared) -> None:
     """What only a real run needs of this machine, checked before its run directory exists (a dry run of a GPU plan
-    on a CPU box still prints it): ``--device cuda`` needs CUDA where the servers run (:func:`check_cuda`)."""
+    on a CPU box still prints it): ``--device cuda`` needs CUDA where the servers run (:func:`check_cuda`); the server
+    (and ``--shrink``'s checkpoint writer) must be importable in this interpreter, which launches them (exit 2
+    naming the environment to build, not a server dead at start-up or an internal error after the run directory)."""
     if prepared.options.device == "cuda":
         check_cuda()
+    servers.deployment(prepared.options.server).require_environment(prepared.options)
 
 
 def check_cuda(python: str = "python") -> None:
@@ -235,7 +238,8 @@ def _bundle(
 ) -> ConsistencyResult:
     """A red run's reproduction bundle (:mod:`kvdoctor.consistency.bundle`) in the run directory and ``--bundle``;
     a run that gets none says why when ``--bundle`` asked for one. A bundle that cannot be written is a warning:
-    the verdict stands."""
+    the verdict stands. ``--bundle`` was checked before launch (``bundle.check_destination``); a copy there that
+    still fails (the folder changed during the run) leaves the run directory's bundle, named in the warning."""
     r, o = draft.results[0], prepared.options
     tokens = draft.tokens.get(0)
     why = bundle.why_not(r, o.inject or fault_file.name(o))
@@ -259,7 +263,8 @@ def _bundle(
         say("bundle", f"not written: {exc}")
         return replace(r, warnings=[*r.warnings, f"the reproduction bundle was not written: {exc}"])
     say("bundle", written.reason)
-    return replace(r, bundle=str(written.path))
+    warnings = [*r.warnings, written.warning] if written.warning else r.warnings
+    return replace(r, bundle=str(written.path), warnings=warnings)
 
 
 def _burst_name(case: Case, cases: Sequence[Case]) -> str:

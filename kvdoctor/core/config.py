@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 from collections.abc import Mapping
 from dataclasses import field
@@ -193,10 +194,49 @@ def resolve_config_path(model: str) -> Path:
     cached = _hf_cache_config(model)
     if cached is not None:
         return cached
-    raise ConfigError(
-        f"{shown(model)}: no such file or directory, bundled fixture, or Hub repo in the local HF cache "
-        f"(fixtures: {', '.join(sorted(fixtures))})"
-    )
+    raise ConfigError(not_found(model, fixtures))
+
+
+_HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")  # org/name, as the Hub spells repo ids
+
+
+def _looks_like_hub_id(model: str) -> bool:
+    """``org/name``: a repo id ``_hf_cache_config`` looked up (not a path such as ``./x`` or ``/x``)."""
+    return _HUB_ID.fullmatch(model) is not None
+
+
+def _did_you_mean(model: str, fixtures: Mapping[str, Path]) -> str:
+    """The bundled fixture name closest to MODEL (or to a Hub id's name part), or ""."""
+    import difflib
+
+    word = model.rsplit("/", 1)[-1].strip().lower()
+    if len(word) > 100:  # no fixture name is anywhere near that long
+        return ""
+    replay = _fixtures_root() / "replay"
+    extra = [Path(e.name).stem for e in replay.iterdir() if e.name.endswith(".json")] if replay.is_dir() else []
+    close = difflib.get_close_matches(word, sorted({*fixtures, *extra}), n=1, cutoff=0.6)
+    return close[0] if close else ""
+
+
+def not_found(model: str, fixtures: Mapping[str, Path]) -> str:
+    """The one line for a MODEL that is no file, directory, fixture or cached Hub id: short (never the list of
+    every fixture), with the nearest fixture name and what to do next.
+
+    A Hub id is looked up offline only, so its line says how to put the config in the cache (``hf download``,
+    on a machine with the network) or to give a model directory; a name gets where the fixtures are listed.
+    """
+    close = _did_you_mean(model, fixtures)
+    if _looks_like_hub_id(model):
+        fixture = f"; did you mean the fixture {close}?" if close else ""
+        return (
+            f"{shown(model)}: not a path, nor in the local HF cache (read offline): cache it with "
+            f"`hf download {model} config.json`, or give a model directory{fixture}"
+        )
+    if "/" in model or model.startswith((".", "~")) or model.endswith(".json"):
+        return f"{shown(model)}: no such file or directory"
+    guess = f"; did you mean {close}?" if close else ""
+    where = f"{len(fixtures)} bundled fixtures: ls {_fixtures_root() / 'models'}"
+    return f"{shown(model)}: not a path, bundled fixture or cached Hub id (org/name){guess} ({where})"
 
 
 def parse_config(text: str, source: str) -> ModelConfig:

@@ -24,8 +24,9 @@ A fault file is a short Python file that wraps one or more server functions or m
   the file's name without ``.py``). Otherwise the original runs, untouched.
 
 Import the server's own modules inside your function, not at the top of the file: kvdoctor reads the file before
-anything starts (to refuse a bad one, exit 2) in a process that may have no server installed. This module imports
-nothing of either server.
+anything starts (to refuse a bad one, exit 2) in a child interpreter of its own (never kvdoctor's process: what the
+file's top does, prints or exits, cannot touch the run), which may have no server installed, and gives it a minute.
+This module imports nothing of either server.
 """
 
 from __future__ import annotations
@@ -63,8 +64,9 @@ class Wrap:
         return self.target.partition(":")[2]
 
 
-_collecting: list[Wrap] | None = None  # set while kvdoctor reads a fault file (kvdoctor.engines.fault_file)
-_lock = threading.Lock()
+# The wraps being collected, per thread: set while a fault file is run to read its wraps (kvdoctor.engines.fault_file:
+# in kvdoctor's reading child, or a server's start-up). Per thread, so two reads never meet.
+_reading = threading.local()
 
 
 def check_target(target: object) -> str:
@@ -96,9 +98,9 @@ def wrap(target: str, *, role: str) -> Callable[[F], F]:
     def declare(function: F) -> F:
         if not callable(function):
             raise FaultFileError(f"wrap({target!r}) must decorate a function, got {type(function).__name__}")
-        with _lock:
-            if _collecting is not None:
-                _collecting.append(Wrap(target, role, function))
+        found: list[Wrap] | None = getattr(_reading, "found", None)
+        if found is not None:
+            found.append(Wrap(target, role, function))
         return function
 
     return declare
@@ -106,18 +108,16 @@ def wrap(target: str, *, role: str) -> Callable[[F], F]:
 
 @contextmanager
 def collect() -> Iterator[list[Wrap]]:
-    """Every :func:`wrap` made while the block runs (kvdoctor reading one fault file), in order."""
-    global _collecting
+    """Every :func:`wrap` made on this thread while the block runs (one fault file being read), in order. Reads on
+    other threads collect their own; one inside another on the same thread is a RuntimeError."""
+    if getattr(_reading, "found", None) is not None:
+        raise RuntimeError("a fault file is already being read on this thread")
     found: list[Wrap] = []
-    with _lock:
-        if _collecting is not None:
-            raise RuntimeError("a fault file is already being read")
-        _collecting = found
+    _reading.found = found
     try:
         yield found
     finally:
-        with _lock:
-            _collecting = None
+        _reading.found = None
 
 
 class Firing:

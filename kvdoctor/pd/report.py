@@ -171,9 +171,14 @@ def _tokens_rows(result: PdEvalResult) -> list[github.Row]:
     return [head, *(github.Row(g.name, g.message, "", g.status) for g in result.gates)]
 
 
-def status_line(result: PdEvalResult) -> str:
+def status_line(result: PdEvalResult, *, markdown: bool = False) -> str:
+    """The verdict word, the model and preset, the message; with MARKDOWN (the step summary's head) each outside
+    value escaped to render as its text (a model named ``<img …>`` or holding ``|`` or a backtick)."""
     verdict = envelope.Verdict.of(result.exit_code, warnings=len(result.warnings))  # warnings count at exit 0 only
     word = f"**{verdict.word}**" if result.exit_code == EXIT_PASS else f"**{verdict.word}** ({result.exit_reason})"
+    if markdown:
+        model, preset, message = (github.text(v) for v in (result.model, result.preset, result.message))
+        return f"{word} — {model} ({preset}); {message}"
     return f"{word} — `{result.model}` ({result.preset}); {result.message}"
 
 
@@ -256,7 +261,7 @@ class Report(reportable.Reportable):
         return summary_rows(self.result)
 
     def summary_head(self) -> str:
-        return status_line(self.result)
+        return status_line(self.result, markdown=True)
 
     def summary_details(self) -> dict[str, str]:
         return summary_details(self.result)

@@ -16,6 +16,7 @@ import importlib.util
 import json
 import os
 import shlex
+import shutil
 import subprocess
 import time
 from collections.abc import Callable, Sequence
@@ -23,7 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from kvdoctor._exceptions import EXIT_GATE, EXIT_PASS, DeploymentError, Interrupted
+from kvdoctor._exceptions import EXIT_GATE, EXIT_PASS, DeploymentError, InputError, Interrupted
+from kvdoctor.core.faults import Target
 from kvdoctor.core.replays import Replay
 from kvdoctor.replay.plan import NO_FAULT, Case, Group, GroupKey, groups, side
 from kvdoctor.replay.verdict import BugVerdict, RoundtripRows, Run, judge
@@ -62,9 +64,25 @@ class Runner(Protocol):
         """The engine round trip of KEY with FAULT, checked now and run by the returned call; None when the engine
         is not installed here."""
 
+    def check_environment(self, chosen: Sequence[Replay], command: str) -> None:
+        """``InputError`` (exit 2, one line naming the environment to build) when CHOSEN's cases cannot run here."""
+
 
 class RealRunner:
     """The real doors: ``kvdoctor.consistency.run`` and the vLLM engine adapter, imported when first used."""
+
+    def check_environment(self, chosen: Sequence[Replay], command: str) -> None:
+        """What CHOSEN needs here, before any work: SGLang's servers run in this interpreter (the SGLang server
+        environment), vLLM's round trips in the vLLM engine environment's (this one, ``$KVDOCTOR_VLLM_PYTHON`` or
+        ``.venv-vllm``; none: those cases are reported not run, never reproduced)."""
+        from kvdoctor.core import environments
+
+        served = [r for r in chosen if r.target is Target.SERVER]
+        if any(r.server == "sglang" for r in served):
+            pd = environments.PD_MODULES if any(r.topology == "pd" for r in served) else ()
+            environments.require(environments.SGLANG_SERVER, command, also=pd)
+        if any(r.server == "vllm" for r in chosen) and importlib.util.find_spec("vllm") is None:
+            vllm_python()  # the interpreter roundtrip() would use: a KVDOCTOR_VLLM_PYTHON naming none is bad input
 
     def prepare(self, options: Any) -> Any:
         from kvdoctor.consistency.run import prepare
@@ -128,7 +146,13 @@ def vllm_python() -> str | None:
     vllm-env``) when it is there; None when neither is."""
     given = os.environ.get(VLLM_PYTHON_ENV)
     if given:
-        return given
+        found = shutil.which(given)
+        if found is None:  # a path that is not there, or not executable: bad input, never a FileNotFoundError
+            raise InputError(
+                f"{VLLM_PYTHON_ENV}={given}: no such interpreter (name the vLLM engine env's python, e.g. "
+                ".venv-vllm/bin/python after make vllm-env, or unset it)"
+            )
+        return found
     beside = Path(__file__).resolve().parents[2] / ".venv-vllm" / "bin" / "python"
     return str(beside) if beside.is_file() else None
 

@@ -4,15 +4,23 @@ Conventions from GitHub's docs: the summary is appended (other commands of the s
 too), is capped at 1 MiB per step (over it the whole upload is dropped, so we cut our part), and
 is written only when the variable is set. Annotation messages escape ``%``, CR and LF; property
 values also ``:`` and ``,``.
+
+The summary is Markdown that GitHub renders with raw HTML allowed, and much of what it shows comes from
+outside (a model name, a path, a server's message, a bug's title). :func:`text` makes such a string render
+as the text it is: HTML's ``&`` and ``<`` as entities, Markdown's emphasis, code, link, strike-through and table
+characters backslash-escaped, one line. :func:`summary_markdown` passes the title and every cell through
+it; the status line is kvdoctor's own Markdown (``**passed**``), so only raw HTML is neutralised there.
 """
 
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from kvdoctor.core.record import record
+from kvdoctor.text import printable
 
 STEP_SUMMARY_ENV = "GITHUB_STEP_SUMMARY"
 STEP_SUMMARY_LIMIT = 1024 * 1024
@@ -32,23 +40,45 @@ class Row:
 _ICON = {"passed": "✅ pass", "warning": "⚠️ warning", "failed": "❌ fail", "skipped": "⚠️ skipped", "error": "💥 error"}
 
 
-def _cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
+# Markdown's inline punctuation that can change what a reader sees: a backslash, code spans, emphasis and
+# strong (``*``), links and images (``[``, ``]``), strike-through (``~``), table cells (``|``). ``_`` only
+# where it can open or close emphasis (at a word's edge): ``conv_state`` stays as written.
+_MARKDOWN = re.compile(r"[\\`*\[\]~|]|(?<![0-9A-Za-z])_|_(?![0-9A-Za-z])")
+_HTML = {"&": "&amp;", "<": "&lt;"}  # no tag, comment or entity opens without one of these (a ``>`` alone is text)
+
+
+def _html(value: str) -> str:
+    return "".join(_HTML.get(ch, ch) for ch in value)
+
+
+def text(value: object) -> str:
+    """VALUE (outside text) as Markdown that renders as exactly that text, on one line (line breaks become
+    spaces, escape sequences go): no HTML tag, entity, emphasis, code span, link or table cell break can come
+    out of it."""
+    return _MARKDOWN.sub(lambda m: "\\" + m.group(0), _html(printable(value)))
+
+
+def _head(status_line: str) -> str:
+    """The status line, kvdoctor's own Markdown (``**FAILED** (exit 2): ...``), on one line with raw HTML
+    neutralised: outside text a caller put in it cannot become a tag, whether or not the caller escaped it
+    with :func:`text` (which it should: ``*`` or ``|`` in it would still be read as Markdown). ``&`` is left as
+    it is: an entity that :func:`text` wrote stays one, and no entity can open a tag."""
+    return printable(status_line).replace("<", "&lt;")
 
 
 def summary_markdown(
     title: str, status_line: str, rows: Sequence[Row], details: Mapping[str, str] | None = None
 ) -> str:
     """h3 title, status line first, a metric | value | threshold | result table, then details."""
-    lines = [f"### {title}", "", status_line, "", "| check | value | threshold | result |", "|---|---|---|---|"]
+    head = _head(status_line)
+    lines = [f"### {text(title)}", "", head, "", "| check | value | threshold | result |", "|---|---|---|---|"]
     lines += [
-        f"| {_cell(r.check)} | {_cell(r.value)} | {_cell(r.threshold)} | {_ICON.get(r.status, r.status)} |"
-        for r in rows
+        f"| {text(r.check)} | {text(r.value)} | {text(r.threshold)} | {_ICON.get(r.status, r.status)} |" for r in rows
     ]
     for summary, body in (details or {}).items():
         lines += [
             "",
-            f"<details><summary>{_cell(summary)}</summary>",
+            f"<details><summary>{_html(printable(summary))}</summary>",  # HTML: Markdown is not read here
             "",
             "```text",
             body.replace("```", "ʼʼʼ"),

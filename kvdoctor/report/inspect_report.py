@@ -33,6 +33,9 @@ if TYPE_CHECKING:
 
 COMMAND = "inspect"
 SUITE = "kvdoctor.inspect"  # the JUnit suite (and the unfinished-run record's)
+VERDICT_CASE = "no-error-hazards"  # the JUnit case that carries the error-hazard verdict (its name is a contract)
+# What explain() calls that case when it fails: its JUnit name reads as the opposite ("no error hazards").
+VERDICT_CASE_FAILED = "error hazards (--strict)"
 
 
 def _hazard_status(severity: str, gated: bool) -> str:
@@ -71,7 +74,7 @@ def cases(hazards: Sequence[Hazard], *, gated: bool) -> list[junit.Case]:
     note = " (not gated: pass --strict to fail on them)" if errors and not gated else ""
     out.append(
         junit.Case(
-            "no-error-hazards",
+            VERDICT_CASE,
             junit.FAILED if errors and gated else junit.PASSED,
             message=", ".join(errors) if errors and gated else "",
             details=", ".join(errors) + note,
@@ -187,6 +190,15 @@ class Report(Reportable):
 
     def junit_cases(self) -> list[junit.Case]:
         return cases(self.report.hazards, gated=self.strict)
+
+    def explain_lines(self) -> Sequence[str]:
+        """As every report's, but the failed verdict case is named for what it found: ``error hazards
+        (--strict): KVD014-..., KVD001-...``, never its JUnit name (``no-error-hazards: KVD014...``)."""
+        head = f"{VERDICT_CASE}: "
+        return [
+            f"{VERDICT_CASE_FAILED}: {line[len(head) :]}" if line.startswith(head) else line
+            for line in super().explain_lines()
+        ]
 
     def summary_rows(self) -> list[github.Row]:
         return [*self.facts(self.report), *hazard_rows(self.report.hazards, gated=self.strict)]

@@ -105,7 +105,7 @@ def _publish_error(run: _Run, exit_code: int, message: str) -> None:
     verdict = Verdict.of(exit_code)
     status = junit.FAILED if exit_code == EXIT_GATE else junit.ERROR  # a finding (exit 1) fails; the rest errs
     case = junit.Case("kvdoctor", status, message=message, details=message)
-    head = f"**{verdict.word}** (exit {exit_code}): {message}"
+    head = f"**{verdict.word}** (exit {exit_code}): {github.text(message)}"  # the message is outside text
     run.state = _ERROR
     with contextlib.suppress(KvdoctorError):  # the run's own error is what the user must see
         publish(run.suite, [case], github.summary_markdown(run.title, head, []), junit_path=run.junit_path)

@@ -93,8 +93,8 @@ def test_the_metadata_is_a_composite_action_github_can_read() -> None:
 class Runner:
     """The action's steps, in order, as GitHub runs a composite action's."""
 
-    def __init__(self, workspace: Path, inputs: dict[str, str]) -> None:
-        self.workspace, self.outputs = workspace, {}
+    def __init__(self, workspace: Path, inputs: dict[str, str], action_path: Path = ROOT) -> None:
+        self.workspace, self.outputs, self.action_path = workspace, {}, action_path
         defaults = {k: str(v.get("default", "")) for k, v in ACTION["inputs"].items()}
         self.inputs = {**defaults, **inputs}
         temp = workspace / "runner-temp"
@@ -103,7 +103,7 @@ class Runner:
         self.env.update(
             GITHUB_ACTIONS="true",
             GITHUB_WORKSPACE=str(workspace),
-            GITHUB_ACTION_PATH=str(ROOT),
+            GITHUB_ACTION_PATH=str(action_path),
             GITHUB_STEP_SUMMARY=str(workspace / "step-summary.md"),
             GITHUB_JOB="kvdoctor-test",
             RUNNER_TEMP=str(temp),
@@ -116,7 +116,7 @@ class Runner:
         if scope == "inputs":
             return self.inputs[rest]
         if scope == "github":
-            return {"action_path": str(ROOT), "job": "kvdoctor-test"}[rest]
+            return {"action_path": str(self.action_path), "job": "kvdoctor-test"}[rest]
         if scope == "runner":
             return {"os": "Linux"}[rest]
         if scope == "steps":
@@ -127,11 +127,16 @@ class Runner:
     def expand(self, text: str) -> str:
         return EXPRESSION.sub(lambda m: self.value(m.group(1)), text)
 
-    def run(self) -> list[tuple[str, int]]:
+    def run(self, played: dict[str, dict[str, str]] | None = None) -> list[tuple[str, int]]:
+        """Every step in order; a step whose id is in PLAYED is not run: its outputs are those given."""
         ran: list[tuple[str, int]] = []
         failed = False
         for step in ACTION["runs"]["steps"]:
             if failed and step.get("if") != "always()":
+                continue
+            if step.get("id") in (played or {}):
+                self.steps[step["id"]] = (played or {})[step["id"]]
+                ran.append((step["name"], 0))
                 continue
             code = self.uses(step) if "uses" in step else self.shell(step)
             ran.append((step["name"], code))
@@ -223,3 +228,98 @@ def test_the_docs_workflow_uses_the_actions_inputs_and_outputs() -> None:
     assert ours["with"]["server"] in ("none", "sglang", "vllm")
     for output in re.findall(r"steps\.kvdoctor\.outputs\.([\w-]+)", example):
         assert output in ACTION["outputs"], output
+
+
+def _step(step_id: str) -> dict[str, Any]:
+    return next(s for s in ACTION["runs"]["steps"] if s.get("id") == step_id)
+
+
+def _key(workspace: Path, action_path: Path, server: str = "none", python: str = "3.11") -> str:
+    runner = Runner(workspace, {"command": "roundtrip", "server": server, "python-version": python}, action_path)
+    assert runner.shell(_step("key")) == 0
+    return runner.steps["key"]["key"]
+
+
+def test_the_cache_key_changes_with_what_the_action_installs(tmp_path: Path) -> None:
+    """hashFiles() sees only the workspace: on the action's own files (github.action_path) it hashed nothing and the
+    key never changed. The key step hashes them itself; each file that decides the install moves the key."""
+    text = (ROOT / "action.yml").read_text(encoding="utf-8")
+    assert not [e for e in re.findall(EXPRESSION, text) if "hashFiles" in e]  # blind outside the workspace
+    cache = next(s for s in ACTION["runs"]["steps"] if s.get("uses", "").startswith("actions/cache@"))
+    assert cache["with"]["key"] == "${{ steps.key.outputs.key }}"
+    names = [s["name"] for s in ACTION["runs"]["steps"]]
+    assert names.index("Key the cache on what is installed") < names.index("Cache the environments")
+
+    action = tmp_path / "action"
+    (action / "constraints").mkdir(parents=True)
+    for name in ("pyproject.toml", "Makefile", "README.md"):
+        shutil.copy(ROOT / name, action / name)
+    for constraints in (ROOT / "constraints").glob("*.txt"):
+        shutil.copy(constraints, action / "constraints" / constraints.name)
+    first = _key(tmp_path, action)
+    assert first == _key(tmp_path, action)  # the same files: the same key
+    assert first.startswith("kvdoctor-Linux-py") and "-none-" in first
+    assert _key(tmp_path, action, server="sglang") != first
+    (action / "README.md").write_text("not installed\n")
+    assert _key(tmp_path, action) == first  # a file the install does not read leaves the key alone
+    seen = {first}
+    for change in ("constraints/cpu.txt", "pyproject.toml", "Makefile"):
+        with (action / change).open("a") as fh:
+            fh.write("\n# changed\n")
+        key = _key(tmp_path, action)
+        assert key not in seen, change
+        seen.add(key)
+    (action / "constraints" / "new.txt").write_text("six==1.16.0\n")
+    assert _key(tmp_path, action) not in seen  # a new constraints file too
+
+
+STUB = """#!/bin/sh
+# kvdoctor as --help makes it: prints help, exits 0, no JSON; leaves a mark that it ran
+echo ran >> "$(dirname "$0")/ran"
+echo "Usage: kvdoctor [OPTIONS] COMMAND"
+"""
+
+
+def _stubbed(workspace: Path, model: str, args: str) -> tuple[Runner, list[tuple[str, int]], Path, Path]:
+    """The steps with the install played by a stub kvdoctor that exits 0 and prints no JSON."""
+    case = workspace / f"stub-{len(list(workspace.glob('stub-*')))}"
+    (case / "bin").mkdir(parents=True)
+    stub = case / "bin" / "kvdoctor"
+    stub.write_text(STUB)
+    stub.chmod(0o755)
+    runner = Runner(case, {"command": "roundtrip", "model": model, "args": args})
+    return runner, runner.run(played={"install": {"kvdoctor": str(stub)}}), case, case / "bin" / "ran"
+
+
+@pytest.mark.parametrize(
+    ("model", "args"),
+    [("lfm2-1.2b", "--help"), ("--help", ""), ("lfm2-1.2b", "--device cpu -h"), ("lfm2-1.2b", "--version")],
+)
+def test_help_in_args_or_model_is_bad_input_before_kvdoctor_runs(tmp_path: Path, model: str, args: str) -> None:
+    """`args: --help` used to give a green job with verdict=error and no report: help is no check."""
+    runner, ran, case, ran_mark = _stubbed(tmp_path, model, args)
+    codes = dict(ran)
+    assert codes["Run kvdoctor"] == 0 and codes["Verdict"] == 2, ran
+    assert runner.steps["run"]["verdict"] == "error" and runner.steps["run"]["exit-code"] == "2"
+    summary = (case / "step-summary.md").read_text()
+    assert "**bad input**" in summary and "asks for help" in summary
+    assert not ran_mark.exists()  # refused before kvdoctor ran
+    artifact = case / "artifacts" / "kvdoctor-roundtrip-kvdoctor-test"
+    assert artifact.is_dir() and not (artifact / "report.json").exists()
+
+
+def test_an_exit_0_without_a_verdict_is_not_a_green_job(tmp_path: Path) -> None:
+    """Whatever else makes kvdoctor exit 0 with no verdict in its JSON (a --dry-run's plan), the job is red."""
+    runner, ran, case, ran_mark = _stubbed(tmp_path, "lfm2-1.2b", "--dry-run")
+    assert ran_mark.exists()
+    assert dict(ran)["Verdict"] == 2, ran
+    assert runner.steps["run"]["verdict"] == "error" and runner.steps["run"]["exit-code"] == "2"
+    assert "without a verdict" in (case / "step-summary.md").read_text()
+
+
+def test_help_with_the_real_kvdoctor_is_red(workspace: Path) -> None:
+    """The same through the real install: `args: --help` ends the job with exit 2 and says why."""
+    runner, ran, case = _run(workspace, "--help")
+    assert dict(ran)["Verdict"] == 2, ran
+    assert runner.steps["run"]["verdict"] == "error"
+    assert "asks for help" in (case / "step-summary.md").read_text()

@@ -51,3 +51,26 @@ def test_the_page_lists_the_signatures_as_the_code_has_them() -> None:
     if os.environ.get("KVDOCTOR_GOLDEN_UPDATE"):
         DOC.write_text(want, encoding="utf-8")
     assert text == want, "docs/api.md is out of date: KVDOCTOR_GOLDEN_UPDATE=1 pytest tests/api/test_api_docs.py"
+
+
+def test_the_pages_example_prints_what_the_page_says() -> None:
+    """Issue 43 (6): the example's output is the call's own (it said 163233 bytes where the call printed 326426).
+    The page's first block runs as written, up to ``print(report.explain())``; each value the page shows in a
+    comment is the one the call returns."""
+    import re
+
+    block = DOC.read_text(encoding="utf-8").split("```python\n", 1)[1].split("```", 1)[0]
+    lines = block.splitlines()
+    call = next(line for line in lines if line.startswith("report = "))
+    report = eval(call.removeprefix("report = "), {"api": api})  # the page's own call, as written
+    for attribute, value in (("passed", "False"), ("verdict", "Verdict.FAIL"), ("exit_code", "1")):
+        line = next(line for line in lines if line.startswith(f"report.{attribute} "))
+        assert line.split("#", 1)[1].split()[0].rstrip(":,") == value
+        assert str(getattr(report, attribute)) == value
+    at = lines.index("print(report.explain())")
+    shown = []
+    for line in lines[at + 1 :]:
+        if not line.startswith("# "):
+            break
+        shown.append(line.removeprefix("# "))
+    assert shown == report.explain().splitlines(), re.sub(r"\s+", " ", report.explain())

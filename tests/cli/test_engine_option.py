@@ -91,3 +91,27 @@ def test_sglangs_answers_render_literally_and_whole_at_80_columns() -> None:
     )
     drift = "KVD015-RULES-DRIFT kv_pool: kvdoctor SWAKVPool, SGLang SWAKVPoolWithAVeryLongClassNameIndeed"
     assert drift in " ".join(text.split())
+
+
+@pytest.mark.skipif(importlib.util.find_spec("sglang") is not None, reason="SGLang is installed here")
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["inspect", "inkling-small", "--engine", "sglang"],
+        ["roundtrip", "inkling-small", "--engine", "sglang", "--device", "cpu"],
+        ["drift", "--fixture", "inkling-small"],
+    ],
+    ids=["inspect", "roundtrip", "drift"],
+)
+def test_a_missing_sglang_is_said_before_torch_is_imported(args: list[str]) -> None:
+    """Issue 43 (8): ``--engine sglang`` took 3.5 s to say SGLang is missing (torch imported first), vLLM 0.3 s."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; from typer.testing import CliRunner; from kvdoctor.cli.app import app; "
+        f"r = CliRunner().invoke(app, {args!r}); "
+        "print(r.exit_code, sorted(m for m in sys.modules if m == 'torch'))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert out.stdout.split("\n")[-2] == "2 []", out.stdout

@@ -317,7 +317,7 @@ HOSTILE_NAMES = [
     ("huge", "larger than 16 MiB, not a config.json"),
     ("a" * 300, "not a usable path (File name too long)"),
     ("~nouser-kvdoctor/x", "cannot expand the home directory"),
-    ("inkling\nsmall\x1b[31m", "inkling small: no such file or directory"),
+    ("inkling\nsmall\x1b[31m", "inkling small: not a path, bundled fixture or cached Hub id"),
 ]
 
 

@@ -37,7 +37,8 @@ SUITES = {"roundtrip": "kvdoctor.roundtrip", "inspect": "kvdoctor.inspect", "dri
 WORK = {  # inside the command's work (kvdoctor.report.verdicts.errors_published)
     "roundtrip": (TINY_ROUNDTRIP, "kvdoctor.state.run:run_roundtrip"),
     "inspect": (["inspect", "inkling-small"], "kvdoctor.core.sglang.analysis:analyze"),
-    "drift": (["drift", "--fixture", "inkling-small"], "kvdoctor.engines.sglang.drift:run_drift"),
+    # the first step of drift's work: finding the installed SGLang (a missing one is said before torch is imported)
+    "drift": (["drift", "--fixture", "inkling-small"], "kvdoctor.engines.sglang._runtime:engine_info"),
 }
 # After the work, while the tables print and before the verdict is published (verdicts.unfinished)
 RENDER = {
@@ -47,9 +48,12 @@ RENDER = {
 LINES = {signal.SIGINT: (130, "kvdoctor: interrupted"), signal.SIGTERM: (143, "kvdoctor: terminated")}
 # The real-server commands, stopped inside their servers' supervision (kvdoctor.deploy.signals' latch: the run
 # catches the signal, tears down, and returns a result that says 130/143). The seeded checkpoint is stubbed as
-# cached, so no transformers is needed; nothing is launched before the block.
+# cached, so no transformers is needed, and the server environment as present (kvdoctor.core.environments: its
+# preflight would refuse the main environment first); nothing is launched before the block.
 STUB_CHECKPOINT = (
     "import pathlib\n"
+    "from kvdoctor.core import environments\n"
+    "environments.missing = lambda modules: ()\n"
     "from kvdoctor.consistency import checkpoint\n"
     "def ensure(config, seed, root):\n"
     "    path = pathlib.Path(root) / 'checkpoints' / 'stub'\n"

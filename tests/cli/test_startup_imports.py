@@ -200,17 +200,22 @@ def test_a_group_lists_its_commands_without_building_them() -> None:
 
 
 def _eager_app() -> typer.Typer:
-    """The same app registered the way Typer documents it: every command imported and added up front."""
+    """The same app registered the way Typer documents it: every command imported and added up front (its help the
+    docstring reflowed, as ``kvdoctor.cli.app.reflowed`` shows every command's)."""
     import importlib
+    import inspect
 
     def add(group: typer.Typer, lazy: cli_app.Lazy) -> None:
         module = importlib.import_module(lazy.module)
         cls = getattr(module, lazy.cls) if lazy.cls else None
-        group.command(lazy.name, cls=cls, context_settings=lazy.context_settings)(getattr(module, lazy.function))
+        function = getattr(module, lazy.function)
+        help_text = cli_app.reflowed(inspect.getdoc(function))
+        group.command(lazy.name, cls=cls, context_settings=lazy.context_settings, help=help_text)(function)
 
     app = typer.Typer(
         name="kvdoctor",
         help=cli_app.app.info.help,
+        epilog=cli_app._environments(),
         no_args_is_help=True,
         pretty_exceptions_enable=False,
         context_settings={"help_option_names": cli_app.HELP_OPTIONS},

@@ -61,7 +61,7 @@ def test_a_driver_without_a_cuda_torch_in_the_servers_interpreter_is_refused(mon
     assert shutil.which(sys.executable) is not None
 
 
-def test_a_cpu_run_asks_nothing_of_cuda(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_cpu_run_asks_nothing_of_cuda(monkeypatch: pytest.MonkeyPatch, server_environment: None) -> None:
     def fail(_python: str = "python") -> None:
         raise AssertionError("a CPU run checked CUDA")
 

@@ -184,7 +184,9 @@ def test_without_a_fault_file_or_with_a_failed_run_nothing_changes(tmp_path: Pat
     r = result(DIVERGED)
     assert fault_file.judge(ConsistencyOptions("m"), log(), r) is r
     dead = replace(r, exit_code=3, exit_reason="deployment_failed")
-    assert fault_file.judge(options(write(tmp_path, "single")), log(), dead) is dead
+    judged = fault_file.judge(options(write(tmp_path, "single")), log(), dead)
+    assert replace(judged, fault_file=None) == dead  # no gate, the same outcome: only the file's record
+    assert judged.fault_file and judged.fault_file["loaded"] == 0 and not judged.fault_file["wraps"][0]["installed"]
 
 
 # ---- the command ---------------------------------------------------------------------------------------------------

@@ -64,6 +64,12 @@ def test_the_docs_example_swapping_two_requests_state_is_red_with_the_fault_fire
     touched = {r["index"] for r in doc["requests"] if r["diverged"]} | set(doc["logprob_drift"]["requests"])
     assert 1 <= len(touched) <= 2, touched  # the swapped pair, and no other request
     assert doc["stand_in"]["calls"] == [] and doc["survivors"] == []
+    record = doc["fault_file"]  # the file's own record, as --inject's fault has one
+    assert (record["name"], record["path"], record["refused"]) == ("swap_state_slots", str(EXAMPLE.resolve()), None)
+    assert record["loaded"] >= 1  # each Python process of the pressured server (the scheduler's own included)
+    assert [(w["target"], w["role"], w["installed"], w["fired"]) for w in record["wraps"]] == [
+        (TARGET, "single", True, 1)
+    ]
     log = hook_log.read(Path(doc["run_dir"]) / "site-hook.log")
     (line,) = log.details("fault-fired")  # one firing, in the pressured burst only, naming the two requests
     assert line.startswith(f"swap_state_slots {TARGET} single swapped the state of")

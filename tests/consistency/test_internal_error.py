@@ -29,7 +29,7 @@ def test_the_readme_and_the_exit_codes_agree_that_4_is_kvdoctors_own_failure() -
 
 @pytest.mark.parametrize("where", ["deploy", "compare"])
 def test_an_unexpected_exception_is_exit_4_with_a_result(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str, server_environment: None
 ) -> None:
     ckpt = tmp_path / "ckpt"
     ckpt.mkdir()

@@ -33,7 +33,7 @@ def _fault(name: str, switchable: bool = True) -> Fault:
 
 
 @pytest.fixture
-def world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+def world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, server_environment: None) -> dict[str, Any]:
     """A prepared Llama run whose launch, warm-up and bursts are the test's: each burst sees the arm file as the
     servers would, and the 'servers' log a fault firing when armed."""
     ckpt = tmp_path / "ckpt"

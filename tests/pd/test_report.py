@@ -105,3 +105,15 @@ def test_check_writable_refuses_what_would_fail_later(tmp_path: Path, case: str)
     with pytest.raises(InputError):
         check_outputs(output_dir=out, junit_path=junit_path, env=env)
     assert not (tmp_path / "new").exists() and not (tmp_path / "ok").exists()
+
+
+def test_the_summary_head_renders_a_hostile_model_and_message_as_text() -> None:
+    """Issue 43 (21): the step summary's head wrote the model and the server's message raw (a model named
+    ``<img ...>`` became HTML; ``|`` or a backtick became Markdown)."""
+    result = base()
+    result.model = "<img src=x onerror=alert(1)>|`m`"
+    result.exit_reason, result.message = "server_exited", "decode said <b>bold</b> | *x*"
+    head = pd_report.Report(result).summary_head()
+    assert "<img" not in head and "<b>" not in head and "&lt;img" in head
+    assert "\\|" in head and "\\`m\\`" in head and "\\*x\\*" in head
+    assert pd_report.status_line(result).endswith("decode said <b>bold</b> | *x*")  # the terminal's line, as said

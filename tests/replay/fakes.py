@@ -117,6 +117,9 @@ class FakeRunner:
         if self.refuse is not None:
             self.refuse(cases)
 
+    def check_environment(self, chosen: Any, command: str) -> None:
+        """The servers are this fake: nothing to install."""
+
     def roundtrip(self, key: GroupKey, fault: str | None) -> Callable[[], Any] | None:
         self.calls.append(("roundtrip", (key.model, fault)))
         if not self.vllm:

@@ -111,7 +111,10 @@ def test_pd_eval_publishes_as_before_and_a_lost_report_overrides_only_the_exit()
     own = pd_report.Report(run)
     assert own.verdict is envelope.Verdict.WARN and list(own.warnings) == run.warnings
     assert pd_report.step_summary(run) == github.summary_markdown(
-        "kvdoctor pd-eval", pd_report.status_line(run), pd_report.summary_rows(run), pd_report.summary_details(run)
+        "kvdoctor pd-eval",
+        pd_report.status_line(run, markdown=True),
+        pd_report.summary_rows(run),
+        pd_report.summary_details(run),
     )
     assert (own.suite, own.classname, own.argv_fallback()) == ("kvdoctor pd-eval", "kvdoctor.pd_eval", ("pd-eval",))
     lost = pd_report.Report(run, EXIT_INPUT)

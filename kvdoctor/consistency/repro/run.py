@@ -13,20 +13,22 @@ checkpoint and ports left as placeholders), the CPU enablers it needs (``enabler
 request bodies, and the tokens and logprobs the roomy reference produced. It picks free ports, launches every server
 in its own process group, waits until each answers its health check, sends one warm-up request and then every
 prompt with the red run's concurrency, reads the server's retraction counter, compares every token and logprob,
-and stops every server it started (also on an error or Ctrl-C). Server logs go to ``logs/``; the result to
-``result.json``.
+and stops every server it started (also on an error, Ctrl-C or SIGTERM, requests in flight or not). Server logs go
+to ``logs/``; the result to ``result.json``.
 
 Exit codes: 0 every request identical to the reference (tokens, and logprobs within the tolerance) with retractions
 counted; 1 a request diverged or drifted (the finding reproduced); 2 identical but nothing was retracted (the
-path did not run: no verdict); 3 a server did not start or a request failed.
+path did not run: no verdict); 3 the deployment cannot be judged: a server did not start, a request failed, a CPU
+stand-in was called, or the retraction counter is no count (not a number, NaN, infinite, negative) or went
+backwards (the server restarted or it was reset); 130 Ctrl-C, 143 SIGTERM (every server it started stopped).
 """
 
 from __future__ import annotations
 
 import argparse
-import concurrent.futures
 import contextlib
 import json
+import math
 import os
 import random
 import re
@@ -34,6 +36,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -46,6 +49,10 @@ PLACEHOLDER = re.compile(r"\{(port\d+|checkpoint|bundle|python)\}")
 
 class LaunchFailed(Exception):
     pass
+
+
+class Uncountable(LaunchFailed):
+    """The retraction counter cannot be read as a count: the deployment cannot be judged (exit 3)."""
 
 
 def free_ports(n: int) -> list[int]:
@@ -99,8 +106,9 @@ class Servers:
 
     def start(self, role: str, argv: list[str], env: dict[str, str]) -> None:
         log = (self.logs / f"{role}.log").open("wb")
-        proc = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        self.procs.append((role, proc))
+        with STOP.held():  # a signal here waits until the server is recorded (and so stopped)
+            proc = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+            self.procs.append((role, proc))
         print(f"[launch] {role}: pid {proc.pid}: {' '.join(argv)}", file=sys.stderr)
 
     def wait_healthy(self, role: str, url: str, timeout: float) -> None:
@@ -139,18 +147,59 @@ class Servers:
                 proc.wait()
 
 
+def _sample(counter: str) -> re.Pattern[str]:
+    """A sample of COUNTER in the Prometheus text format: the name, its labels (quoted values may hold anything),
+    its value, an optional timestamp."""
+    labels = r'(?:\{(?:[^"}]|"(?:[^"\\]|\\.)*")*\})?'
+    return re.compile(rf"^{re.escape(counter)}{labels}[ \t]+(\S+)(?:[ \t]+\S+)?[ \t]*$")
+
+
 def retractions(url: str, counter: str) -> float | None:
+    """The sum of COUNTER's samples on the ``/metrics`` page at URL; None when the page does not answer or carries
+    none (SGLang creates the sample at the first retraction). A sample, or a sum, that is no count raises
+    ``Uncountable``, naming it: the server's metrics are malformed."""
     status, text = http("GET", url)
-    if status != 200:
-        return None
+    return parse_retractions(text.decode(errors="replace"), counter) if status == 200 else None
+
+
+def parse_retractions(text: str, counter: str) -> float | None:
+    """The sum of COUNTER's samples in a ``/metrics`` page's TEXT (None: no sample)."""
+    sample = _sample(counter)
     total = None
-    for line in text.decode(errors="replace").splitlines():
-        if line.startswith(counter) and not line.startswith("#"):
-            try:
-                total = (total or 0.0) + float(line.rsplit(" ", 1)[1])
-            except ValueError:
-                continue
-    return total
+    for line in text.splitlines():
+        match = sample.match(line.strip())
+        if match is None:
+            continue
+        try:
+            value = float(match.group(1))
+        except ValueError:
+            value = None
+        total = (total or 0.0) + counted(value, line.strip()[: match.start(1)].strip(), match.group(1))
+    if total is None:
+        return None
+    return counted(total, f"the sum of {counter}'s samples", "+Inf" if math.isinf(total) else repr(total))
+
+
+def counted(value: float | None, name: str, spelled: str) -> float:
+    """VALUE (a sample NAME carries, SPELLED as the page spells it) when it is a count, else ``Uncountable``."""
+    if value is None or not math.isfinite(value) or value < 0:
+        raise Uncountable(
+            f"{name} is {spelled}, not a count (a counter is a finite number >= 0); the server's metrics are "
+            "malformed, so its retractions cannot be counted: no verdict"
+        )
+    return value
+
+
+def retracted(counter: str, before: float | None, after: float | None) -> float | None:
+    """The retractions the run counted, from the counter BEFORE and AFTER it (None: unknown)."""
+    if after is None:
+        return None
+    if before is not None and after < before:
+        raise Uncountable(
+            f"{counter} went backwards during the run ({before:g} before it, {after:g} after): the server restarted "
+            "or the counter was reset, so this run's retractions cannot be counted: no verdict"
+        )
+    return after - (before or 0.0)
 
 
 def generate(url: str, body: dict[str, Any], timeout: float) -> dict[str, Any]:
@@ -188,8 +237,89 @@ def compare(expected: list[dict[str, Any]], got: list[dict[str, Any]], tolerance
     return rows
 
 
-def _terminated(signum: int, _frame: Any) -> None:
-    raise SystemExit(128 + signum)
+class Stop:
+    """SIGTERM and Ctrl-C (SIGINT) end the run with exit 128 + the signal (143, 130) once every server it started is
+    stopped, wherever the main thread waits (a health check, the requests in flight): the handler stops the servers
+    itself and raises ``SystemExit``. A signal while a server is being recorded (``held``) waits until it is; one
+    after ``main`` began stopping the servers (``closing``) is noted and ends the run once they are stopped."""
+
+    def __init__(self) -> None:
+        self.servers: Servers | None = None
+        self.signum: int | None = None
+        self.holding = False
+        self.closing = False
+
+    def install(self, servers: Servers) -> None:
+        self.servers = servers
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, self.handle)
+
+    def handle(self, signum: int, _frame: Any) -> None:
+        if self.signum is not None:
+            return  # already stopping
+        self.signum = signum
+        if not (self.holding or self.closing):
+            self.stop()
+
+    def stop(self) -> None:
+        assert self.signum is not None
+        print(f"run.py: {signal.Signals(self.signum).name}: stopping every server it started", file=sys.stderr)
+        self.closing = True
+        if self.servers is not None:
+            self.servers.stop()
+        raise SystemExit(128 + self.signum)
+
+    @contextlib.contextmanager
+    def held(self) -> Any:
+        self.holding = True
+        try:
+            yield
+        finally:
+            self.holding = False
+        if self.signum is not None and not self.closing:
+            self.stop()
+
+
+STOP = Stop()
+
+
+def send_all(url: str, bodies: list[dict[str, Any]], concurrency: int, timeout: float) -> list[dict[str, Any]]:
+    """Every body POSTed to URL, CONCURRENCY in flight, the replies in order; the first failure raised. The workers
+    are daemon threads and the main thread waits on an event, so a signal ends the run at once (the servers stopped
+    close every request in flight) instead of waiting for the requests, as a pool's shutdown would."""
+    got: list[dict[str, Any] | None] = [None] * len(bodies)
+    failed: list[BaseException] = []
+    todo = iter(range(len(bodies)))
+    lock = threading.Lock()
+    done = threading.Event()
+    left = [len(bodies)]
+
+    def work() -> None:
+        while not done.is_set():
+            with lock:
+                i = next(todo, None)
+            if i is None:
+                return
+            try:
+                got[i] = generate(url, bodies[i], timeout)
+            except BaseException as exc:  # handed to the main thread
+                failed.append(exc)
+                done.set()
+                return
+            with lock:
+                left[0] -= 1
+                if left[0] == 0:
+                    done.set()
+
+    if not bodies:
+        return []
+    for _ in range(max(1, min(concurrency, len(bodies)))):
+        threading.Thread(target=work, daemon=True).start()
+    while not done.wait(1.0):
+        pass
+    if failed:
+        raise failed[0]
+    return [g for g in got if g is not None]
 
 
 def main(argv: list[str]) -> int:
@@ -209,7 +339,7 @@ def main(argv: list[str]) -> int:
     values = {"checkpoint": str(bundle / "checkpoint"), "bundle": str(bundle), "python": sys.executable}
     values |= {f"port{i}": str(p) for i, p in enumerate(free_ports(spec["ports"]))}
     servers = Servers(logs)
-    signal.signal(signal.SIGTERM, _terminated)  # a SIGTERM stops the servers too (finally), as Ctrl-C does
+    STOP.install(servers)  # SIGTERM and Ctrl-C stop the servers too, requests in flight or not
     try:
         for step in spec["steps"]:
             cmd = [fill(a, values) for a in step["argv"]]
@@ -224,24 +354,30 @@ def main(argv: list[str]) -> int:
             servers.wait_healthy(step["role"], fill(step["health_url"], values), args.launch_timeout)
         url = fill(spec["generate_url"], values)
         metrics = fill(spec["metrics_url"], values)
-        generate(url, spec["warm_up"], args.request_timeout)
-        before = retractions(metrics, spec["retraction_counter"]) or 0.0
+        send_all(url, [spec["warm_up"]], 1, args.request_timeout)
+        counter = spec["retraction_counter"]
+        before = retractions(metrics, counter)
         print(f"[send] {len(spec['bodies'])} requests, {spec['concurrency']} in flight", file=sys.stderr)
-        with concurrent.futures.ThreadPoolExecutor(max_workers=spec["concurrency"]) as pool:
-            futures = [pool.submit(generate, url, body, args.request_timeout) for body in spec["bodies"]]
-            got = [f.result() for f in futures]
+        got = send_all(url, spec["bodies"], spec["concurrency"], args.request_timeout)
         servers.check_alive()
-        after = retractions(metrics, spec["retraction_counter"])
+        count = retracted(counter, before, retractions(metrics, counter))
     except (LaunchFailed, OSError, ValueError) as exc:
-        print(f"run.py: {exc}", file=sys.stderr)
-        return 3
+        failed = f"run.py: {exc}"
+    else:
+        failed = None
     finally:
+        STOP.closing = True  # a signal from here on is noted: the servers are being stopped
         servers.stop()
+    if STOP.signum is not None:
+        print(f"run.py: {signal.Signals(STOP.signum).name}: every server it started is stopped", file=sys.stderr)
+        return 128 + STOP.signum
+    if failed is not None:
+        print(failed, file=sys.stderr)
+        return 3
     stand_in = fill(spec["stand_in_log"], values) if spec.get("stand_in_log") else None
     if stand_in and Path(stand_in).exists() and Path(stand_in).read_text().strip():
         print(f"run.py: a CPU stand-in function was called ({stand_in}): no verdict", file=sys.stderr)
         return 3
-    retracted = None if after is None else after - before
     rows = compare(spec["expected"], got, spec["logprob_tolerance"])
     red = [r for r in rows if r["diverged_at"] is not None or r["drifts_at"] is not None]
     for r in red:
@@ -252,13 +388,13 @@ def main(argv: list[str]) -> int:
                 f"request {r['request']}: identical tokens, logprob drifts by {r['max_abs_dlogprob']:.2g} from token "
                 f"{r['drifts_at']} (tolerance {spec['logprob_tolerance']:g})"
             )
-    code = 1 if red else (0 if retracted else 2)
+    code = 1 if red else (0 if count else 2)
     verdict = {0: "identical to the reference", 1: "REPRODUCED", 2: "identical, but nothing was retracted"}[code]
     print(
         f"{verdict}: {len(rows) - len(red)}/{len(rows)} requests identical; retractions counted: "
-        f"{'unknown' if retracted is None else int(retracted)}; extra server flags: {' '.join(extra) or 'none'}"
+        f"{'unknown' if count is None else int(count)}; extra server flags: {' '.join(extra) or 'none'}"
     )
-    result = {"exit_code": code, "retractions": retracted, "extra_flags": extra, "requests": rows, "observed": got}
+    result = {"exit_code": code, "retractions": count, "extra_flags": extra, "requests": rows, "observed": got}
     (bundle / "result.json").write_text(json.dumps(result, indent=1), encoding="utf-8")
     return code
 

@@ -53,6 +53,10 @@ class Deployment(Protocol):
     def check_extra_args(self, args: tuple[str, ...]) -> None:
         """The server's own flags after ``--``: its spellings, none that the plan owns."""
 
+    def require_environment(self, o: ConsistencyOptions) -> None:
+        """The server importable in this interpreter, which launches it (exit 2 naming the environment to build);
+        checked before the run directory exists, after every other input check."""
+
     def shrink(self, config: dict[str, Any]) -> dict[str, Any]:
         """``--shrink``'s tiny config for this server."""
 

@@ -5,7 +5,8 @@
 per capability (``inspect``, ``roundtrip``, ``bench``, ``drift``) and the pieces they share (``_pools``,
 ``_planes``, ``_instruments``, ``_faults``). The server-side hooks (``server_hooks``, ``live_faults``,
 ``site_hook/``, ``cpu_shims/``) run inside a real SGLang server process, not through this adapter.
-Importing this package imports neither SGLang nor torch: each method imports what it runs.
+Importing this package imports neither SGLang nor torch: each method imports what it runs, after :meth:`info` has
+found SGLang installed (a missing SGLang is one line in a third of a second, not after torch's import).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ class SglangAdapter(Adapter):
         return _runtime.engine_info()
 
     def beside(self, question: InspectQuestion) -> Inspected:
+        self.info()  # installed (else exit 2 naming make sglang-env), before torch is imported
         from kvdoctor.engines.sglang.inspect import inspect_beside
 
         return inspect_beside(question)
@@ -48,7 +50,9 @@ class SglangAdapter(Adapter):
         arch: GpuArch,
         emulate_d2h: bool,
     ) -> RoundtripRun:
-        """The round trip on the installed SGLang (imported when the returned call runs, never before)."""
+        """The round trip on the installed SGLang (imported when the returned call runs, never before; found
+        installed now)."""
+        self.info()
 
         def run(progress: Progress | None) -> RoundtripResult:
             from kvdoctor.engines.sglang.roundtrip import EngineOptions, run_roundtrip
@@ -67,6 +71,7 @@ class SglangAdapter(Adapter):
         progress: Progress | None,
     ) -> tuple[list[ExtraPath], dict[str, Any]]:
         """SGLang's own backup_kv_cache/restore_kv_cache, timed in the same rounds as kvdoctor's paths."""
+        self.info()
         from kvdoctor.engines.sglang.bench import sglang_path
 
         if progress:
@@ -77,6 +82,7 @@ class SglangAdapter(Adapter):
     def drift(
         self, fixtures: Sequence[str], cases: Sequence[str], arch: GpuArch, progress: Progress | None
     ) -> DriftReport:
+        self.info()
         from kvdoctor.engines.sglang.drift import run_drift
 
         return run_drift(fixtures, cases, arch, progress)

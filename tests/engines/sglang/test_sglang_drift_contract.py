@@ -52,7 +52,10 @@ def report(*, drifting: bool) -> DriftReport:
 
 
 def invoke(monkeypatch: pytest.MonkeyPatch, result: DriftReport, *args: str):  # type: ignore[no-untyped-def]
+    from kvdoctor.engines.sglang import _runtime
+
     monkeypatch.setattr(drift_mod, "run_drift", lambda *a, **k: result)
+    monkeypatch.setattr(_runtime, "engine_info", lambda: result.engine)  # found installed before the work starts
     return CliRunner().invoke(app, ["drift", *args], env=NARROW, catch_exceptions=False)
 
 

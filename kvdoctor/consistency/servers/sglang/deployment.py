@@ -85,6 +85,14 @@ def deploy_options(
 class SglangDeployment:
     scenarios = (PREEMPT, PREFIX_CACHE, TRANSFER)
 
+    def require_environment(self, o: ConsistencyOptions) -> None:
+        """SGLang's servers (and, over PD, Mooncake) run in this interpreter: exit 2 naming the SGLang server
+        environment when it cannot (``kvdoctor.core.environments``)."""
+        from kvdoctor.core import environments
+
+        also = environments.PD_MODULES if o.topology == "pd" else ()
+        environments.require(environments.SGLANG_SERVER, "kvdoctor consistency", also=also)
+
     def check(self, o: ConsistencyOptions) -> None:
         if o.topology not in deploy.TOPOLOGIES:
             raise InputError(f"--topology must be one of {', '.join(deploy.TOPOLOGIES)}, got {o.topology!r}")
@@ -203,14 +211,19 @@ def trace(
         return result
     log = hook_log.read(run_dir / HOOK_LOG)
     failed = log.details("digest-failed")
+    mine = fault_file.name(prepared.options)  # --fault-file: a disagreement is the user's fault's, as --inject's is
+    injected, by = (
+        (result.fault.name, attribution.INJECT) if result.fault is not None else (mine, attribution.FAULT_FILE)
+    )
     joined = attribution.attribute(
         run_dir / attribution.DIGEST_LOG,
         prepared.prompts,
         result.requests,
-        injected=result.fault.name if result.fault is not None else None,
+        injected=injected,
+        injected_by=by,
         failure=failed[0] if failed else None,
         drifted=list((result.logprob_drift or {}).get("requests", [])),
-        unrequested=attribution.unrequested_fault(log, prepared.options.inject or fault_file.name(prepared.options)),
+        unrequested=attribution.unrequested_fault(log, prepared.options.inject or mine),
         burst=burst,
     )
     reference_log = run_dir / attribution.REFERENCE_DIGEST_LOG

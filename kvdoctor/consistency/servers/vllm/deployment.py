@@ -68,6 +68,12 @@ def options(prepared: Prepared, model_dir: str, plugin_log: str | None) -> deplo
 class VllmDeployment:
     scenarios = (PREEMPT, PREFIX_CACHE, OFFLOAD)
 
+    def require_environment(self, o: ConsistencyOptions) -> None:
+        """vLLM's CPU server runs in this interpreter: exit 2 naming the vLLM server environment when it cannot."""
+        from kvdoctor.core import environments
+
+        environments.require(environments.VLLM_SERVER, "kvdoctor consistency --server vllm")
+
     def check(self, o: ConsistencyOptions) -> None:
         if o.topology != "single":
             raise InputError(
