@@ -82,24 +82,14 @@ def _given(ctx: typer.Context, name: str) -> bool:
 
 def _listed(bug_ids: tuple[str, ...], every: bool) -> tuple[tuple[Replay, ...], tuple[Replay, ...]]:
     """(the cases, the pending ones) that --list shows: all, or those of BUG_IDS in the order given (a pending id
-    is listed as pending); an unknown id is bad input, as it is for a run."""
-    from kvdoctor._exceptions import InputError
+    is listed as pending); an unknown id, or --bug beside --all, is bad input, as it is for a run."""
     from kvdoctor.core import replays
+    from kvdoctor.replay.plan import select
 
     cases, waiting = replays.replays(), replays.pending()
-    if every and bug_ids:
-        raise InputError("give --bug ID or --all, not both")
     if not bug_ids:
         return cases, waiting
-    known = {r.bug: r for r in (*cases, *waiting)}
-    chosen = []
-    for bug_id in dict.fromkeys(b.strip().lower() for b in bug_ids):
-        if bug_id not in known:
-            try:
-                replays.get(bug_id)
-            except KeyError as exc:
-                raise InputError(f"--bug {exc.args[0]}") from None
-        chosen.append(known[bug_id])
+    chosen = select(bug_ids, every=every, pending=True)
     return tuple(r for r in chosen if r in cases), tuple(r for r in chosen if r in waiting)
 
 
@@ -136,9 +126,8 @@ def _list(bug_ids: tuple[str, ...], every: bool, json_out: bool) -> None:
 def print_rows(console: Console, title: str, columns: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
     """ROWS under COLUMNS: a table when it fits CONSOLE whole (every cell on one line), else one block per row,
     the first cell (the bug id) on a line of its own and the others, ``column=value``, wrapped at spaces under it.
-    Either way no
-    id, fault, model or flag is ever folded mid-word (at 80 columns a table of six folding columns split
-    ``sglang#23773`` into ``sglang#237`` / ``73``: an id a CI log cannot give back)."""
+    Either way no id, fault, model or flag is ever folded mid-word (at 80 columns a table of six folding columns
+    split ``sglang#23773`` into ``sglang#237`` / ``73``: an id a CI log cannot give back)."""
     from rich.table import Table
     from rich.text import Text
 

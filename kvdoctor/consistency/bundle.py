@@ -194,17 +194,6 @@ class Scrub:
             text = pattern.sub(placeholder, text)
         return text
 
-    def doc(self, value: Any, shims: str | None, hook: str | None) -> Any:
-        """VALUE (a JSON document) with every string scrubbed, and every environment (a mapping with kvdoctor's own
-        variables or ``PYTHONPATH``) as ``bundle.json`` writes it: kvdoctor's variables and its path left out."""
-        if isinstance(value, dict):
-            if any(isinstance(k, str) and (k.startswith("KVDOCTOR_") or k == "PYTHONPATH") for k in value):
-                value = _env({str(k): str(v) for k, v in value.items()}, shims, hook)
-            return {self.text(str(k)): self.doc(v, shims, hook) for k, v in value.items()}
-        if isinstance(value, (list, tuple)):
-            return [self.doc(v, shims, hook) for v in value]
-        return self.text(value) if isinstance(value, str) else value
-
     def file(self, path: Path) -> None:
         try:
             text = path.read_text(encoding="utf-8")
@@ -213,6 +202,19 @@ class Scrub:
         scrubbed = self.text(text)
         if scrubbed != text:
             path.write_text(scrubbed, encoding="utf-8")
+
+
+def _envs(value: Any, shims: str | None, hook: str | None) -> Any:
+    """VALUE (a JSON document) with every environment in it (a mapping with kvdoctor's own variables or
+    ``PYTHONPATH``) as ``bundle.json`` writes it: kvdoctor's variables and its path left out. The user's paths in
+    it are :class:`Scrub`'s, when the file is written."""
+    if isinstance(value, dict):
+        if any(isinstance(k, str) and (k.startswith("KVDOCTOR_") or k == "PYTHONPATH") for k in value):
+            value = _env({str(k): str(v) for k, v in value.items()}, shims, hook)
+        return {k: _envs(v, shims, hook) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_envs(v, shims, hook) for v in value]
+    return value
 
 
 def _cwd() -> str | None:
@@ -328,7 +330,7 @@ def _stage(
         if (run_dir / name).exists():
             shutil.copy2(run_dir / name, staging / "trace" / name)
     plain = json.loads(json.dumps(_plain(result), default=str))
-    (staging / "trace" / "result.json").write_text(json.dumps(scrub.doc(plain, shims, hook), indent=1), "utf-8")
+    (staging / "trace" / "result.json").write_text(json.dumps(_envs(plain, shims, hook), indent=1), "utf-8")
     versions = _versions()
     (staging / "versions.json").write_text(json.dumps(versions, indent=1), encoding="utf-8")
     (staging / "bundle.json").write_text(json.dumps(spec, indent=1), encoding="utf-8")

@@ -114,10 +114,11 @@ def judge(o: ConsistencyOptions, log: hook_log.EventLog, result: Result) -> Resu
     if o.fault_file is None:
         return result
     found, unreadable = _judged(o.fault_file, log)
-    result = dataclasses.replace(result, fault_file=record(found, log, unreadable))
+    doc = record(found, log, unreadable)
+    result = dataclasses.replace(result, fault_file=doc)
     if result.exit_code not in (EXIT_PASS, EXIT_GATE):
         return result
-    g = gate(found, log) if unreadable is None else gates.Gate(GATE, False, "fault_failed", unreadable)
+    g = gate(found, log, doc) if unreadable is None else gates.Gate(GATE, False, "fault_failed", unreadable)
     # the server's reader took this fault's events for a fault nobody asked for: judged again without them
     others = hook_log.EventLog(tuple(e for e in log if not _is_mine(e, found.name)))
     kept = [*attribution.unrequested_gates(others, o.inject), *(x for x in result.gates if x.reason != UNREQUESTED)]
@@ -195,22 +196,19 @@ def _rows(log: hook_log.EventLog, event: str, fault: str) -> list[tuple[str, str
     return out
 
 
-def gate(found: reader.FaultFile, log: hook_log.EventLog) -> gates.Gate:
-    """Every wrap of FOUND installed and fired at least once in the servers (LOG), nothing refused."""
+def gate(found: reader.FaultFile, log: hook_log.EventLog, doc: FaultFileDoc | None = None) -> gates.Gate:
+    """Every wrap of FOUND installed and fired at least once in the servers (LOG), nothing refused; read from FOUND's
+    record (:func:`record`: DOC when the caller has it)."""
+    doc = record(found, log) if doc is None else doc
     fault = found.name
-    refused = [d for d in log.details("fault-refused") if d.split(" ", 1)[0] in (fault, f"{fault}:")]
-    if refused:
-        return gates.Gate(GATE, False, "fault_failed", f"fault file {fault} failed inside the server: {refused[0]}")
-    loaded = any(d.split(" ", 1)[0] == fault for d in log.details("fault-file-loaded"))
+    if doc["refused"]:
+        return gates.Gate(GATE, False, "fault_failed", f"fault file {fault} failed inside the server: {doc['refused']}")
     counts = []
-    for w in found.wraps:
-        key = (w.target, w.role)
-        installed = any(r[:2] == key for r in _rows(log, "fault-installed", fault))
-        fired = sum(r[:2] == key for r in _rows(log, "fault-fired", fault))
-        if not installed:
-            return gates.Gate(GATE, False, "no_teeth", _not_installed(found, w, log, loaded))
-        if fired == 0:
-            left = [r[2] for r in _rows(log, "fault-unchanged", fault) if r[:2] == key]
+    for w, seen in zip(found.wraps, doc["wraps"], strict=True):
+        if not seen["installed"]:
+            return gates.Gate(GATE, False, "no_teeth", _not_installed(found, w, log, doc["loaded"] > 0))
+        if seen["fired"] == 0:
+            left = [r[2] for r in _rows(log, "fault-unchanged", fault) if r[:2] == (w.target, w.role)]
             why = f"called {len(left)} time(s) while armed, each left unchanged ({left[0]})" if left else "never called"
             return gates.Gate(
                 GATE,
@@ -219,7 +217,7 @@ def gate(found: reader.FaultFile, log: hook_log.EventLog) -> gates.Gate:
                 f"guard has no teeth: fault file {fault} never fired: {w.target} ({w.role}) was {why} while the "
                 "fault was armed (the pressured burst)",
             )
-        counts.append(f"{w.target} ({w.role}) {fired}")
+        counts.append(f"{w.target} ({w.role}) {seen['fired']}")
     return gates.Gate(GATE, True, "passed", f"fault file {fault} fired: {', '.join(counts)}")
 
 

@@ -48,14 +48,14 @@ import signal
 import sys
 import threading
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from kvdoctor.engines import arming, faultkit
-from kvdoctor.engines.faultkit import FaultFileError, Wrap
+from kvdoctor.engines.faultkit import Declared, FaultFileError, Wrap
 
 if TYPE_CHECKING:
     import subprocess
@@ -85,24 +85,8 @@ _MARK = "__kvdoctor_fault_file__"  # on a wrapped function: the target is wrappe
 _SAID_TAIL = 2000  # characters of the child's own output quoted when it ended without its document
 
 
-@dataclass(frozen=True)
-class Declared:
-    """One wrap a fault file declares, as kvdoctor keeps it: TARGET (``module:Attr.path``) and ROLE (no function)."""
-
-    target: str
-    role: str
-
-    @property
-    def module(self) -> str:
-        return self.target.partition(":")[0]
-
-    @property
-    def attribute(self) -> str:
-        return self.target.partition(":")[2]
-
-
 class _Wraps:
-    wraps: tuple[Declared, ...] | tuple[Wrap, ...]
+    wraps: tuple[Declared, ...]
 
     @property
     def roles(self) -> tuple[str, ...]:
@@ -188,7 +172,7 @@ def load(path: Path) -> Loaded:
     return Loaded(path, name, tuple(found), hashlib.sha256(raw).hexdigest())
 
 
-def _check_twice(path: Path, wraps: list[Wrap] | list[Declared]) -> None:
+def _check_twice(path: Path, wraps: Sequence[Declared]) -> None:
     seen: set[tuple[str, str]] = set()
     for w in wraps:
         if (w.target, w.role) in seen:
@@ -377,7 +361,7 @@ def _answer(path: Path, code: int, text: str, output: str) -> FaultFile:
         raise FaultFileError(f"{path} was read, but its answer is malformed ({type(exc).__name__}: {exc})") from None
     if not wraps:
         raise FaultFileError(f"{path} defines no fault")
-    _check_twice(path, list(wraps))
+    _check_twice(path, wraps)
     return FaultFile(path, name, wraps, digest)
 
 

@@ -37,7 +37,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-__all__ = ["ROLES", "FaultFileError", "Wrap", "note", "unchanged", "wrap"]
+__all__ = ["ROLES", "Declared", "FaultFileError", "Wrap", "note", "unchanged", "wrap"]
 
 ROLES = ("prefill", "decode", "single", "any")
 F = TypeVar("F", bound=Callable[..., Any])
@@ -48,12 +48,11 @@ class FaultFileError(ValueError):
 
 
 @dataclass(frozen=True)
-class Wrap:
-    """One wrap a fault file declares: TARGET (``module:Attr.path``), ROLE, and the user's FAULT function."""
+class Declared:
+    """One wrap a fault file declares, as kvdoctor keeps it: TARGET (``module:Attr.path``) and ROLE (no function)."""
 
     target: str
     role: str
-    fault: Callable[..., Any]
 
     @property
     def module(self) -> str:
@@ -62,6 +61,13 @@ class Wrap:
     @property
     def attribute(self) -> str:
         return self.target.partition(":")[2]
+
+
+@dataclass(frozen=True)
+class Wrap(Declared):
+    """One wrap a fault file declares, with the user's FAULT function (what a process that ran the file holds)."""
+
+    fault: Callable[..., Any]
 
 
 # The wraps being collected, per thread: set while a fault file is run to read its wraps (kvdoctor.engines.fault_file:

@@ -89,17 +89,22 @@ def side(r: Replay, *, control: bool) -> Side:
     return Side(_key(r, r.subject_args), _case(r.fault))
 
 
-def select(bug_ids: Sequence[str], *, every: bool) -> tuple[Replay, ...]:
+def select(bug_ids: Sequence[str], *, every: bool, pending: bool = False) -> tuple[Replay, ...]:
     """The cases to run: every one (``--all``) or those of BUG_IDS (``--bug``, in the order given, repeats
-    dropped); ``InputError`` (exit 2, one line) for an unknown id, a pending one, or neither / both given."""
+    dropped); ``InputError`` (exit 2, one line) for an unknown id, a pending one (unless PENDING: ``--list`` shows
+    them), or neither / both given."""
     if every and bug_ids:
         raise InputError("give --bug ID or --all, not both")
     if every:
         return replays.replays()
     if not bug_ids:
         raise InputError("name the bugs to replay: --bug ID (repeatable) or --all (kvdoctor replay --list lists them)")
+    waiting = {r.bug: r for r in replays.pending()} if pending else {}
     chosen: list[Replay] = []
     for bug_id in dict.fromkeys(b.strip().lower() for b in bug_ids):
+        if bug_id in waiting:
+            chosen.append(waiting[bug_id])
+            continue
         try:
             chosen.append(replays.get(bug_id))
         except KeyError as exc:
