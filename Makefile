@@ -108,8 +108,8 @@ $(SERVER_VENV)/.installed: constraints/sglang.txt constraints/sglang-server.txt 
 	touch $@
 
 ## Real SGLang servers on this machine (tests marked `server`, in .venv-server/): minutes each. CI runs the
-## chosen few (Llama PD green and red under drop-kv on one launch, the replays of a prefix-hit bug
-## and a PD transfer bug each beside its green control on one launch, the docs' fault file red, the overlap finding's
+## chosen few (Llama PD green and red under drop-kv on one launch, the replay of a PD transfer bug beside its green
+## control on one launch, the docs' fault file red, the overlap finding's
 ## bundle red and green with kvdoctor not importable, a project's own pytest file red through kvdoctor's pytest
 ## plugin, the GitHub Action's steps with server: sglang green); `matrix` tests run in consistency-matrix.
 test-server: server-env

@@ -35,7 +35,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from table_literals import dests_lines, literal, values_lines  # scripts/table_literals.py, a sibling
+from table_literals import dests_lines, literal, scalar_defaults, values_lines  # scripts/table_literals.py, a sibling
 
 VALUE_ACTIONS = frozenset({"store", "append", "extend"})
 
@@ -282,6 +282,11 @@ def dest_table(parser: argparse.ArgumentParser) -> dict[str, str]:
     return {option: action.dest for option, action in parser._option_string_actions.items()}
 
 
+def default_table(parser: argparse.ArgumentParser) -> dict[str, object]:
+    """dest -> the default SGLang's parser gives it (None: the flag left out, SGLang decides at start-up)."""
+    return scalar_defaults({a.dest: a.default for a in parser._actions if a.dest != "help"})
+
+
 def value_table(parser: argparse.ArgumentParser) -> dict[str, tuple[str, object, object]]:
     """option string -> (type kind, nargs, choices), from SGLang's own parser."""
     table: dict[str, tuple[str, object, object]] = {}
@@ -351,6 +356,16 @@ def main(root_arg: str) -> None:
                 "option strings with one dest are one flag (aliases; kvdoctor.core.owned_flags owns a flag by dest).",
             ],
             dests,
+        ),
+        "",
+        *dests_lines(
+            "SGLANG_DEST_DEFAULTS",
+            [
+                "Each dest's default in SGLang's own parser (scalars only; None: left out, SGLang decides at start-up,",
+                "as for --chunked-prefill-size). kvdoctor sweep's space reads each flag's default here.",
+            ],
+            default_table(parser),
+            "object",
         ),
     ]
     print("\n".join(out))

@@ -39,10 +39,17 @@ def values_lines(name: str, doc: list[str], table: dict[str, tuple[str, object, 
     return [*lines, "}"]
 
 
-def dests_lines(name: str, doc: list[str], dests: dict[str, str]) -> list[str]:
-    """``NAME: dict[str, str] = {...}`` (option string -> its argparse dest), one entry a line, sorted."""
-    lines = [*(f"# {d}" for d in doc), f"{name}: dict[str, str] = {{"]
+def dests_lines(name: str, doc: list[str], dests: dict[str, str], kind: str = "str") -> list[str]:
+    """``NAME: dict[str, KIND] = {...}`` (option string -> its argparse dest, or dest -> its default), one entry a
+    line, sorted."""
+    lines = [*(f"# {d}" for d in doc), f"{name}: dict[str, {kind}] = {{"]
     for option in sorted(dests):
         one = f"    {lit(option)}: {lit(dests[option])},"
         lines += [one] if len(one) <= 120 else [f"    {lit(option)}: (", f"        {lit(dests[option])}", "    ),"]
     return [*lines, "}"]
+
+
+def scalar_defaults(defaults: dict[str, object]) -> dict[str, object]:
+    """DEFAULTS (dest -> the parser's default) with the scalar ones kept (str, int, float, bool, None): a list or an
+    object default is left out rather than written as its str."""
+    return {d: v for d, v in defaults.items() if v is None or isinstance(v, (str, int, float, bool))}

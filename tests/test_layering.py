@@ -3,9 +3,9 @@
 Floors, lowest first, one per folder: the error tree, text helpers and the options' enums (``choices``) ·
 ``core`` (pure rules, no torch) · ``roundtrip`` (the torch-free contract ``state`` and the engines return) ·
 ``mxfp8`` · ``state`` (data on torch) · ``report`` · ``schemas`` · ``engines`` (the only door into a server) ·
-``deploy`` (processes, signals, ports, HTTP, plans) · ``consistency`` · ``pd`` (pd-eval) · ``replay`` · ``bench`` ·
-``api`` (the public Python API) · ``testing`` (its pytest plugin) · ``cli`` · ``__main__``. An import may stay on its
-floor or go down, never up. Neither ``core`` nor ``roundtrip`` imports torch, triton, pandas or httpx.
+``deploy`` (processes, signals, ports, HTTP, plans) · ``consistency`` · ``pd`` (pd-eval) · ``replay`` · ``sweep`` ·
+``bench`` · ``api`` (the public Python API) · ``testing`` (its pytest plugin) · ``cli`` · ``__main__``. An import may
+stay on its floor or go down, never up. Neither ``core`` nor ``roundtrip`` imports torch, triton, pandas or httpx.
 Inside ``core``, the modules shared by both servers (directly under ``core/``) import neither server's
 room, and ``core/sglang`` and ``core/vllm`` do not import each other. Only ``engines/`` imports SGLang or
 vLLM. No two modules import each other, however indirectly.
@@ -50,11 +50,12 @@ FLOORS: dict[str, int] = {
     "kvdoctor.consistency": 9,
     "kvdoctor.pd": 10,  # pd-eval, whose token oracle is consistency's
     "kvdoctor.replay": 11,  # public bugs replayed: consistency's runs, the engine round trip, judged per bug
-    "kvdoctor.bench": 12,
-    "kvdoctor.api": 13,  # the public Python API: each command's job, without a terminal
-    "kvdoctor.testing": 14,  # the pytest plugin, a caller of the API
-    "kvdoctor.cli": 15,
-    "kvdoctor.__main__": 16,
+    "kvdoctor.sweep": 12,  # a server's configuration space searched: consistency's runs over a covering array
+    "kvdoctor.bench": 13,
+    "kvdoctor.api": 14,  # the public Python API: each command's job, without a terminal
+    "kvdoctor.testing": 15,  # the pytest plugin, a caller of the API
+    "kvdoctor.cli": 16,
+    "kvdoctor.__main__": 17,
 }
 HEAVY = frozenset({"torch", "triton", "pandas", "httpx"})  # none of them in core, roundtrip
 TORCH_FREE = ("kvdoctor.core", "kvdoctor.roundtrip")

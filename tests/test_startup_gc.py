@@ -15,7 +15,7 @@ from collections.abc import Iterator
 import pytest
 
 from kvdoctor.cli import app as cli_app
-from kvdoctor.cli.inspect_cmd import SglangInspectRun
+from kvdoctor.cli.render.sglang import SglangInspectRun
 
 
 @pytest.fixture

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from kvdoctor.api._arguments import checked
 from kvdoctor.api._job import ErrorCase, Job, Progress, check_reports, execute, flags
 from kvdoctor.consistency.workload import Workload
+from kvdoctor.core.servers import DEFAULT_SERVER
 
 if TYPE_CHECKING:
     from kvdoctor.consistency.deploy import Deployment
@@ -77,7 +78,7 @@ def consistency(
     shrink: bool = False,
     topology: str = "single",
     device: str = "cpu",
-    server: str = "sglang",
+    server: str = DEFAULT_SERVER.value,
     inject: str | None = None,
     fault_file: Path | None = None,
     bundle: Path | None = None,

@@ -1,35 +1,26 @@
 """``drift``: kvdoctor's rules against the installed server over every fixture x a launch matrix.
 
-Each server's side is one line of :data:`SIDES` (``kvdoctor/api/_drift_sides.py``): the engine that is the installed
-server's own code and the ``--all-architectures`` set its registry serves.
+Each server's side is its room's ``drift_side`` (``kvdoctor.api._servers``): the engine that is the installed server's
+own code and the ``--all-architectures`` set its registry serves.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from kvdoctor._exceptions import InputError
 from kvdoctor.api._arguments import checked
-from kvdoctor.api._inspect import server_of
 from kvdoctor.api._job import ErrorCase, Job, chosen, execute, names
-from kvdoctor.core.servers import DEFAULT_SERVER, facts, lookup
+from kvdoctor.api._servers import DriftSide, Progress, room, server_of
+from kvdoctor.core.servers import DEFAULT_SERVER, facts
 from kvdoctor.engines import GpuArch, Server
 
 if TYPE_CHECKING:
-    from kvdoctor.api._drift_sides import DriftSide
     from kvdoctor.core.drift_result import DriftReport
     from kvdoctor.report.drift_report import Report
-
-Progress = Callable[[str, int, int], None]
-
-# One line per server: what ``drift --server S`` holds the rules against (its engine, its generated set).
-SIDES: dict[str, str] = {
-    "sglang": "kvdoctor.api._drift_sides:SGLANG",
-    "vllm": "kvdoctor.api._drift_sides:VLLM",
-}
 
 
 @dataclass(frozen=True)
@@ -63,7 +54,7 @@ class Architectures:
 
 
 class DriftJob(Job["DriftReport", "Report"]):
-    """One ``drift``: the rules against the installed server (a DriftSide of :data:`SIDES`), cell by cell."""
+    """One ``drift``: the rules against the installed server (its room's ``DriftSide``), cell by cell."""
 
     def __init__(
         self,
@@ -95,7 +86,7 @@ class DriftJob(Job["DriftReport", "Report"]):
         return ErrorCase(SUITE, TITLE, self.junit_path)
 
     def work(self) -> DriftReport:
-        side: DriftSide = lookup(SIDES, self.server, "drift side")
+        side = room(self.server).drift_side
         adapter = side.adapter()  # the installed server is the other side (exit 2 when it cannot drift)
         if self.architectures.on:
             return self._all_architectures(side, adapter.title)

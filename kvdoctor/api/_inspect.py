@@ -1,8 +1,8 @@
 """``inspect``: which state a model carries, where it lives, how its server backs it up; no torch without an engine.
 
-Each server's answer is one line of :data:`JOBS` (its launch line, rule model and engine: ``_inspect_sglang``,
-``_inspect_vllm``), imported only when that server is asked about; what every server's ``inspect`` shares is
-:class:`InspectJob`.
+Each server's answer is its room's job (its launch line, rule model and engine: ``_inspect_sglang``,
+``_inspect_vllm``), named by its line of ``kvdoctor.api._servers.SERVERS`` and imported only when that server is asked
+about; what every server's ``inspect`` shares is :class:`InspectJob`.
 """
 
 from __future__ import annotations
@@ -14,29 +14,13 @@ from typing import TYPE_CHECKING, Any
 from kvdoctor._exceptions import InputError
 from kvdoctor.api._arguments import checked
 from kvdoctor.api._job import Job, chosen, execute, flags
-from kvdoctor.core.servers import DEFAULT_SERVER, lookup, servers
+from kvdoctor.api._servers import room, server_of
+from kvdoctor.core.servers import DEFAULT_SERVER
 from kvdoctor.engines import Engine, GpuArch, Inspected, Server, answers_for
 
 if TYPE_CHECKING:
     from kvdoctor.report import github
     from kvdoctor.report.inspect_report import Report
-
-# One line per server: the job that answers ``inspect --server S``.
-JOBS: dict[str, str] = {
-    "sglang": "kvdoctor.api._inspect_sglang:SglangInspectJob",
-    "vllm": "kvdoctor.api._inspect_vllm:VllmInspectJob",
-}
-
-
-def server_of(value: Server | str) -> Server | str:
-    """VALUE as the ``Server`` it names, or a registered server's own name (``kvdoctor.core.servers.register``); any
-    other is bad input (exit 2) naming the known servers."""
-    try:
-        return Server(value)
-    except ValueError:
-        if value in servers():
-            return value
-        raise InputError(f"server={value!r} is not one of {', '.join(servers())}") from None
 
 
 class InspectJob(Job[Inspected, "Report"]):
@@ -82,10 +66,11 @@ class InspectJob(Job[Inspected, "Report"]):
 def inspect_job(
     model: str | None, given: Mapping[str, Any], *, own_options: Sequence[str] = (), argv: Sequence[str] = ()
 ) -> InspectJob:
-    """The job that answers for GIVEN's server (its line of :data:`JOBS`)."""
-    server = server_of(given["server"])  # an unknown server is bad input; a registered one without a job, loud
-    cls = lookup(JOBS, str(getattr(server, "value", server)), "inspect job")
-    return cls(model, given, own_options=own_options, argv=argv)
+    """The job that answers for GIVEN's server (its room's ``inspect_job``, ``kvdoctor.api._servers``)."""
+    server = server_of(given["server"])  # an unknown server is bad input; a registered one without a room, loud
+    job = room(server).inspect_job(model, given, own_options=own_options, argv=argv)
+    assert isinstance(job, InspectJob), job  # the room's line names an InspectJob subclass
+    return job
 
 
 @checked

@@ -7,22 +7,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kvdoctor.api._arguments import checked
-from kvdoctor.api._inspect import server_of
 from kvdoctor.api._job import ErrorCase, Job, chosen, execute, flags
+from kvdoctor.api._servers import room, server_of
 from kvdoctor.choices import Device
-from kvdoctor.core.servers import DEFAULT_SERVER, lookup, rule_model
+from kvdoctor.core.servers import DEFAULT_SERVER, rule_model
 from kvdoctor.engines import Capability, Engine, GpuArch, Server, answers_for, require
 
 if TYPE_CHECKING:
     from kvdoctor.core.launch_line import LaunchLine
     from kvdoctor.report.roundtrip_report import Report
     from kvdoctor.roundtrip.result import RoundtripResult
-
-# What ``roundtrip --server S`` refuses before any work, per server (``kvdoctor/api/_roundtrip_sides.py``).
-SIDES: dict[str, str] = {
-    "sglang": "kvdoctor.api._roundtrip_sides:SGLANG",
-    "vllm": "kvdoctor.api._roundtrip_sides:VLLM",
-}
 
 # (update) -> result: the work, run under a progress display by the CLI, directly by the API.
 Work = Callable[[Any], "RoundtripResult"]
@@ -57,7 +51,7 @@ class RoundtripJob(Job["RoundtripResult", "Report"]):
     def check(self) -> None:
         """Which engine runs which server's round trip, and only the options and faults it acts on (exit 2)."""
         answers_for(self.engine, self.server)  # --engine vllm for SGLang's flags, --engine sglang for vLLM's
-        lookup(SIDES, self.server, "round trip").check(self)
+        room(self.server).roundtrip_side.check(self)  # what its engine would not act on
 
     def error_case(self) -> ErrorCase:
         from kvdoctor.report.roundtrip_report import SUITE, title

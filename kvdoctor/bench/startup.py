@@ -77,7 +77,7 @@ CASES = (
 )
 
 # Module families worth naming when a start-up loads them (a prefix matches the module and its children).
-VLLM = ("vllm", "kvdoctor.core.vllm", "kvdoctor.engines.vllm", "kvdoctor.cli.inspect_vllm")
+VLLM = ("vllm", "kvdoctor.core.vllm", "kvdoctor.engines.vllm", "kvdoctor.cli.render.vllm")
 SGLANG = ("sglang", "kvdoctor.core.sglang", "kvdoctor.engines.sglang")
 HEAVY = (
     "torch",

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from kvdoctor._exceptions import EXIT_GATE, EXIT_PASS, InputError
 from kvdoctor.cli.command import CommandRun, ErrorCase
 from kvdoctor.cli.consistency_options import (
     DEFAULT_OUTPUT_DIR,
@@ -35,6 +36,12 @@ from kvdoctor.cli.consistency_options import (
     TimeoutOption,
     TopologyOption,
 )
+from kvdoctor.consistency import fault_file, scenarios
+from kvdoctor.core import faults
+from kvdoctor.core.consistency_facts import consistency_facts
+from kvdoctor.core.paths import DEFAULT_SCENARIO, StatePath
+from kvdoctor.core.servers import facts
+from kvdoctor.deploy.plan import LaunchPlan, render
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -68,7 +75,7 @@ def consistency(
     fault_file: FaultFileOption = None,
     bundle: BundleOption = None,
     scenario: str = typer.Option(
-        "preempt",
+        DEFAULT_SCENARIO,
         "--scenario",
         help="preempt: forced preemption; prefix-cache (vllm; sglang --topology single): the same prefixes hit in the "
         "prefix cache, evicted, sent again, against a server without prefix caching; transfer (sglang --topology pd): "
@@ -119,8 +126,7 @@ class ConsistencyRun(CommandRun["ConsistencyResult", "Report"]):
     def check(self) -> None:
         from rich.console import Console
 
-        from kvdoctor._exceptions import InputError
-        from kvdoctor.api._consistency import ConsistencyJob, consistency_options
+        from kvdoctor.api._consistency import ConsistencyJob, consistency_options  # the run's floors (httpx)
 
         extra = tuple(self.ctx.args)
         if extra and not extra[0].startswith("-"):
@@ -146,8 +152,7 @@ class ConsistencyRun(CommandRun["ConsistencyResult", "Report"]):
     def work(self) -> ConsistencyResult | None:
         if not self.dry_run:
             return self.job.work()
-        from kvdoctor.deploy.plan import LaunchPlan, render
-        from kvdoctor.report import serialize
+        from kvdoctor.report import serialize  # the JSON writer: loaded when --json asks for it
 
         _, preview = self.job.prepare()
         if self.json_out:
@@ -173,9 +178,6 @@ def _event(console: Console, phase: str, message: str) -> None:
 
 
 def _print_head(console: Console, prepared: Prepared, preview: Deployment) -> None:
-    from kvdoctor.core.consistency_facts import consistency_facts
-    from kvdoctor.core.servers import facts
-
     o = prepared.options
     kind = prepared.kind
     w = o.workload
@@ -196,51 +198,28 @@ def _print_head(console: Console, prepared: Prepared, preview: Deployment) -> No
         p(f"CPU enablers (changes kvdoctor makes so {title} runs here; none applies on a GPU):", markup=False)
         for e in enablers:
             p(f"  - {e.name} [{e.where}]: {e.why}", markup=False, soft_wrap=True)
-    if prepared.prefix is not None:
-        pw = prepared.prefix
-        phases = ", ".join(f"{ph.name} {len(ph.prompts)}" for ph in pw.phases)
-        p(
-            f"scenario: prefix-cache: {pw.header.format(phases=phases)}"
-            if pw.header
-            else f"scenario: prefix-cache: {pw.groups} prefixes of {pw.prefix_tokens} token ids "
-            f"({pw.prefix_tokens // pw.block_size} blocks of {pw.block_size}) + {w.prompt_tokens} distinct each; "
-            f"phases {phases} (evict: unique prompts, 1 new token, not compared); reference "
-            "--no-enable-prefix-caching, pressured --enable-prefix-caching; hits from vllm:prefix_cache_hits_total",
-            markup=False,
-            soft_wrap=True,
-        )
-    if o.scenario == "offload":
-        gib = next(
-            (
-                s.argv[s.argv.index("--kv-offloading-size") + 1]
-                for s in preview.steps
-                if "--kv-offloading-size" in s.argv
-            ),
-            "?",
-        )
-        p(
-            f"scenario: offload: pressured --kv-offloading-size {gib} --kv-offloading-backend native (vLLM's "
-            "OffloadingConnector), the reference without; loads from vllm:kv_offload_load_bytes",
-            markup=False,
-            soft_wrap=True,
-        )
+    for line in scenarios.get(o.scenario).head_lines(prepared, preview):
+        p(line, markup=False, soft_wrap=True)
     if o.fault_file is not None:
-        from kvdoctor.consistency import fault_file
-
         found = fault_file.read(o.fault_file)
         p(f"fault: --fault-file {found.shown} ({found.name}): {found.describe()}", markup=False, soft_wrap=True)
     if o.inject:
         words = consistency_facts(o.server)
-        p(f"fault: --inject {o.inject} {words.fault_site.format(hook=words.fault_hook(o.scenario))}", markup=False)
+        hook = words.fault_hook(_path(o.inject, o.server))
+        p(f"fault: --inject {o.inject} {words.fault_site.format(hook=hook)}", markup=False)
+
+
+def _path(name: str, server: str) -> StatePath | None:
+    """The state path the fault NAME acts on on SERVER (None: not one of its registered faults)."""
+    try:
+        return faults.get(name, server=server, target=faults.Target.SERVER).path
+    except KeyError:
+        return None
 
 
 def print_result(console: Console, result: ConsistencyResult, *, gates: bool = True) -> None:
     """The run's findings, one line each; ``gates=False`` leaves out the ``gate`` lines for a caller whose own
     table shows each gate (pd-eval --oracle tokens), so no gate is printed twice."""
-    from kvdoctor._exceptions import EXIT_GATE, EXIT_PASS
-    from kvdoctor.core.consistency_facts import consistency_facts
-    from kvdoctor.core.servers import facts
-
     r = result
     p = console.print
     if r.weights_digest:
@@ -257,43 +236,9 @@ def print_result(console: Console, result: ConsistencyResult, *, gates: bool = T
         noun = facts(r.server).plural()
         counts = ", ".join(f"{role} {n}" for role, n in r.retractions.items())
         p(f"{noun}: {counts} (from {r.retraction_source})", markup=False)
-    cache = getattr(r, "prefix_cache", None)
-    if cache:
-        hits, queries = cache["hits"], cache["queries"]
-        phases = ", ".join(
-            f"{name} {row['hit_requests'] if row['hit_requests'] is not None else '?'}/{row['requests']}"
-            for name, row in cache["by_phase"].items()
-        )
-        served = ", ".join(
-            f"{role} {(config or {}).get('enable_prefix_caching', '?')}"
-            for role, config in cache["server_cache_config"].items()
-        )
-        modes = cache["mamba_cache_mode"]
-        mode = (
-            f"; mamba cache mode: reference {modes['reference']}, pressured {modes['pressured']}"
-            if any(modes.values())
-            else ""
-        )
-        p(
-            f"prefix-cache hit tokens: reference {hits['reference']}, pressured {hits['pressured']} of "
-            f"{queries['pressured']} queried (from {cache['source']}); requests that hit, per phase: {phases}; "
-            f"recomputed after eviction: {cache['recomputed_after_eviction']}; prefix caching as served "
-            f"(vllm:cache_config_info): {served}{mode}",
-            markup=False,
-            soft_wrap=True,
-        )
-    moved = getattr(r, "offload", None)
-    if moved:
-        row = ", ".join(
-            f"{what} reference {moved[key]['reference']}, pressured {moved[key]['pressured']}"
-            for what, key in (("loaded", "load_bytes"), ("stored", "store_bytes"))
-        )
-        p(
-            f"offload (bytes, CPU tier {moved['kv_offloading_size_gib']} GiB): {row}; external prefix-cache hit "
-            f"tokens: pressured {moved['external_prefix_cache_hits']['pressured']} (from {moved['source']})",
-            markup=False,
-            soft_wrap=True,
-        )
+    scenario = scenarios.of(r)
+    for line in scenario.result_lines(r):
+        p(line, markup=False, soft_wrap=True)
     if r.noise_floor:
         p(r.noise_floor["sentence"], markup=False, soft_wrap=True)
     red = [d for d in r.requests if d.diverged]
@@ -309,8 +254,7 @@ def print_result(console: Console, result: ConsistencyResult, *, gates: bool = T
         p(f"  … {len(red) - MAX_SHOWN} more diverging requests in the JSON", markup=False)
     if r.fault is not None:
         f, words = r.fault, consistency_facts(r.server)
-        on = "prefix-cache hit request(s)" if cache is not None else "resumed request(s)"
-        on = "load(s) from the CPU tier" if moved is not None else on  # what the fault acted on (vLLM words it)
+        on = scenario.acted_on  # what the fault acted on (vLLM's tally words it)
         tally = words.fault_tally.format(installed=f.installed, backups=f.backups, restores=f.restores, on=on)
         p(
             f"fault {f.name} in {f.role}: {tally}" + (f"; {words.fault_problem}: {f.refused}" if f.refused else ""),

@@ -2,9 +2,8 @@
 
 ``--server sglang`` (the default) holds kvdoctor's SGLang rules to the installed SGLang
 (``kvdoctor.engines.sglang.drift``); ``--server vllm`` holds its vLLM rules to the installed vLLM
-(``kvdoctor.engines.vllm.drift``, the matrix in ``kvdoctor.core.vllm.matrix``). Each server's side is one line
-of ``kvdoctor.api._drift.SIDES`` (``kvdoctor/api/_drift_sides.py``), its title and rules from its facts
-(``kvdoctor.core.servers``).
+(``kvdoctor.engines.vllm.drift``, the matrix in ``kvdoctor.core.vllm.matrix``). Each server's side is its API
+room's (``kvdoctor.api._servers``), its title and rules from its facts (``kvdoctor.core.servers``).
 One typed result (:class:`~kvdoctor.core.drift_result.DriftReport`) feeds every output through its
 :class:`~kvdoctor.report.drift_report.Report`: ``--json`` (the shared header, then the report's own
 keys; ``kvdoctor schema drift``), the table, JUnit (one case per matrix cell) and the step summary. A cell

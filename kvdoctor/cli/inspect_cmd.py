@@ -3,25 +3,22 @@
 Every mode runs the steps of ``kvdoctor.cli.command`` (:class:`InspectRun`): the report paths proven
 writable, the answer, then the ``--json`` document or the tables, the one verdict line, and JUnit and the
 step summary last, all read from one :class:`~kvdoctor.report.inspect_report.Report`. Each server's
-run is named by one line of :data:`RUNS`: the SGLang question is answered here (:class:`SglangInspectRun`),
-``--server vllm`` in ``kvdoctor/cli/inspect_vllm.py``.
+run is its renderer's (``kvdoctor.cli.render``: SGLang's tables in ``cli/render/sglang.py``, vLLM's in
+``cli/render/vllm.py``), imported only when that server is asked about.
 """
 
 # No ``from __future__ import annotations`` here: Typer reads the command's annotations twice (its signature
 # with eval_str, then get_type_hints), compiling each string it finds; objects cost it nothing (issue 17).
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated
 
 import typer
 
 from kvdoctor.cli.errors import exit_on_error
-from kvdoctor.cli.inspect_run import InspectRun
 from kvdoctor.cli.options import GpuArchOption
-from kvdoctor.core.servers import DEFAULT_SERVER, lookup
+from kvdoctor.cli.render import renderer
+from kvdoctor.core.servers import DEFAULT_SERVER
 from kvdoctor.engines import Engine, GpuArch, Server, answers_for
-
-if TYPE_CHECKING:
-    from rich.console import Console
 
 
 def inspect(
@@ -70,31 +67,4 @@ def inspect(
         server=server,
         engine=engine,
     )
-    return lookup(RUNS, server, "inspect run")(ctx, model, adapter, **settings)()
-
-
-# One line per server: the InspectRun that draws ``inspect --server S``'s tables (its answer is the server's
-# job, ``kvdoctor.api._inspect.JOBS``), imported only when that server is asked about (vLLM's in
-# kvdoctor/cli/inspect_vllm.py).
-RUNS: dict[str, str] = {
-    "sglang": "kvdoctor.cli.inspect_cmd:SglangInspectRun",
-    "vllm": "kvdoctor.cli.inspect_vllm:VllmInspectRun",
-}
-
-
-class SglangInspectRun(InspectRun):
-    """``inspect`` of an SGLang launch line: the rule model's tables, and the engine's beside them when asked."""
-
-    def render(self, report: Any, console: "Console") -> None:
-        from kvdoctor.cli import render_inspect
-        from kvdoctor.core.sglang.inspect_result import InspectReport
-
-        if isinstance(report, InspectReport):
-            render_inspect.render(report, console)
-        sglang = getattr(report, "sglang", None)
-        if sglang is not None:
-            from kvdoctor.cli.render_engine import render_beside
-
-            render_beside(sglang, console)
-            if not isinstance(report, InspectReport):  # kvdoctor refused: the hazards are SGLang's drift alone
-                console.print(render_inspect.hazards_block(report.hazards, console.width))
+    return renderer(server).inspect_run(ctx, model, adapter, **settings)()

@@ -1,8 +1,8 @@
 """The steps every ``kvdoctor inspect`` shares, whichever server the launch line is for (:class:`InspectRun`).
 
 The answer is :class:`kvdoctor.api.InspectJob`'s (the job :func:`kvdoctor.api.inspect` executes), the server's
-line of ``kvdoctor.api._inspect.JOBS``; the terminal's tables are the server's subclass here (``cli/inspect_cmd.py``
-for SGLang, ``cli/inspect_vllm.py`` for vLLM), so each stands on this module without importing the other.
+API room's (``kvdoctor.api._servers``); the terminal's tables are the server's subclass in its renderer's room
+(``cli/render/sglang.py``, ``cli/render/vllm.py``), so each stands on this module without importing the other.
 """
 
 from __future__ import annotations

@@ -26,10 +26,11 @@ from kvdoctor.cli.command import CommandRun, ErrorCase
 from kvdoctor.cli.launch import own_options
 from kvdoctor.cli.options import DeviceOption, GpuArchOption
 from kvdoctor.cli.progress import with_progress
+from kvdoctor.cli.render import Renderer, renderer
 from kvdoctor.core.faults import roundtrip_names
 from kvdoctor.core.servers import DEFAULT_SERVER
 from kvdoctor.engines import Engine, GpuArch, Server
-from kvdoctor.report.units import NONE, format_bytes, human, noun_for, yes_no
+from kvdoctor.report.units import NONE, format_bytes, human
 from kvdoctor.roundtrip.faults import InjectName
 
 if TYPE_CHECKING:
@@ -38,7 +39,7 @@ if TYPE_CHECKING:
     from kvdoctor.core.engine_ref import EngineRef
     from kvdoctor.report.envelope import RunHeader
     from kvdoctor.report.roundtrip_report import Report
-    from kvdoctor.roundtrip.result import ComponentCheck, EngineUsed, ModelUsed, RoundtripResult, VllmUsed
+    from kvdoctor.roundtrip.result import RoundtripResult
 
 # ---- the human output ------------------------------------------------------------------------
 
@@ -109,125 +110,6 @@ def _table(console: Console, result: RoundtripResult) -> None:
     console.print(table)
 
 
-def _model_used(used: ModelUsed, elapsed_s: float) -> list[tuple[str, object]]:
-    layers = f"full {used.full_layers}, swa {used.swa_layers}, recurrent {used.recurrent_layers}"
-    return [
-        (
-            "run",
-            f"{used.requests} {noun_for(used.requests, 'request')} ({used.retracted} retracted) "
-            f"up to {used.max_tokens} tokens",
-        ),
-        ("page size", used.page_size),
-        ("seed", used.seed),
-        ("layers", layers),
-        ("KV heads", used.kv_heads),
-        ("window", used.sliding_window),
-        ("reductions", used.reductions),
-        ("pool", used.kv_pool),
-        ("token index", used.token_index_space),
-        ("CPU copy carries mamba", yes_no(used.cpu_copy_carries_mamba)),
-        ("caller backs up mamba", yes_no(used.caller_backs_up_mamba)),
-        ("scales", used.scale_layout),
-        ("pool memory", format_bytes(used.pool_bytes)),
-        ("host copy chunk", f"{used.chunk:,} slots"),
-        ("restored into new slots", yes_no(used.restored_into_new_slots)),
-        ("most slot runs", used.max_slot_runs),
-        ("elapsed", f"{elapsed_s:.2f} s"),
-    ]
-
-
-def _engine_used(used: EngineUsed, result: RoundtripResult) -> list[tuple[str, object]]:
-    """What SGLang built and ran, what kvdoctor supplied, and every stub: one fact per line."""
-    classes = ", ".join(f"{k} {v}" for k, v in used.pool_classes.items())
-    return [
-        ("pools", f"{classes} (built by SGLang's KVCacheConfigurator)"),
-        ("CPU copy carries mamba", yes_no(used.cpu_copy_carries_mamba)),
-        ("backup", f"{result.backend} ({used.backend_source})"),
-        (
-            "run",
-            f"{used.requests} {noun_for(used.requests, 'request')} ({used.retracted} retracted) "
-            f"up to {used.max_tokens} tokens",
-        ),
-        ("page size", used.page_size),
-        ("seed", used.seed),
-        ("pool tokens", used.pool_tokens),
-        ("data", used.data),
-        ("admission", used.admission),
-        *(("stub", stub) for stub in used.stubs),
-        *(("note", note) for note in used.notes),
-        ("elapsed", f"{result.elapsed_s:.2f} s"),
-    ]
-
-
-def _vllm_used(used: VllmUsed, elapsed_s: float) -> list[tuple[str, object]]:
-    """vLLM's worker, the one request, and each group's copy ledger: block ids -> host slots -> fresh ids."""
-    pairs: list[tuple[str, object]] = [
-        ("worker", f"vLLM {used.vllm_version} {used.worker} (v1/kv_offload/cpu/gpu_worker.py), one block a chunk"),
-        ("run", f"1 request of {used.tokens:,} tokens: every group stored to CPU, loaded into fresh block ids"),
-        ("seed", used.seed),
-        ("layers per group", used.layers_per_group or "all"),
-    ]
-    for g in used.groups:
-        ids = lambda xs: " ".join(str(x) for x in xs)  # noqa: E731
-        pairs.append(
-            (
-                f"g{g.group}",
-                f"{g.spec}, {g.layers} layers x {len(g.block_ids)} blocks of {format_bytes(g.page_bytes)}: "
-                f"blocks {ids(g.block_ids)} -> host {ids(g.host_slots)} -> blocks {ids(g.new_block_ids)}; "
-                f"{format_bytes(g.bytes_out)} out, {format_bytes(g.bytes_in)} in of {format_bytes(g.expected_bytes)}",
-            )
-        )
-    pairs.append(("elapsed", f"{elapsed_s:.2f} s"))
-    return pairs
-
-
-def vllm_why(row: ComponentCheck, used: VllmUsed) -> str:
-    """One sentence on why a ``--engine vllm`` row is red."""
-    if row.name.endswith(".ledger"):
-        g = used.groups[int(row.name[1:].split(".")[0])]
-        return (
-            f"vLLM's descriptors moved {row.bytes_out:,} bytes out and {row.bytes_in:,} in; the group holds "
-            f"{row.bytes:,} ({len(g.block_ids)} blocks x {g.layers} layers x {g.page_bytes:,} bytes)"
-        )
-    text = f"{row.mismatched_bytes:,} of {row.bytes:,} bytes differ"
-    if row.first_plane is not None:
-        text += f", first in {row.first_plane} (layer {row.first_layer} of the group), fresh block {row.first_slot}"
-    if not row.ledger_ok:
-        text += (
-            f"; vLLM's descriptors moved {row.bytes_out:,} of its bytes out, {row.bytes_in:,} in "
-            f"(most descriptors over one byte {row.copies_out}/{row.copies_in})"
-        )
-    return text
-
-
-def _where(row: ComponentCheck) -> str:
-    if row.first_plane is None:
-        return ""
-    who = "padding" if row.first_request is None else f"req {row.first_request}"
-    at = f"layer {human(row.first_layer)}, pos {human(row.first_position)}, slot {human(row.first_slot)}"
-    return f"{who}, {row.first_plane}, {at}"
-
-
-def why(row: ComponentCheck) -> str:
-    """One sentence on why ROW is red."""
-    if row.name == "backup_aliasing":
-        return (
-            f"the backup of {row.first_plane} for req {row.first_request} is a view of the live pool, "
-            "not a copy: its bytes are lost as soon as another request reuses the slot"
-        )
-    if row.name == "slot_reuse" and row.first_request is None:
-        return "no restored slot was captured: nothing shows the restore landed in fresh slots"
-    if row.name == "slot_reuse":
-        return (
-            f"req {row.first_request} was restored into slot {row.first_slot} of {row.first_plane}, "
-            "a slot it held before retraction: the round trip proves nothing about reuse"
-        )
-    text = "first mismatch " + (_where(row) or "bytes agree")
-    if not row.ledger_ok:
-        text += f"; ledger: copied out {row.copies_out}x, in {row.copies_in}x per request"
-    return text
-
-
 def inject_mismatch(result: RoundtripResult) -> str | None:
     """A sentence when --inject broke something other than (or more than) what the fault targets."""
     if result.inject_matched is not False:
@@ -241,25 +123,18 @@ def inject_mismatch(result: RoundtripResult) -> str | None:
     return "; ".join(parts)
 
 
-def render(console: Console, result: RoundtripResult, head: RunHeader) -> None:
-    """The tables, the run's facts and every red row's reason (the verdict line follows them)."""
+def render(console: Console, result: RoundtripResult, head: RunHeader, drawn: Renderer) -> None:
+    """The tables, the run's facts and every red row's reason (the verdict line follows them); what the run used and
+    why a row is red are in the words of the server's renderer, DRAWN (``kvdoctor.cli.render``)."""
     from rich.text import Text
-
-    from kvdoctor.roundtrip.result import EngineUsed, VllmUsed
 
     _head(console, result, head)
     _table(console, result)
-    used = result.used
-    if isinstance(used, EngineUsed):
-        _kv_block(console, "used", _engine_used(used, result))
-    elif isinstance(used, VllmUsed):
-        _kv_block(console, "used", _vllm_used(used, result.elapsed_s))
-    else:
-        _kv_block(console, "used", _model_used(used, result.elapsed_s))
+    _kv_block(console, "used", drawn.roundtrip_used(result))
     for row in result.components:
         if not row.ok:
             line = Text(row.name, style="red")
-            line.append(f": {_plain(vllm_why(row, used) if isinstance(used, VllmUsed) else why(row))}")
+            line.append(f": {_plain(drawn.roundtrip_why(row, result))}")
             console.print(line, overflow="fold")
     for hazard in result.hazards:
         line = Text(hazard.code, style="bold red")
@@ -372,7 +247,7 @@ class RoundtripRun(CommandRun["RoundtripResult", "Report"]):
             from rich.console import Console
 
             self.status = Console(emoji=False, highlight=False)
-            render(self.status, result, head)
+            render(self.status, result, head, renderer(self.job.server))
         return published
 
     def after(self, published: Report) -> None:

@@ -9,10 +9,10 @@ must stay fast. Each line says which version kvdoctor's rules restate, so a read
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from kvdoctor.core.servers import ServerFacts
+from kvdoctor.core import servers
+from kvdoctor.core.servers import ServerFacts
+from kvdoctor.engines import Engine, load
 
 
 @dataclass(frozen=True)
@@ -25,24 +25,16 @@ class ServerLine:
     supported: str | None = None  # the versions --engine drives, when it is a range
 
 
-# One line per server whose ``--engine`` drives a stated range of its versions: "module:attribute" of the
-# (first, last) pair, both ends in. A server without a line is driven at the version its rules restate.
-ENGINE_RANGES: dict[str, str] = {
-    "sglang": "kvdoctor.engines.sglang._support:SUPPORTED",
-}
-
-
 def _servers() -> tuple[ServerLine, ...]:
     """Every server the seam knows (``kvdoctor.core.servers``), in its order, from its facts alone."""
-    from kvdoctor.core import servers
-
     return tuple(_line(servers.facts(s)) for s in servers.servers())
 
 
 def _line(facts: ServerFacts) -> ServerLine:
-    from kvdoctor.core.servers import lookup
-
-    drives = lookup(ENGINE_RANGES, facts.server, "engine range") if facts.name in ENGINE_RANGES else None
+    """FACTS' line; the range its engine drives is its adapter's ``supported`` (``kvdoctor.engines``): None, the
+    version its rules restate, for an engine without a range (or a server without an engine)."""
+    engine = next((e for e in Engine if e.value == facts.name), None)
+    drives = load(engine).supported if engine is not None else None
     supported = f"{drives[0]} to {drives[1]}" if drives else None
     return ServerLine(facts.package, facts.title, facts.rules_version, supported)
 

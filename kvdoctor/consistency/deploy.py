@@ -35,6 +35,8 @@ from dataclasses import dataclass, field
 
 from kvdoctor._exceptions import InputError
 from kvdoctor.consistency.workload import Workload
+from kvdoctor.core import faults as registry
+from kvdoctor.core.sglang.flags import owned_word
 from kvdoctor.deploy import plan, prediction
 from kvdoctor.deploy.presets import Preset
 
@@ -163,6 +165,17 @@ def ports_needed(topology: str, choices: PlanChoices | None = None) -> int:
 
 
 @dataclass(frozen=True)
+class ScenarioPlan:
+    """What a scenario changes in the plan (``consistency/servers/sglang/<scenario>.py``'s ``plan``); preempt's:
+    nothing (the tight pool forces the retractions)."""
+
+    pools: tuple[int, int] | None = None  # (reference, pressured) pools the scenario sizes itself (prefix-cache)
+    role_args: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # flags per single role
+    roomy_subject: bool = False  # pd: the pressured decode roomy too, so nothing retracts (transfer)
+    patches: tuple[str, ...] = ()  # pd: kvdoctor's site-hook patches on every server (transfer: its observer)
+
+
+@dataclass(frozen=True)
 class DeployOptions:
     model_dir: str
     topology: str
@@ -184,9 +197,7 @@ class DeployOptions:
     choices: PlanChoices | None = None  # pd-eval's deployment (pd only); None: consistency's own
     arm_file: str | None = None  # where the run arms the injected faults (kvdoctor.engines.arming), when injecting
     prefill_faults: tuple[str, ...] = ()  # the injected faults that run on the prefill (the rest: pressured decode)
-    transfer: bool = False  # --scenario transfer: both decodes roomy (nothing retracts), every server observes it
-    pools: tuple[int, int] | None = None  # (reference, pressured) pools a scenario sizes itself (prefix-cache)
-    role_args: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # a scenario's flags per single role
+    scenario: ScenarioPlan = field(default_factory=ScenarioPlan)  # what --scenario changes (its server part's)
 
 
 def pools(w: Workload) -> tuple[int, int]:
@@ -200,8 +211,6 @@ def pools(w: Workload) -> tuple[int, int]:
 def check_extra_args(args: Sequence[str]) -> None:
     """SGLang flags after ``--`` (SGLang's spellings and values, ``plan.server_flag_names``); one SGLang reads as a
     flag in OWNED_FLAGS (itself, an alias, a unique prefix) is refused naming what was typed and the flag."""
-    from kvdoctor.core.sglang.flags import owned_word
-
     plan.server_flag_names(args)
     hit = owned_word(args, OWNED_FLAGS)
     if hit is not None:
@@ -375,7 +384,7 @@ def build(o: DeployOptions, ports: Sequence[int]) -> Deployment:
             f"--inject {o.inject} needs --topology pd: only PD decode backs a retracted request's state up and "
             "restores it (srt/managers/schedule_batch.py:2375-2386); a single server retracts by recompute"
         )
-    roomy, tight = o.pools or pools(o.workload)
+    roomy, tight = o.scenario.pools or pools(o.workload)
     return (_single if o.topology == "single" else _pd)(o, list(ports), roomy, tight)
 
 
@@ -390,7 +399,7 @@ def _single(o: DeployOptions, ports: list[int], roomy: int, tight: int) -> Deplo
             *_server_flags(o),
             "--max-total-tokens",
             str(pool),
-            *o.role_args.get(role, ()),
+            *o.scenario.role_args.get(role, ()),
             *o.extra_args,
             "--host",
             o.host,
@@ -419,10 +428,8 @@ def _single(o: DeployOptions, ports: list[int], roomy: int, tight: int) -> Deplo
 def _on_one_server(inject: str) -> bool:
     """Every fault in INJECT acts on a radix-cache hit or on sliding-window eviction, which one SGLang server serves
     (the rest need PD)."""
-    from kvdoctor.core import faults
-
-    paths = (faults.StatePath.PREFIX_HIT, faults.StatePath.SLIDING_WINDOW)
-    hits = {n for p in paths for n in faults.names(server="sglang", target=faults.Target.SERVER, path=p)}
+    paths = (registry.StatePath.PREFIX_HIT, registry.StatePath.SLIDING_WINDOW)
+    hits = {n for p in paths for n in registry.names(server="sglang", target=registry.Target.SERVER, path=p)}
     return all(name in hits for name in inject.split(","))
 
 
@@ -452,11 +459,11 @@ def _pd(o: DeployOptions, ports: list[int], roomy: int, tight: int) -> Deploymen
         )
 
     ref = one(roomy, ref_decode, ref_router, metrics[0])
-    pressured_pool = roomy if o.transfer else tight  # transfer: nothing may retract
+    pressured_pool = roomy if o.scenario.roomy_subject else tight  # transfer: nothing may retract
     press = one(pressured_pool, press_decode, press_router, metrics[-1])
     prefill = ref.step("prefill")
     assert prefill is not None and prefill == press.step("prefill"), "both deployments share one prefill"
-    observe = ("transfer-observer",) if o.transfer else ()  # kvdoctor.engines.sglang.transfer_faults
+    observe = o.scenario.patches  # transfer: kvdoctor.engines.sglang.transfer_faults' observer
     prefill_env = _env(o, patches=(*(("mooncake-host-indices",) if cpu else ()), *observe), inject="prefill")
     steps = [dataclasses.replace(prefill, env={**prefill.env, **prefill_env})]
     for name, launch in (("reference", ref), ("pressured", press)):

@@ -20,6 +20,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from kvdoctor.consistency.compare import NoiseFloor, RequestDiff
+from kvdoctor.core.consistency_facts import consistency_facts
+from kvdoctor.core.paths import ActsOn
+from kvdoctor.core.servers import facts
 
 # A degenerate reference: fewer distinct tokens per request than this share of its length (median).
 # Measured: --load-format dummy gave 2 of 32 (a two-token cycle); a std-0.02 random checkpoint 59 of 64.
@@ -103,9 +106,6 @@ def logprobs(drift: dict[str, object], total: int, noise_max: float) -> Gate:
 def pressure_words(server: str) -> dict[str, str]:
     """How the pressure gate names what SERVER's pressured run did (SGLang retracts; vLLM preempts and recomputes):
     the keywords of :func:`pressure`, from the server's facts and its room's consistency facts."""
-    from kvdoctor.core.consistency_facts import consistency_facts
-    from kvdoctor.core.servers import facts
-
     words = consistency_facts(server)
     return {"noun": facts(server).noun, "verb": words.pressed, "consequence": words.pressure_consequence}
 
@@ -151,25 +151,10 @@ def pressure(
     return Gate("pressure", True, "passed", f"pressured run {verb} {pressured}, the reference 0 ({source})")
 
 
-# What a vLLM fault acts on, as its gate names it: a request resumed from preemption, or a prefix-cache hit.
-RESUMED = {"on": "zeroed the state of {n} resumed request(s)", "absent": "no request was resumed from preemption"}
-PREFIX_HIT = {
-    "on": "zeroed the cached prefix blocks of {n} request(s) that hit the prefix cache",
-    "absent": "no request got blocks from the prefix cache",
-}
-
-
-def fault_fired(
-    name: str,
-    installed: bool,
-    fired: int,
-    failed: str | None,
-    *,
-    on: str = RESUMED["on"],
-    absent: str = RESUMED["absent"],
-) -> Gate:
-    """An injected fault (vLLM plugin) must have run on a resumed request (or a prefix-cache hit): otherwise the
-    run tested nothing."""
+def fault_fired(name: str, installed: bool, fired: int, failed: str | None, words: ActsOn) -> Gate:
+    """An injected fault must have run on what it acts on (a resumed request, a prefix-cache hit, a transfer, ...;
+    WORDS say it: ``kvdoctor.core.paths.acts_on``), else the run tested nothing. Every fault-fired gate is made
+    through ``kvdoctor.consistency.fault_gate.fault_fired_from``, which counts FIRED from the servers' log."""
     if failed:
         return Gate("fault-fired", False, "fault_failed", f"--inject {name} failed inside the server: {failed}")
     if not installed:
@@ -181,9 +166,9 @@ def fault_fired(
             "fault-fired",
             False,
             "no_teeth",
-            f"guard has no teeth: --inject {name} never fired ({absent}{_not_counts(fired=fired)})",
+            f"guard has no teeth: --inject {name} never fired ({words.absent}{_not_counts(fired=fired)})",
         )
-    return Gate("fault-fired", True, "passed", f"--inject {name} {on.format(n=fired)}")
+    return Gate("fault-fired", True, "passed", f"--inject {name} {words.on.format(n=fired)}")
 
 
 def prefix_hits(
@@ -326,13 +311,6 @@ def transfer(doc: Mapping[str, Any], retracted: tuple[int | None, int | None], s
             "be roomy)",
         )
     return Gate("transfer", True, "passed", f"every request crossed the PD transfer: {seen}; nothing retracted")
-
-
-# What drop-offload acts on, as the fault-fired gate names it.
-OFFLOAD_LOAD = {
-    "on": "completed {n} load(s) from the CPU tier without copying",
-    "absent": "the offloading worker loaded nothing",
-}
 
 
 def sensitivity(median_distinct: float, median_length: float) -> Gate:

@@ -29,10 +29,6 @@ import random
 from dataclasses import dataclass, replace
 
 from kvdoctor._exceptions import InputError
-from kvdoctor.consistency.scenario import NAMES as SCENARIOS  # noqa: F401  (the scenarios' names, re-exported)
-from kvdoctor.consistency.scenario import OFFLOAD as OFFLOAD
-from kvdoctor.consistency.scenario import PREEMPT as PREEMPT
-from kvdoctor.consistency.scenario import PREFIX_CACHE as PREFIX_CACHE
 from kvdoctor.consistency.workload import FIRST_ID, Workload
 
 GROUPS = 4  # distinct prefixes
@@ -63,7 +59,6 @@ class PrefixWorkload:
     prefix_tokens: int
     block_size: int
     phases: tuple[Phase, ...]
-    header: str = ""  # what the run's header says of the scenario (a server's own words; empty: vLLM's)
 
     @property
     def compared(self) -> list[list[int]]:

@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Any
 from kvdoctor._exceptions import InputError
 from kvdoctor.consistency import checkpoint, footprint, runnable
 from kvdoctor.consistency.deploy import PlanChoices
-from kvdoctor.consistency.scenario import PREEMPT
 from kvdoctor.consistency.workload import Workload, prompts
+from kvdoctor.core.paths import DEFAULT_SCENARIO
 
 if TYPE_CHECKING:
     from kvdoctor.consistency import deploy
@@ -39,7 +39,7 @@ class ConsistencyOptions:
     junit_path: Path | None = None
     plan: PlanChoices | None = None  # pd-eval --oracle tokens: its deployment (pd only); None: consistency's
     server: str = "sglang"  # whose servers run: sglang, or vllm (single only)
-    scenario: str = PREEMPT  # preempt, prefix-cache or offload (vllm only)
+    scenario: str = DEFAULT_SCENARIO  # a name of kvdoctor.consistency.scenarios.SCENARIOS
     fault_file: Path | None = None  # --fault-file: the user's own fault (kvdoctor.consistency.fault_file)
     bundle: Path | None = None  # --bundle: a red run's reproduction bundle is copied here (consistency.bundle)
 

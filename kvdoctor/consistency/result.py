@@ -4,7 +4,8 @@ Frozen, like every other result: the run collects into its own draft (``kvdoctor
 step that changes the outcome (``evaluate``, a server's in-server log, :func:`settled`) returns a new result
 (``dataclasses.replace``). The JSON objects the result carries are typed by their keys (``TypedDict``: plain
 dicts at run time, so ``kvdoctor.report.serialize`` writes exactly the keys it always wrote, the optional
-ones only when present).
+ones only when present). A scenario's own result, the keys it adds beside these, is its module's
+(``kvdoctor.consistency.scenarios``).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import TYPE_CHECKING, Any, NotRequired, TypedDict, TypeVar
 from kvdoctor._exceptions import EXIT_DEPLOYMENT, EXIT_GATE, EXIT_PASS
 from kvdoctor.consistency.compare import RequestDiff
 from kvdoctor.consistency.gates import Gate
+from kvdoctor.core.servers import facts
 from kvdoctor.report.units import noun_for
 
 if TYPE_CHECKING:
@@ -205,47 +207,6 @@ class LogprobDriftDoc(TypedDict):
     first: NotRequired[dict[str, Any]]  # the earliest drifting token (request, position, dlogprob), when one drifts
 
 
-class PrefixCacheDoc(TypedDict, total=False):
-    """``--scenario prefix-cache``'s evidence (``kvdoctor.consistency.servers.vllm.deployment.record_prefix_cache``)."""
-
-    workload: dict[str, Any]
-    hits: dict[str, int | None]  # per role, from vllm:prefix_cache_hits_total
-    queries: dict[str, int | None]
-    source: str
-    mamba_cache_mode: dict[str, str | None]
-    server_cache_config: dict[str, dict[str, str] | None]
-    request_phases: list[str]
-    cached_tokens: list[int | None]
-    by_phase: dict[str, dict[str, int | None]]
-    recomputed_after_eviction: int | None
-
-
-class OffloadDoc(TypedDict, total=False):
-    """``--scenario offload``'s evidence (``kvdoctor.consistency.servers.vllm.deployment.record_offload``): the CPU
-    tier, then per counter (load_bytes, store_bytes, external prefix-cache hits/queries) each role's delta."""
-
-    kv_offloading_size_gib: float
-    cpu_tier_bytes: int
-    request_bytes: int
-    load_bytes: dict[str, int | None]
-    store_bytes: dict[str, int | None]
-    external_prefix_cache_hits: dict[str, int | None]
-    external_prefix_cache_queries: dict[str, int | None]
-    source: str
-
-
-class TransferDoc(TypedDict, total=False):
-    """``--scenario transfer``'s evidence (``kvdoctor.consistency.servers.sglang.transfer``): what kvdoctor's observer
-    counted inside the servers during the pressured burst, by distinct bootstrap room (one per request)."""
-
-    requests: int  # the pressured burst's requests
-    recurrent: bool  # the model has recurrent state: each request's state must be sent too
-    sent: int | None  # rooms the prefill sent (MooncakeKVManager.send_aux)
-    state_sent: int | None  # rooms whose state components the prefill sent (maybe_send_extra; None: no state)
-    committed: int | None  # rooms the pressured decode committed (DecodeTransferQueue._commit_transfer_to_req)
-    source: str  # where the counts come from (the site hook log)
-
-
 @dataclass(frozen=True)
 class ConsistencyResult:
     model: str
@@ -308,58 +269,9 @@ class ConsistencyResult:
     def evidence(self) -> str:
         """What the verdict line counts beside the identical requests: the pressured server's preemptions
         (retractions under SGLang), '?' when unknown."""
-        from kvdoctor.core.servers import facts
-
         press = self.retractions.get("pressured")
         noun = noun_for(press, facts(self.server).noun)
         return f"{press if press is not None else '?'} {noun}"
-
-
-@dataclass(frozen=True)
-class PrefixCacheResult(ConsistencyResult):
-    """``--scenario prefix-cache``: the same result plus the scenario and its prefix-cache evidence (a separate
-    class, so a preempt run's JSON, and pd-eval's that embeds one, keep exactly their keys)."""
-
-    scenario: str = "prefix-cache"
-    # workload (groups, prefix, phases), hits/queries per role from /metrics, mamba cache mode per role, the
-    # subject's cached tokens per compared request (usage.prompt_tokens_details) and per phase
-    prefix_cache: PrefixCacheDoc = field(default_factory=PrefixCacheDoc)
-
-    def evidence(self) -> str:
-        """The subject's prefix-cache hit tokens (this scenario's evidence in the preemptions' place)."""
-        hits = (self.prefix_cache.get("hits") or {}).get("pressured")
-        return f"{hits if hits is not None else '?'} prefix-cache hit tokens"
-
-
-@dataclass(frozen=True)
-class OffloadResult(ConsistencyResult):
-    """``--scenario offload``: preempt's result plus the scenario and the OffloadingConnector's evidence (a separate
-    class, so a preempt run's JSON keeps exactly its keys)."""
-
-    scenario: str = "offload"
-    # the pressured server's --kv-offloading-size, and per role the bytes loaded from / stored to the CPU tier and
-    # the external prefix-cache hits/queries during its bursts (deltas from /metrics; None when unknown)
-    offload: OffloadDoc = field(default_factory=OffloadDoc)
-
-    def evidence(self) -> str:
-        """The preemptions and the bytes the pressured server loaded back from its CPU tier."""
-        loaded = ((self.offload.get("load_bytes") or {}).get("pressured")) if self.offload else None
-        return f"{super().evidence()}, {f'{loaded:,}' if loaded is not None else '?'} bytes loaded from the CPU tier"
-
-
-@dataclass(frozen=True)
-class TransferResult(ConsistencyResult):
-    """``--scenario transfer``: every request crosses the PD transfer (prefill's send, decode's commit) with no
-    retraction on either decode (both roomy); a separate class, so a preempt run's JSON keeps exactly its keys."""
-
-    scenario: str = "transfer"
-    transfer: TransferDoc = field(default_factory=TransferDoc)
-
-    def evidence(self) -> str:
-        """The requests the observer saw committed after the transfer, and the pressured decode's retractions."""
-        done, sent = self.transfer.get("committed"), self.transfer.get("requests")
-        both = f"{done if done is not None else '?'}/{sent if sent is not None else '?'} requests transferred"
-        return f"{both}, {super().evidence()}"
 
 
 Result = TypeVar("Result", bound=ConsistencyResult)

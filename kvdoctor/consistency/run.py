@@ -7,7 +7,8 @@ path), health through ``wait_healthy``, one ``kvdoctor.deploy.deadline.Deadline`
 reference twice (the noise floor) and the pressured deployment once, each between the server's probes, every token
 compared; last, what the in-server hooks logged. Whatever differs by server (its checks, plan, client API, probes,
 scenario evidence, in-server log, faults) is its room's, behind :class:`kvdoctor.consistency.servers.Deployment`;
-a scenario is a record (:mod:`kvdoctor.consistency.scenario`).
+whatever differs by scenario (its result, the gates proving its path ran) is its behaviour object's, one line of
+:data:`kvdoctor.consistency.scenarios.SCENARIOS`: nothing here names a scenario or a server.
 """
 
 from __future__ import annotations
@@ -29,26 +30,15 @@ from kvdoctor._exceptions import (
     InputError,
     Interrupted,
 )
-from kvdoctor.consistency import bundle, checkpoint, compare, deploy, fault_file, gates, runnable, scenario, servers
+from kvdoctor.consistency import bundle, checkpoint, compare, deploy, fault_file, gates, runnable, scenarios, servers
 from kvdoctor.consistency.case import Case
 from kvdoctor.consistency.client import generate_all
 from kvdoctor.consistency.compare import Generation
-from kvdoctor.consistency.prefix import HIT_PHASES
 from kvdoctor.consistency.prepared import STANDIN_LOG, ConsistencyOptions, Prepared, has_weights, vocab, warm_up
-from kvdoctor.consistency.probe_vllm import OffloadCount, PrefixCacheCount
-from kvdoctor.consistency.result import (
-    Burst,
-    ConsistencyResult,
-    FaultReport,
-    OffloadResult,
-    PrefixCacheResult,
-    Result,
-    Stopwatch,
-    TransferResult,
-    settled,
-)
+from kvdoctor.consistency.result import Burst, ConsistencyResult, FaultReport, Result, Stopwatch, settled
 from kvdoctor.consistency.workload import Workload
 from kvdoctor.core import faults as registry
+from kvdoctor.core.config import load_config
 from kvdoctor.core.faults import Target
 from kvdoctor.core.servers import facts
 from kvdoctor.deploy import rundir
@@ -83,11 +73,9 @@ def prepare(o: ConsistencyOptions) -> Prepared:
     """Everything decided before anything starts; ``InputError`` (exit 2) for what the user must fix. The counts
     are bounded (cheap arithmetic: the model's context, then what the plan and this machine hold) before a single
     prompt is generated. The shared checks here; the server's own through its room."""
-    from kvdoctor.core.config import load_config
-
     o.workload.check()
     server = servers.deployment(o.server)
-    scenario.check(o.scenario, o.server, servers.scenarios())
+    scenarios.check(o.scenario, o.server, servers.scenarios())
     for name, value in (("--timeout", o.timeout_s), ("--request-timeout", o.request_timeout_s)):
         if not value > 0:
             raise InputError(f"{name} must be > 0 seconds, got {value}")
@@ -307,7 +295,7 @@ class _Draft:
 def _new_result(prepared: Prepared) -> ConsistencyResult:
     """The scenario's result record, before anything ran (``not_run``, exit 3 until the run says otherwise)."""
     o = prepared.options
-    return scenario.get(o.scenario).result(
+    return scenarios.get(o.scenario).result_class(
         model=o.model,
         family=prepared.kind.family,
         topology=o.topology,
@@ -588,16 +576,6 @@ def _compare(s: _Session, ref: _Measured, press: _Measured) -> None:
     s.result.take(judged)
 
 
-def _hit_phase(evidence: dict[str, Any]) -> dict[str, int | None] | None:
-    """The hit phases' requests (prefix.HIT_PHASES) and those that read cached tokens, when the subject said it for
-    every one."""
-    rows = zip(evidence.get("request_phases") or [], evidence.get("cached_tokens") or [], strict=False)
-    hit = [c for ph, c in rows if ph in HIT_PHASES]
-    if not hit or any(c is None for c in hit):
-        return None
-    return {"requests": len(hit), "hit_requests": sum(c > 0 for c in hit)}
-
-
 def timed_burst(
     watch: Stopwatch, name: str, url: str, send: Callable[[], list[Generation]], *, phase: bool = True
 ) -> tuple[list[Generation], Burst]:
@@ -632,41 +610,23 @@ def evaluate(
     *,
     stand_in_used: bool,
     server: str = "sglang",
-    prefix_hits: tuple[PrefixCacheCount, PrefixCacheCount] | None = None,
-    offload_loads: tuple[OffloadCount, OffloadCount] | None = None,
+    **evidence: Any,
 ) -> Result:
     """RESULT compared, with its gates and outcome (pure: the unit tests drive it with made-up runs; RESULT itself
-    is left as it was). PREFIX_HITS (reference, subject): ``--scenario prefix-cache``'s counts, whose gate takes the
-    pressure gate's place (nothing must preempt there; the subject's prefix cache must serve tokens). OFFLOAD_LOADS
-    (reference, subject): ``--scenario offload``'s counts, whose gate stands beside the pressure gate."""
+    is left as it was). The gates proving the run's path ran are its scenario's (:meth:`kvdoctor.consistency.
+    scenarios.Scenario.judge`, from RESULT and EVIDENCE: what the server's ``record`` found, by the scenario's keys,
+    e.g. ``prefix_hits`` or ``offload_loads``), between the logprob gate and the sensitivity gate."""
     floor = compare.noise_floor(ref, repeat)
     diffs = compare.against(ref, got, floor)
-    if isinstance(result, PrefixCacheResult):
-        ref_hits, subject_hits = prefix_hits or (PrefixCacheCount(None, None, "none"),) * 2
-        source = subject_hits.source if subject_hits.source == ref_hits.source else "none"
-        evidence = gates.prefix_hits(subject_hits.hits, ref_hits.hits, source, _hit_phase(result.prefix_cache))
-    elif isinstance(result, TransferResult):  # the transfer gate in the pressure gate's place (nothing may retract)
-        retracted = (result.retractions.get("pressured"), result.retractions.get("reference"))
-        evidence = gates.transfer(result.transfer, retracted, result.retraction_source)
-    else:
-        evidence = gates.pressure(
-            result.retractions.get("pressured"),
-            result.retractions.get("reference"),
-            result.retraction_source,
-            **gates.pressure_words(server),
-        )
+    drift = compare.drift(diffs, floor)
     judged = [
         gates.tokens(diffs, floor),
-        evidence,
+        gates.logprobs(drift, len(diffs), floor.max_abs_dlogprob),
+        *scenarios.of(result).judge(result, evidence, server),
         gates.sensitivity(compare.median_distinct(ref), compare.median_length(ref)),
         gates.noise(floor),
         gates.stand_in(result.stand_in.get("calls", []), stand_in_used),
     ]
-    if isinstance(result, OffloadResult):  # beside the pressure gate: the resumed requests' blocks came from the CPU
-        ref_moved, moved = offload_loads or (OffloadCount(None, None, None, None, "none"),) * 2
-        judged.insert(2, gates.offload(moved.load_bytes, ref_moved.load_bytes, moved.source, moved.store_bytes))
-    drift = compare.drift(diffs, floor)
-    judged.insert(1, gates.logprobs(drift, len(diffs), floor.max_abs_dlogprob))
     return settled(
         replace(
             result,

@@ -12,9 +12,10 @@ This module holds the *records* (:class:`Fault`): name, server, target, the stat
 it runs in, the server code it hooks (citations in the form of the rules' citations, checked against the installed
 server by the engine suites), what it does in one line, which models can show it, the public bugs it replays. Each
 server's records live in its room (``core/<server>/faults.py``, torch-free), named by one line of :data:`_ROOMS`; the
-*implementations* (the strategy that does the damage) stay beside the code they act on, keyed by name, and the
-tests hold each implementation set equal to :func:`names` of its target. One name means one thing: a name shared
-by two records is the same fault done in two places (same server, path and needs).
+*implementations* (the strategy that does the damage) stay beside the code they act on: a live fault's is named by
+its record's ``impl``, and the tests hold each round-trip implementation set equal to :func:`names` of its target.
+One name means one thing: a name shared by two records is the same fault done in two places (same server, path
+and needs).
 
 Read at CLI start-up (``--help`` lists the choices), so it imports nothing heavy: the rooms are a few tuples.
 """
@@ -27,10 +28,12 @@ from enum import Enum
 from functools import cache
 
 from kvdoctor.core.cite import Cite
+from kvdoctor.core.paths import ActsOn, StatePath
 from kvdoctor.core.record import record
 from kvdoctor.core.servers import Server
 
 __all__ = [
+    "ActsOn",
     "Fault",
     "FaultName",
     "Needs",
@@ -62,17 +65,6 @@ class Target(str, Enum):
             Target.ENGINE: f"kvdoctor roundtrip --engine {server}",
             Target.SERVER: f"kvdoctor consistency --server {server}",
         }[self]
-
-
-class StatePath(str, Enum):
-    """The path a request's state takes that a fault breaks."""
-
-    RETRACTION = "retraction"  # backed up to CPU, restored (SGLang's retraction)
-    PREEMPTION = "preemption"  # dropped and recomputed (vLLM's preemption)
-    TRANSFER = "transfer"  # sent from prefill to decode (PD)
-    PREFIX_HIT = "prefix-hit"  # served from the prefix cache
-    OFFLOAD = "offload"  # stored to and loaded from a CPU tier (vLLM's OffloadingConnector)
-    SLIDING_WINDOW = "sliding-window"  # tokens leaving a sliding window
 
 
 class Role(str, Enum):
@@ -127,6 +119,10 @@ class Fault:
     replays: tuple[str, ...] = ()
     formerly: tuple[str, ...] = ()
     switchable: bool = False
+    # Target.SERVER only: the code that does it ("module:function", the function taking the fault's name and
+    # returning {server module: hook}), and how the fault-fired gate words what it acted on (None: its path's words).
+    impl: str = ""
+    acts_on: ActsOn | None = None
 
     @property
     def command(self) -> str:

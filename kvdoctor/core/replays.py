@@ -20,10 +20,11 @@ import shlex
 from enum import Enum
 from functools import cache
 
+from kvdoctor.core import paths
 from kvdoctor.core.faults import Target
 from kvdoctor.core.record import record
 
-__all__ = ["PROOF_GATES", "Expect", "Outcome", "Replay", "get", "pending", "replays"]
+__all__ = ["Expect", "Outcome", "Replay", "get", "pending", "replays"]
 
 
 class Outcome(str, Enum):
@@ -33,14 +34,6 @@ class Outcome(str, Enum):
     LOUD = "loud"  # exit 3: the subject's server dies with its own error line, never a hang or a score
 
 
-# The gate of a consistency run that proves its scenario's path ran (a control green without it is green for the
-# wrong reason); None: the round trip, whose rows are its proof.
-PROOF_GATES: dict[str, str | None] = {
-    "preempt": "pressure",  # the pressured server retracted (SGLang) or preempted (vLLM), the reference did not
-    "prefix-cache": "prefix-cache",  # the hit-phase requests hit the subject's prefix cache, the reference's did not
-    "transfer": "transfer",  # PD: the observer saw every request sent by the prefill and committed by the decode
-    "roundtrip": None,
-}
 RECURRENT = ("conv_state", "temporal_state", "side_state")  # the state digests' recurrent components
 
 
@@ -60,7 +53,8 @@ class Replay:
     (None: the real server is the subject); ``subject_args`` / ``control_args``: server flags each side adds (row 0's
     control: ``--disable-overlap-schedule``); ``target``: consistency on real servers (``Target.SERVER``) or the
     engine round trip in-process (``Target.ENGINE``); ``proof``: the gate proving the path ran (default: the
-    scenario's, :data:`PROOF_GATES`); ``tokens``, ``layers``: an in-process round trip's size."""
+    scenario's path's, :func:`kvdoctor.core.paths.proof_gate`; none for the round trip, whose rows are its proof);
+    ``tokens``, ``layers``: an in-process round trip's size."""
 
     bug: str
     server: str
@@ -80,7 +74,7 @@ class Replay:
 
     @property
     def proof(self) -> str | None:
-        return self.proof_gate or PROOF_GATES.get(self.scenario)
+        return self.proof_gate or paths.proof_gate(self.scenario)
 
     @property
     def in_process(self) -> bool:

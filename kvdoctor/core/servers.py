@@ -16,7 +16,7 @@ import importlib
 from collections.abc import Callable, Collection, Mapping, Sequence
 from enum import Enum
 from functools import cache
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from kvdoctor.core.record import record
 
@@ -28,9 +28,12 @@ __all__ = [
     "RuleModel",
     "Server",
     "ServerFacts",
+    "add_member",
     "facts",
     "lookup",
+    "new_server",
     "register",
+    "remove_member",
     "rule_model",
     "servers",
     "unregister",
@@ -109,9 +112,51 @@ def register(server_facts: ServerFacts) -> None:
 
 
 def unregister(server: Server | str) -> None:
-    """Take back a server :func:`register` added (the test that registered it, cleaning up)."""
+    """Take back a server :func:`register` added (the test that registered it, cleaning up), and its member of
+    :class:`Server` when :func:`new_server` made one."""
     _REGISTERED.pop(_key(server), None)
+    if _key(server) in _NEW:
+        _NEW.discard(_key(server))
+        remove_member(Server, _key(server))
     facts.cache_clear()
+
+
+E = TypeVar("E", bound=Enum)
+_NEW: set[str] = set()  # the members new_server made (unregister takes them back)
+
+
+def new_server(value: str) -> Server:
+    """A new member of :class:`Server` named VALUE (a test's fake server, registered through the tables alone): a
+    real member, so ``Server(VALUE)`` finds it and every ``--server`` choice built after this lists it. Its facts are
+    still :func:`register`'s or a line of :data:`_FACTS`; :func:`unregister` takes both back."""
+    member = add_member(Server, value.upper().replace("-", "_"), value)
+    _NEW.add(value)
+    return member
+
+
+def add_member(kind: type[E], name: str, value: str) -> E:
+    """A member NAME = VALUE added to the ``str``-valued enum KIND at run time, as its class statement makes one:
+    listed by iteration, found by ``KIND(VALUE)`` and ``KIND.NAME``. The seam's registration hooks stand on it
+    (:func:`new_server`, ``kvdoctor.engines.register``); a ValueError for a name or value KIND already has."""
+    if name in kind.__members__ or value in {m.value for m in kind}:
+        raise ValueError(f"{kind.__name__} already has {name} or {value!r}")
+    member = str.__new__(kind, value)  # type: ignore[call-overload]
+    member._name_, member._value_ = name, value
+    member.__objclass__ = kind
+    member._sort_order_ = len(kind._member_names_)  # type: ignore[attr-defined]
+    type.__setattr__(kind, name, member)
+    kind._member_names_.append(name)  # type: ignore[attr-defined]
+    kind._member_map_[name] = member
+    kind._value2member_map_[value] = member
+    return member
+
+
+def remove_member(kind: type[Enum], value: str) -> None:
+    """Take back the member of KIND that :func:`add_member` added for VALUE."""
+    name = kind(value).name
+    kind._member_names_.remove(name)  # type: ignore[attr-defined]
+    del kind._member_map_[name], kind._value2member_map_[value]
+    type.__delattr__(kind, name)
 
 
 def _key(server: Server | str) -> str:

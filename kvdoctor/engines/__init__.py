@@ -12,7 +12,9 @@ per capability. The CLI asks :func:`load` (or :func:`require`, which refuses a c
 lacks with exit 2) and never names an adapter module: this package is the only door into a server,
 and an adapter is imported only when its engine is chosen. A third server gets its own sub-package
 beside ``sglang`` and ``vllm`` with the same shape (a runtime that imports and configures the server,
-one module per capability) and one line in :data:`_ADAPTERS`.
+one module per capability) and one line in :data:`_ADAPTERS`; its :class:`Engine` member is made from its
+:class:`Server` member (the engines are kvdoctor's and each server's own), and the releases it drives are its
+adapter's :attr:`Adapter.supported`.
 
 This module is imported at CLI start-up (the options' enums): it imports no torch, no server and no
 adapter.
@@ -30,7 +32,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from kvdoctor._exceptions import EngineUnavailable, InputError
 from kvdoctor.core.engine_ref import EngineRef
 from kvdoctor.core.record import record
-from kvdoctor.core.servers import Server
+from kvdoctor.core.servers import DEFAULT_SERVER, Server, add_member, remove_member
 
 if TYPE_CHECKING:
     from kvdoctor.core.drift_result import DriftReport
@@ -50,16 +52,21 @@ __all__ = [
     "answers_for",
     "engine_info",
     "load",
+    "register",
     "require",
+    "unregister",
 ]
 
 
-class Engine(str, Enum):
-    """Who answers (the ``--engine`` option's values): kvdoctor's rule model, or the installed server's own code."""
+def _engines() -> list[tuple[str, str]]:
+    """kvdoctor's own engine first, then one per :class:`Server`, named as the server is (``--engine sglang``)."""
+    return [("KVDOCTOR", "kvdoctor"), *((s.name, s.value) for s in Server)]
 
-    KVDOCTOR = "kvdoctor"
-    SGLANG = "sglang"
-    VLLM = "vllm"
+
+# Made from Server, so a server's engine is never a second list to keep: kvdoctor, sglang, vllm.
+Engine = Enum("Engine", _engines(), type=str, module=__name__, qualname="Engine")  # type: ignore[misc]
+Engine.__doc__ = """Who answers (the ``--engine`` option's values): kvdoctor's rule model, or the installed server's
+own code."""
 
 
 class GpuArch(str, Enum):
@@ -163,6 +170,19 @@ class Adapter:
         """The engine's name, version and location (``EngineUnavailable`` when it is not installed)."""
         raise NotImplementedError
 
+    @property
+    def supported(self) -> tuple[str, str] | None:
+        """The releases of its server this engine drives, (first, last) with both ends in, as ``--version`` names
+        them; None: the release its rules restate, only. An adapter states it on its class (``supported = (...)``)
+        or beside the probes that adapt it, as ``SUPPORTED`` in its package's ``_support`` module (SGLang's), read
+        here without importing the server."""
+        package = type(self).__module__
+        try:
+            found = import_util.find_spec(f"{package}._support")
+        except ModuleNotFoundError:  # an adapter in a plain module: no package, no _support beside it
+            found = None
+        return None if found is None else importlib.import_module(f"{package}._support").SUPPORTED
+
     def beside(self, question: InspectQuestion) -> Inspected:
         """``inspect``: the server's own answers beside the rule model's, each disagreement a drift hazard."""
         raise refusal(self.engine, Capability.INSPECT)
@@ -197,7 +217,9 @@ class Adapter:
         raise refusal(self.engine, Capability.DRIFT)
 
 
-_ADAPTERS: dict[Engine, str] = {
+# One line per engine: the module holding its ADAPTER, imported when the engine is first asked for. A third server
+# adds its line (or calls register).
+_ADAPTERS: dict[Engine | str, str] = {
     Engine.KVDOCTOR: "kvdoctor.engines.own",
     Engine.SGLANG: "kvdoctor.engines.sglang",
     Engine.VLLM: "kvdoctor.engines.vllm",
@@ -209,6 +231,21 @@ def load(engine: Engine) -> Adapter:
     adapter = importlib.import_module(_ADAPTERS[engine]).ADAPTER
     assert isinstance(adapter, Adapter) and adapter.engine is engine
     return adapter
+
+
+def register(server: Server, module: str) -> Engine:
+    """SERVER's engine at run time (a test's fake server, made by ``kvdoctor.core.servers.new_server``): its member
+    of :class:`Engine`, made from SERVER's as the others are, and its line in :data:`_ADAPTERS` naming MODULE, whose
+    ``ADAPTER`` answers. :func:`unregister` takes both back."""
+    engine: Engine = add_member(Engine, server.name, server.value)
+    _ADAPTERS[engine] = module
+    return engine
+
+
+def unregister(engine: Engine) -> None:
+    """Take back an engine :func:`register` added."""
+    _ADAPTERS.pop(engine, None)
+    remove_member(Engine, engine.value)
 
 
 def refusal(engine: Engine, capability: Capability) -> InputError:
@@ -241,7 +278,7 @@ def answers_for(engine: Engine, server: Server) -> Adapter:
     adapter = load(engine)
     serves = adapter.server
     if serves is not None and serves is not server:
-        if server is Server.SGLANG:  # the default server: the user named another server's engine
+        if server is DEFAULT_SERVER:  # the default server: the user named another server's engine
             fix = f"--server {serves.value}"
             raise InputError(f"--engine {engine.value} answers for {fix} (add {fix})")
         own = Engine(server.value).value

@@ -38,7 +38,7 @@ def check(o: PdEvalOptions, *, mini_lb: bool) -> None:
         elif words[1:2] == ["-m"] and len(words) > 2:  # a module run by this interpreter: it must be importable here
             top = words[2].split(".")[0]
             needs.append(top)
-            if top == "sglang":  # SGLang's servers, PD over Mooncake
+            if top == environments.SGLANG_SERVER.modules[0]:  # the server pd-eval deploys (SGLang), PD over Mooncake
                 needs += [*environments.SGLANG_SERVER.modules, *environments.PD_MODULES]
     if o.shrink:  # the shrunk checkpoint is written by kvdoctor itself, in this Python
         needs += ["torch", "transformers"]

@@ -72,16 +72,17 @@ class RealRunner:
     """The real doors: ``kvdoctor.consistency.run`` and the vLLM engine adapter, imported when first used."""
 
     def check_environment(self, chosen: Sequence[Replay], command: str) -> None:
-        """What CHOSEN needs here, before any work: SGLang's servers run in this interpreter (the SGLang server
-        environment), vLLM's round trips in the vLLM engine environment's (this one, ``$KVDOCTOR_VLLM_PYTHON`` or
-        ``.venv-vllm``; none: those cases are reported not run, never reproduced)."""
+        """What CHOSEN needs here, before any work: the real servers of its served cases (SGLang's: every served
+        case is) run in this interpreter (the SGLang server environment), its in-process round trips (vLLM's: every
+        in-process case is, :meth:`roundtrip`) in the vLLM engine environment's (this one, ``$KVDOCTOR_VLLM_PYTHON``
+        or ``.venv-vllm``; none: those cases are reported not run, never reproduced)."""
         from kvdoctor.core import environments
 
         served = [r for r in chosen if r.target is Target.SERVER]
-        if any(r.server == "sglang" for r in served):
+        if served:
             pd = environments.PD_MODULES if any(r.topology == "pd" for r in served) else ()
             environments.require(environments.SGLANG_SERVER, command, also=pd)
-        if any(r.server == "vllm" for r in chosen) and importlib.util.find_spec("vllm") is None:
+        if any(r.in_process for r in chosen) and importlib.util.find_spec("vllm") is None:
             vllm_python()  # the interpreter roundtrip() would use: a KVDOCTOR_VLLM_PYTHON naming none is bad input
 
     def prepare(self, options: Any) -> Any:

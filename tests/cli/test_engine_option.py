@@ -66,7 +66,7 @@ def test_sglangs_answers_render_literally_and_whole_at_80_columns() -> None:
 
     from rich.console import Console
 
-    from kvdoctor.cli.render_engine import render_beside
+    from kvdoctor.cli.render.sglang import render_beside
     from kvdoctor.core.engine_ref import EngineRef
     from kvdoctor.core.sglang.inspect_result import FieldDrift, LiveRefusal, SglangAnswers
 

@@ -396,7 +396,7 @@ def test_a_bug_in_the_analysis_exits_4_not_2(kvdoctor: Run, monkeypatch: pytest.
 
 
 def test_a_bug_in_rendering_exits_4(kvdoctor: Run, monkeypatch: pytest.MonkeyPatch) -> None:
-    import kvdoctor.cli.render_inspect as render_inspect
+    import kvdoctor.cli.render.sglang as render_inspect
 
     def broken(report: object, console: object = None) -> None:
         raise KeyError("model")

@@ -96,7 +96,7 @@ def test_building_the_cli_imports_no_command_module() -> None:
 def test_inspect_on_an_sglang_question_imports_nothing_of_vllm(tmp_path: Path) -> None:
     modules = _modules_after(tmp_path, "inspect", "inkling-small")
     assert "kvdoctor.core.sglang.analysis" in modules  # it did answer, from SGLang's rule model
-    assert _loaded(("kvdoctor.core.vllm", "vllm", "kvdoctor.engines.vllm", "kvdoctor.cli.inspect_vllm"), modules) == []
+    assert _loaded(("kvdoctor.core.vllm", "vllm", "kvdoctor.engines.vllm", "kvdoctor.cli.render.vllm"), modules) == []
     assert _loaded(("torch", "triton", "sglang", "kvdoctor.engines.sglang", "kvdoctor.pd", "httpx"), modules) == []
     others = [m for m in COMMAND_MODULES if m != "kvdoctor.cli.inspect_cmd"]
     assert _loaded(tuple(others), modules) == []  # only its own command module was imported
@@ -134,7 +134,7 @@ def test_a_plain_inspect_loads_no_report_writer_and_nothing_of_vllm(tmp_path: Pa
     assert "kvdoctor.core.sglang.inspect_result" in modules  # it did answer, and published its verdict
     assert "kvdoctor.report.verdicts" in modules  # the unfinished-run record was kept, as in every run
     assert _loaded((*JUNIT_WRITER, *FILE_WRITERS, *JSON_WRITER), modules) == []
-    assert _loaded(("kvdoctor.core.vllm", "kvdoctor.cli.inspect_vllm"), modules) == []
+    assert _loaded(("kvdoctor.core.vllm", "kvdoctor.cli.render.vllm"), modules) == []
 
 
 def test_each_report_writer_loads_when_its_report_is_asked_for(tmp_path: Path) -> None:
@@ -168,7 +168,7 @@ def test_inspect_for_vllm_imports_no_sglang_engine_and_no_torch(tmp_path: Path) 
     assert "kvdoctor.core.vllm.analysis" in modules  # it did answer, from vLLM's rule model
     assert _loaded(("vllm", "sglang", "kvdoctor.engines.vllm", "kvdoctor.engines.sglang"), modules) == []
     assert _loaded(("torch", "triton", "kvdoctor.pd", "httpx"), modules) == []
-    others = [m for m in COMMAND_MODULES if m not in ("kvdoctor.cli.inspect_cmd", "kvdoctor.cli.inspect_vllm")]
+    others = [m for m in COMMAND_MODULES if m not in ("kvdoctor.cli.inspect_cmd", "kvdoctor.cli.render.vllm")]
     assert _loaded(tuple(others), modules) == []
 
 

@@ -15,7 +15,7 @@ import pytest
 
 from kvdoctor.consistency import context_limit
 
-pytestmark = pytest.mark.server
+pytestmark = [pytest.mark.server, pytest.mark.matrix]  # make consistency-matrix; CI's budget (issue 44)
 
 CONTEXT = 128
 NEW = 32

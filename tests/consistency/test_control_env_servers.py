@@ -19,7 +19,7 @@ import pytest
 
 from tests.consistency.test_servers import assert_clean, consistency
 
-pytestmark = pytest.mark.server
+pytestmark = [pytest.mark.server, pytest.mark.matrix]  # make consistency-matrix; CI's budget (issue 44)
 
 USER_SITECUSTOMIZE = 'import os, sys\nopen(os.environ["KVD_USER_MARK"], "a").write(" ".join(sys.orig_argv) + "\\n")\n'
 EXPORTED = {"KVDOCTOR_INJECT": "drop-kv", "KVDOCTOR_PATCHES": "nonsense", "KVDOCTOR_VLLM_INJECT": "drop-kv"}

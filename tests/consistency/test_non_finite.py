@@ -19,6 +19,7 @@ from kvdoctor.consistency.report import json_document
 from kvdoctor.consistency.result import ConsistencyResult
 from kvdoctor.consistency.run import evaluate
 from kvdoctor.consistency.workload import Workload
+from kvdoctor.core.paths import ActsOn
 from kvdoctor.deploy.metrics import MalformedMetric
 from kvdoctor.report.serialize import dumps
 from tests.schema_check import assert_valid
@@ -227,9 +228,10 @@ def test_vllm_counters_that_add_up_to_infinity_are_a_malformed_metric() -> None:
 
 
 def test_a_fault_that_fired_nan_times_never_fired() -> None:
-    gate = gates.fault_fired("zero-state", True, NAN, None)  # type: ignore[arg-type]
+    said = ActsOn("zeroed {n}", "nothing to zero")
+    gate = gates.fault_fired("zero-state", True, NAN, None, said)  # type: ignore[arg-type]
     assert not gate.passed and gate.reason == "no_teeth"
-    assert gates.fault_fired("zero-state", True, 2, None).passed
+    assert gates.fault_fired("zero-state", True, 2, None, said).passed
 
 
 def test_a_nan_sensitivity_is_degenerate() -> None:

@@ -10,15 +10,10 @@ import pytest
 
 from kvdoctor.consistency.compare import Generation
 from kvdoctor.consistency.gates import Gate
-from kvdoctor.consistency.result import (
-    ConsistencyResult,
-    FaultReport,
-    OffloadResult,
-    PrefixCacheResult,
-    Stopwatch,
-    settled,
-)
+from kvdoctor.consistency.result import ConsistencyResult, FaultReport, Stopwatch, settled
 from kvdoctor.consistency.run import evaluate
+from kvdoctor.consistency.scenarios.offload import OffloadResult
+from kvdoctor.consistency.scenarios.prefix_cache import PrefixCacheResult
 from kvdoctor.consistency.servers.sglang import deployment as sglang_room
 from kvdoctor.consistency.servers.vllm import deployment as vllm_room
 from kvdoctor.consistency.servers.vllm import plan as deploy_vllm

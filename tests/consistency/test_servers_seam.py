@@ -6,12 +6,12 @@ from __future__ import annotations
 import ast
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
 from kvdoctor._exceptions import InputError
-from kvdoctor.consistency import run, scenario, servers
+from kvdoctor.consistency import run, scenarios, servers
 from kvdoctor.consistency.servers.sglang import deployment as sglang_room
 from kvdoctor.consistency.servers.vllm import deployment as vllm_room
 
@@ -23,7 +23,7 @@ ENGINE_INTERNALS += ("kvdoctor.engines.sglang.cpu_shims",)
 class ThirdServer:
     """A tiny fake server's room: it runs preempt and prefix-cache, and records which phase of prepare reached it."""
 
-    scenarios = (scenario.PREEMPT, scenario.PREFIX_CACHE, scenario.OFFLOAD)
+    scenarios: ClassVar[dict[str, str]] = {name: f"{__name__}:THIRD" for name in ("preempt", "prefix-cache", "offload")}
 
     def __init__(self) -> None:
         self.calls: list[str] = []
@@ -70,7 +70,7 @@ def test_a_scenario_is_refused_where_no_room_runs_it_naming_the_rooms_that_do() 
     with pytest.raises(
         InputError, match=r"^--scenario must be one of preempt, prefix-cache, offload, transfer, got 'x'$"
     ):
-        scenario.get("x")
+        scenarios.get("x")
 
 
 def test_a_third_server_prepares_through_its_room_alone(third: ThirdServer) -> None:

@@ -9,15 +9,19 @@ import json
 from pathlib import Path
 
 import pytest
+from rich.console import Console
 from typer.testing import CliRunner
 
 from kvdoctor._exceptions import EXIT_GATE, EXIT_INPUT, EXIT_PASS, MalformedReply
 from kvdoctor.cli.app import app
+from kvdoctor.cli.consistency import print_result
 from kvdoctor.consistency import deploy, report, run
 from kvdoctor.consistency.client import parse
 from kvdoctor.consistency.compare import Generation
+from kvdoctor.consistency.fault_gate import fault_fired_from
 from kvdoctor.consistency.probe_vllm import PrefixCacheCount
-from kvdoctor.consistency.result import FaultReport, PrefixCacheResult
+from kvdoctor.consistency.result import FaultReport
+from kvdoctor.consistency.scenarios.prefix_cache import PrefixCacheResult
 from kvdoctor.consistency.servers.sglang import prefix_cache as pc
 from kvdoctor.consistency.workload import Workload
 from kvdoctor.engines import hook_log
@@ -249,25 +253,45 @@ def _faulted(name: str) -> PrefixCacheResult:
 
 def test_a_radix_hit_fault_that_never_fired_is_red_not_a_caught_fault(tmp_path: Path) -> None:
     log = _log(tmp_path, "fault-installed blank-state-on-hit on ScheduleBatch", "fault-fired stale-state-on-hit x")
-    r = pc.fault_gate(_faulted("blank-state-on-hit"), log)
+    r = fault_fired_from(log, _faulted("blank-state-on-hit"), "sglang")
     gate = next(g for g in r.gates if g.name == "fault-fired")
     assert r.exit_code == EXIT_GATE and not gate.passed and gate.reason == "no_teeth"
     assert r.fault is not None and r.fault.restores == 0
 
 
 def test_a_radix_hit_fault_that_fired_is_counted(tmp_path: Path) -> None:
-    log = _log(tmp_path, *["fault-fired blank-state-on-hit rid=a cached=32 copy-on-write -> clear"] * 3)
-    r = pc.fault_gate(_faulted("blank-state-on-hit"), log)
+    installed = "fault-installed blank-state-on-hit on ScheduleBatch._collect_deferred_mamba_cow_and_clear"
+    log = _log(tmp_path, installed, *["fault-fired blank-state-on-hit rid=a cached=32 copy-on-write -> clear"] * 3)
+    r = fault_fired_from(log, _faulted("blank-state-on-hit"), "sglang")
     gate = next(g for g in r.gates if g.name == "fault-fired")
     assert gate.passed and "3 radix-cache hit" in gate.message and r.fault is not None and r.fault.restores == 3
 
 
 def test_other_faults_get_no_radix_gate(tmp_path: Path) -> None:
     r = _faulted("drop-kv")
-    assert pc.fault_gate(r, _log(tmp_path)) is r
+    assert fault_fired_from(_log(tmp_path), r, "sglang") is r
 
 
 def test_the_json_of_an_sglang_prefix_cache_run_is_declared() -> None:
     doc = json.loads(json.dumps(report.json_document(_judged(HIT)), default=str))
     assert_valid(doc, "consistency")
     assert [p["name"] for p in doc["prefix_cache"]["workload"]["phases"]] == ["fill", "hit", "evict", "refill", "warm"]
+
+
+# ---- the terminal ------------------------------------------------------------------------------------------
+
+
+def test_the_result_lines_name_sglang_s_radix_cache_not_vllm_s_prefix_caching() -> None:
+    """The golden of SGLang's prefix-cache finding (its part's words: the radix cache, its counter, the replies'
+    ``meta_info``), printed where vLLM's prefix-caching line is printed for vLLM; none of vLLM's words."""
+    console = Console(record=True, width=400)
+    print_result(console, _judged(HIT))
+    lines = console.export_text().splitlines()
+    assert lines[:2] == [
+        "retractions: reference 0, pressured 0 (from none)",
+        "radix-cache hit tokens: reference 0, pressured 100 of 99 prompt tokens (from metrics: "
+        "sglang:cached_tokens_total); requests that hit (meta_info.cached_tokens), per phase: fill 0/4, hit 4/4, "
+        "refill 0/4, warm 4/4; recomputed after eviction: 4; radix cache: reference disabled, pressured enabled; "
+        "recurrent-state strategy (--mamba-radix-cache-strategy): pressured no_buffer",
+    ]
+    assert not any("vllm" in line or "prefix caching as served" in line for line in lines)

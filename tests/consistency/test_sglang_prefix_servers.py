@@ -54,7 +54,8 @@ def assert_red_in_hit_phases(doc: dict[str, Any], fault: str) -> None:
     changed = sorted({*diverged, *drifted})
     assert changed and {phases[i] for i in changed} <= set(HIT_PHASES), (changed, phases)
     if doc["exit_reason"] == "diverged":  # the first divergence: its request and position
-        first = next(r for r in doc["requests"] if r["diverged"])
+        red = [r for r in doc["requests"] if r["diverged"] and not r["within_noise"]]
+        first = min(red, key=lambda r: (r["position"] or 0, r["index"]))  # the gate's first: earliest token
         assert f"request {first['index']}" in doc["message"] and first["position"] is not None
     else:  # the first drift: the requests whose logprobs moved before any token did
         assert f"logprobs drift in {len(drifted)}/{doc['total']} requests" in doc["message"]

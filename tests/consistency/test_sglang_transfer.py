@@ -13,9 +13,12 @@ from kvdoctor._exceptions import EXIT_DEPLOYMENT, EXIT_GATE, InputError
 from kvdoctor.consistency import deploy, gates, run
 from kvdoctor.consistency.compare import Generation
 from kvdoctor.consistency.deploy import Deployment
+from kvdoctor.consistency.fault_gate import fault_fired_from
 from kvdoctor.consistency.report import json_document
-from kvdoctor.consistency.result import ConsistencyResult, FaultReport, TransferDoc, TransferResult, settled
+from kvdoctor.consistency.result import ConsistencyResult, FaultReport, settled
+from kvdoctor.consistency.scenarios.transfer import TransferDoc, TransferResult
 from kvdoctor.consistency.servers.sglang import died, transfer
+from kvdoctor.consistency.servers.sglang.deployment import part
 from kvdoctor.consistency.workload import Workload
 from kvdoctor.deploy.plan import flag_value
 from kvdoctor.engines import hook_log
@@ -36,7 +39,7 @@ def plan(inject: str | None = None, *, scenario: str = "transfer") -> Deployment
         inject=inject,
         arm_file=ARM,
         prefill_faults=transfer.prefill_faults(inject),
-        transfer=scenario == "transfer",
+        scenario=part(scenario).plan(run.ConsistencyOptions("/m", topology="pd", scenario=scenario)),
     )
     return deploy.build(o, [1, 2, 3, 4, 5, 6])
 
@@ -181,9 +184,9 @@ def test_the_evidence_counts_the_last_burst_s_distinct_rooms(tmp_path: Path) -> 
     )
     prepared = run.prepare(run.ConsistencyOptions("lfm2-1.2b", shrink=True, topology="pd", scenario="transfer"))
     prepared = replace(prepared, prompts=prepared.prompts[:4])
-    doc = transfer.evidence(prepared, log)
+    doc = transfer.counted(prepared, log)
     assert (doc["requests"], doc["sent"], doc["state_sent"], doc["committed"]) == (4, 3, 2, 3)
-    unmarked = transfer.evidence(prepared, _log(tmp_path / "bare.log", "1 transfer-sent room=1 rc=0"))
+    unmarked = transfer.counted(prepared, _log(tmp_path / "bare.log", "1 transfer-sent room=1 rc=0"))
     assert unmarked["sent"] is None  # without the burst's case line nothing is counted as its
 
 
@@ -194,14 +197,16 @@ def _fault_result(name: str) -> ConsistencyResult:
 
 def test_a_transfer_fault_that_never_fired_turns_the_run_red(tmp_path: Path) -> None:
     quiet = hook_log.read(_log(tmp_path / "a.log", "7 fault-installed drop-pd-state on MooncakeKVManager"))
-    r = transfer.fault_gate(_fault_result("drop-pd-state"), quiet)
+    r = fault_fired_from(quiet, _fault_result("drop-pd-state"), "sglang")
     assert r.gates[-1].name == "fault-fired" and not r.passed and r.exit_reason == "no_teeth"
     fired = hook_log.read(
         _log(tmp_path / "b.log", "7 fault-installed drop-pd-state on X", "8 fault-fired drop-pd-state room=1")
     )
-    ok = transfer.fault_gate(_fault_result("drop-pd-state"), fired)
+    ok = fault_fired_from(fired, _fault_result("drop-pd-state"), "sglang")
     assert ok.passed and ok.fault is not None and ok.fault.installed
-    assert transfer.fault_gate(_fault_result("missing-mamba"), quiet).gates == _fault_result("missing-mamba").gates
+    assert (
+        fault_fired_from(quiet, _fault_result("missing-mamba"), "sglang").gates == _fault_result("missing-mamba").gates
+    )
 
 
 def test_a_dead_server_s_message_leads_with_its_own_error_and_the_retractions(tmp_path: Path) -> None:

@@ -16,8 +16,8 @@ from typer.testing import CliRunner
 from kvdoctor._exceptions import EXIT_INPUT, NotRunnableHere
 from kvdoctor.cli.app import app
 from kvdoctor.consistency import deploy, gates, run, runnable
+from kvdoctor.consistency.fault_gate import fault_fired_from
 from kvdoctor.consistency.result import ConsistencyResult, FaultReport, settled
-from kvdoctor.consistency.servers.sglang import window
 from kvdoctor.consistency.workload import Workload
 from kvdoctor.core.config import resolve_config_path
 from kvdoctor.engines import hook_log
@@ -120,7 +120,7 @@ def _log(path: Path, *lines: str) -> hook_log.EventLog:
 
 def test_a_window_fault_that_never_fired_turns_the_run_red(tmp_path: Path) -> None:
     quiet = _log(tmp_path / "a.log", "7 fault-installed swa-early-evict on ScheduleBatch._evict_swa")
-    red = window.fault_gate(_result("swa-early-evict"), quiet)
+    red = fault_fired_from(quiet, _result("swa-early-evict"), "sglang")
     assert red.gates[-1].name == "fault-fired" and not red.passed and red.exit_reason == "no_teeth"
     assert "no request decoded past its sliding window" in red.gates[-1].message
     fired = _log(
@@ -129,11 +129,12 @@ def test_a_window_fault_that_never_fired_turns_the_run_red(tmp_path: Path) -> No
         "7 fault-fired swa-early-evict rid=a pre_len=97 window=63: frees up to 65",
         "7 fault-fired swa-early-evict rid=b pre_len=98 window=63: frees up to 66",
     )
-    ok = window.fault_gate(_result("swa-early-evict"), fired)
+    ok = fault_fired_from(fired, _result("swa-early-evict"), "sglang")
     assert ok.passed and ok.fault is not None and ok.fault.installed and ok.fault.restores == 2
     assert "at 2 window eviction(s)" in ok.gates[-1].message
     other = _result("blank-state-on-hit")
-    assert window.fault_gate(other, quiet) == other, "another path's fault is its own gate's"
+    quiet_hit = fault_fired_from(quiet, other, "sglang")  # the log names the window fault only
+    assert quiet_hit.gates[-1].name == "fault-fired" and not quiet_hit.fault.installed, "its own fault's lines only"
 
 
 def test_sglang_s_log_reader_gates_a_window_fault(tmp_path: Path) -> None:

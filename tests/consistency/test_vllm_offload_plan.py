@@ -22,11 +22,14 @@ from typer.testing import CliRunner
 
 from kvdoctor._exceptions import EXIT_GATE, EXIT_INPUT, EXIT_PASS, InputError
 from kvdoctor.cli.app import app
-from kvdoctor.consistency import gates, prefix, probe_vllm, report, run
+from kvdoctor.consistency import gates, probe_vllm, report, run
 from kvdoctor.consistency.compare import Generation
+from kvdoctor.consistency.fault_gate import words
 from kvdoctor.consistency.probe_vllm import OffloadCount
-from kvdoctor.consistency.result import ConsistencyResult, FaultReport, OffloadResult
+from kvdoctor.consistency.result import ConsistencyResult, FaultReport
+from kvdoctor.consistency.scenarios.offload import OffloadResult
 from kvdoctor.consistency.servers.vllm import deployment as vllm_room
+from kvdoctor.consistency.servers.vllm import offload as vllm_offload
 from kvdoctor.consistency.servers.vllm import plan as deploy_vllm
 from kvdoctor.consistency.workload import Workload
 from kvdoctor.engines.vllm import server_plugin
@@ -86,13 +89,13 @@ def test_the_cpu_tier_holds_every_in_flight_requests_blocks() -> None:
     for concurrency in (4, 32, 256):
         prepared = _prepared(workload=Workload(requests=256, concurrency=concurrency))
         o = vllm_room.options(prepared, "/ckpt", None)
-        per_request, tier = deploy_vllm.offload_bytes(o)
+        per_request, tier = vllm_offload.offload_bytes(o)
         assert per_request > 0
-        assert tier >= o.workload.in_flight * per_request * deploy_vllm.OFFLOAD_HEADROOM
+        assert tier >= o.workload.in_flight * per_request * vllm_offload.OFFLOAD_HEADROOM
         press = run.plan_for(prepared, "/ckpt", None).steps[1]
         assert float(_flag(press.argv, "--kv-offloading-size")) * (1 << 30) == tier
-    small = deploy_vllm.offload_bytes(vllm_room.options(_prepared(workload=Workload(concurrency=4)), "/c", None))
-    big = deploy_vllm.offload_bytes(vllm_room.options(_prepared(workload=Workload(concurrency=32)), "/c", None))
+    small = vllm_offload.offload_bytes(vllm_room.options(_prepared(workload=Workload(concurrency=4)), "/c", None))
+    big = vllm_offload.offload_bytes(vllm_room.options(_prepared(workload=Workload(concurrency=32)), "/c", None))
     assert small[0] == big[0]
 
 
@@ -100,13 +103,13 @@ def test_one_requests_bytes_are_every_layers_pages_of_its_blocks() -> None:
     """The shrunk Llama on a GPU: 16-token blocks, float16/bfloat16 K and V per layer (the sizing model's page)."""
     prepared = _prepared()
     o = vllm_room.options(prepared, "/ckpt", None)
-    a = deploy_vllm._analysis(o, deploy_vllm._server_flags(o))
+    a = deploy_vllm.analysis(o, deploy_vllm._server_flags(o))
     assert a.groups is not None
     want = sum(
         deploy_vllm.request_blocks(g, o.workload.per_request_tokens) * g.spec.page_size_bytes * len(g.layer_names)
         for g in a.groups
     )
-    assert deploy_vllm.offload_bytes(o)[0] == want
+    assert vllm_offload.offload_bytes(o)[0] == want
     assert all(g.spec.block_size == 16 for g in a.groups)
 
 
@@ -132,7 +135,7 @@ def test_a_cpu_is_refused_before_launch_with_vllms_message_as_a_finding(tmp_path
     assert got.exit_code == EXIT_INPUT, got.output
     lines = [line for line in got.output.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("kvdoctor: error: --scenario offload cannot run on a CPU"), lines
-    assert f'"{deploy_vllm.OFFLOAD_CPU_MESSAGE}"' in lines[0]
+    assert f'"{vllm_offload.OFFLOAD_CPU_MESSAGE}"' in lines[0]
     assert "v1/kv_offload/cpu/spec.py:196-207" in lines[0] and "a finding about vLLM on CPU" in lines[0]
     assert not list(tmp_path.iterdir()), "nothing was started or written"
 
@@ -144,7 +147,7 @@ def test_the_cpu_finding_quotes_the_installed_vllms_message() -> None:
         pytest.skip("no .venv-vllm-server here (make vllm-server-env)")
     lines = (site[0] / "v1/kv_offload/cpu/spec.py").read_text(encoding="utf-8").splitlines()[195:207]
     text = "".join(line.strip().strip('"') for line in lines)
-    assert "def get_worker" in text and deploy_vllm.OFFLOAD_CPU_MESSAGE in text
+    assert "def get_worker" in text and vllm_offload.OFFLOAD_CPU_MESSAGE in text
 
 
 @pytest.mark.parametrize(
@@ -169,7 +172,7 @@ def test_what_the_scenario_cannot_take_is_one_line_and_exit_2(args: list[str], w
 
 def test_drop_offload_needs_the_offload_scenario_and_goes_to_the_pressured_server_only() -> None:
     with pytest.raises(InputError, match="needs --scenario offload"):
-        deploy_vllm.check_fault("drop-offload", has_recurrent=False, scenario=prefix.PREEMPT)
+        deploy_vllm.check_fault("drop-offload", has_recurrent=False, scenario="preempt")
     prepared = _prepared(inject="drop-offload")
     ref, press = run.plan_for(prepared, "/ckpt", None).steps
     assert press.env[server_plugin.INJECT_ENV] == "drop-offload" and server_plugin.INJECT_ENV not in ref.env
@@ -274,11 +277,11 @@ def test_a_resumed_request_that_read_stale_blocks_is_red(monkeypatch: pytest.Mon
 
 
 def test_drop_offload_that_never_fired_or_copied_nothing_is_red(tmp_path: Path) -> None:
-    g = gates.fault_fired("drop-offload", True, 0, None, **gates.OFFLOAD_LOAD)
+    said = words("drop-offload", "vllm")
+    assert said is not None
+    g = gates.fault_fired("drop-offload", True, 0, None, said)
     assert not g.passed and "the offloading worker loaded nothing" in g.message
-    assert (
-        "2 load(s) from the CPU tier" in gates.fault_fired("drop-offload", True, 2, None, **gates.OFFLOAD_LOAD).message
-    )
+    assert "2 load(s) from the CPU tier" in gates.fault_fired("drop-offload", True, 2, None, said).message
     (tmp_path / deploy_vllm.PLUGIN_LOG).write_text(
         "7 loaded drop-offload\n7 fault-installed drop-offload vllm.v1.kv_offload.cpu.gpu_worker.CPUOffloadingWorker"
         ".submit_load\n7 fault-failed job=3 drop-offload suppressed no copy (the load issued none)\n",
@@ -302,7 +305,7 @@ def test_drop_offload_that_never_fired_or_copied_nothing_is_red(tmp_path: Path) 
 
 def test_drop_offload_installs_on_the_offloading_workers_module() -> None:
     """register() waits for vLLM's gpu_worker module (not the model runner) for drop-offload."""
-    assert server_plugin.FAULTS["drop-offload"][0] is False
+    assert set(server_plugin.fault_hooks("drop-offload")) == {server_plugin.OFFLOAD_TARGET}
     assert server_plugin.OFFLOAD_TARGET == "vllm.v1.kv_offload.cpu.gpu_worker"
     assert server_plugin.OFFLOAD_WORKERS == ("CPUOffloadingWorker",)
 
@@ -321,7 +324,7 @@ def test_the_offload_json_is_declared_and_a_preempt_document_has_none_of_its_key
     ref = _probe(monkeypatch, PREFIX_PAGE, PREFIX_PAGE)
     loaded = _probe(monkeypatch, BEFORE, AFTER)
     r = OffloadResult("m", "dense", "single", "cuda", True, Workload().to_dict(), server="vllm")
-    r = vllm_room.record_offload(r, prepared, ref, loaded)
+    r = vllm_offload.record(r, vllm_room.options(prepared, "<model>", None), ref, loaded)
     r = run.evaluate(r, _gens(), _gens(), _gens(), stand_in_used=False, server="vllm", offload_loads=(ref, loaded))
     doc = assert_valid(_document(r), "consistency")
     assert doc["scenario"] == "offload" and doc["offload"]["load_bytes"] == {"reference": None, "pressured": 2359296}
@@ -346,7 +349,7 @@ def test_the_terminal_names_the_offload_evidence_and_the_fault(monkeypatch: pyte
         server="vllm",
         fault=FaultReport("drop-offload", "pressured", installed=True, restores=3),
     )
-    r = vllm_room.record_offload(r, _prepared(), ref, loaded)
+    r = vllm_offload.record(r, vllm_room.options(_prepared(), "<model>", None), ref, loaded)
     r = run.evaluate(r, _gens(), _gens(), _gens(), stand_in_used=False, server="vllm", offload_loads=(ref, loaded))
     console = Console(record=True, width=200)
     print_result(console, r)

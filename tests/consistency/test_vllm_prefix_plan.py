@@ -23,10 +23,13 @@ from kvdoctor.cli.app import app
 from kvdoctor.consistency import gates, prefix, probe_vllm, report, run
 from kvdoctor.consistency.client import parse_completion
 from kvdoctor.consistency.compare import Generation
+from kvdoctor.consistency.fault_gate import words
 from kvdoctor.consistency.probe_vllm import PrefixCacheCount
-from kvdoctor.consistency.result import ConsistencyResult, FaultReport, PrefixCacheResult
+from kvdoctor.consistency.result import ConsistencyResult, FaultReport
+from kvdoctor.consistency.scenarios.prefix_cache import PrefixCacheResult
 from kvdoctor.consistency.servers.vllm import deployment as vllm_room
 from kvdoctor.consistency.servers.vllm import plan as deploy_vllm
+from kvdoctor.consistency.servers.vllm import prefix_cache as vllm_prefix
 from kvdoctor.consistency.workload import Workload
 from kvdoctor.deploy.metrics import CounterWentBackwards
 from kvdoctor.engines.vllm import server_plugin
@@ -350,7 +353,7 @@ def test_zero_hits_is_red_never_a_pass_and_identical_tokens_with_hits_pass() -> 
 def _recorded(
     prepared: run.Prepared, cached: list[int | None], configs: tuple[dict | None, dict | None] = (None, None)
 ) -> PrefixCacheResult:
-    """record_prefix_cache on a made-up subject whose compared replies said CACHED, then evaluate."""
+    """vLLM's prefix-cache record on a made-up subject whose compared replies said CACHED, then evaluate."""
     r = PrefixCacheResult(
         "m",
         "dense",
@@ -367,7 +370,7 @@ def _recorded(
     gens = [
         Generation(tuple(range(i, i + 16)), (-1.0,) * 16, (0.5,) * 16, cached_tokens=c) for i, c in enumerate(cached)
     ]
-    r = vllm_room.record_prefix_cache(r, prepared, ref_count, subject, gens)
+    r = vllm_prefix.record(r, prepared, ref_count, subject, gens, vllm_room.options(prepared, "<model>", None))
     r = run.evaluate(r, gens, gens, gens, stand_in_used=False, server="vllm", prefix_hits=(ref_count, subject))
     return r
 
@@ -464,9 +467,11 @@ def test_the_recorded_pages_zero_delta_turns_the_run_red(monkeypatch: pytest.Mon
 
 
 def test_drop_prefix_that_never_fired_is_red_in_its_own_words() -> None:
-    g = gates.fault_fired("drop-prefix", True, 0, None, **gates.PREFIX_HIT)
+    hit, resumed = words("drop-prefix", "vllm"), words("drop-kv", "vllm")
+    assert hit is not None and resumed is not None
+    g = gates.fault_fired("drop-prefix", True, 0, None, hit)
     assert not g.passed and "no request got blocks from the prefix cache" in g.message
-    assert "resumed request" in gates.fault_fired("drop-kv", True, 2, None).message
+    assert "resumed request" in gates.fault_fired("drop-kv", True, 2, None, resumed).message
 
 
 # ---- the client --------------------------------------------------------------------------------------------

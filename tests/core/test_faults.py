@@ -107,8 +107,6 @@ def test_the_registry_and_the_old_tables_import_without_torch() -> None:
 
 
 def test_the_old_tables_are_read_from_the_registry() -> None:
-    from kvdoctor.engines.sglang import live_faults
-    from kvdoctor.engines.vllm import server_plugin
     from kvdoctor.roundtrip import faults as roundtrip_faults
 
     assert [f.value for f in faults.FaultName] == list(faults.names(target=Target.MODEL))
@@ -116,9 +114,3 @@ def test_the_old_tables_are_read_from_the_registry() -> None:
     assert faults.names(server="vllm", target=Target.ENGINE) == faults.roundtrip_names("vllm")
     both = [*faults.roundtrip_names("sglang"), *faults.roundtrip_names("vllm")]
     assert [f.value for f in roundtrip_faults.InjectName] == both
-    live = faults.select(server="sglang", target=Target.SERVER)
-    assert {f.name: (f.does, f.needs.value) for f in live} == live_faults.LIVE_FAULTS
-    assert set(server_plugin.FAULTS) == {*faults.names(server="vllm", target="consistency"), "drop-kv"}
-    assert server_plugin.FAULTS["drop-kv"] == server_plugin.FAULTS["zero-kv"]
-    assert [n for n, (recurrent, _) in server_plugin.FAULTS.items() if recurrent] == ["zero-state"]
-    assert (server_plugin.PREFIX_FAULTS, server_plugin.OFFLOAD_FAULTS) == (("drop-prefix",), ("drop-offload",))

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from kvdoctor.consistency import scenario
+from kvdoctor.consistency import scenarios
 from kvdoctor.core import bugs, faults, replays
 from kvdoctor.core.config import resolve_config_path
 from kvdoctor.core.faults import Target
@@ -47,7 +47,7 @@ def test_every_case_names_a_known_bug_model_and_scenario_once() -> None:
     for r in every:
         assert r.bug in bugs.ids()
         assert resolve_config_path(r.model).parent.name in ("models", "replay"), r.model  # shipped with kvdoctor
-        assert r.scenario in (*scenario.NAMES, "roundtrip"), r.scenario
+        assert r.scenario in (*scenarios.names(), "roundtrip"), r.scenario
         assert r.expect.outcome is Outcome.RED or r.expect.line  # a loud case names the server's line
 
 

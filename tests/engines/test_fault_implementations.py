@@ -34,17 +34,19 @@ def test_sglang_pools_implement_exactly_the_engine_faults() -> None:
 
 
 def test_a_live_sglang_server_implements_exactly_its_faults() -> None:
-    """A live retraction fault is one of the pools' (installed through ENGINE_FAULTS) or one ``install`` does
-    itself; a transfer fault is one ``transfer_faults.hooks`` dispatches on."""
-    from kvdoctor.engines.sglang import live_faults, transfer_faults
+    """A live retraction fault is installed by ``live_faults.hooks`` (its records' ``impl``) as one of the pools'
+    (through ENGINE_FAULTS) or one ``install`` does itself; every other live fault is its record's own function
+    (``tests/core/test_fault_impl.py``)."""
+    from kvdoctor.engines.sglang import live_faults
     from kvdoctor.engines.sglang._faults import ENGINE_FAULTS
 
     own = _compared_names(live_faults, "install", "name")
     assert own == {"drop-kv", "retract-raise"}
-    retraction = faults.names(server="sglang", target=Target.SERVER, path=StatePath.RETRACTION)
-    assert set(retraction) <= set(ENGINE_FAULTS) | own
-    transfer = faults.names(server="sglang", target=Target.SERVER, path=StatePath.TRANSFER)
-    assert set(transfer) == _compared_names(transfer_faults, "hooks", "name") == {"drop-pd-state", "clear-pd-state"}
+    retraction = faults.select(server="sglang", target=Target.SERVER, path=StatePath.RETRACTION)
+    assert {f.name for f in retraction} <= set(ENGINE_FAULTS) | own
+    assert {f.impl for f in retraction} == {f"{live_faults.__name__}:hooks"}
+    others = [f for f in faults.select(server="sglang", target=Target.SERVER) if f.path is not StatePath.RETRACTION]
+    assert len({f.impl for f in others}) == len(others) >= 6, "one function per fault off the retraction path"
 
 
 def test_vllm_s_offloading_round_trip_implements_exactly_its_faults() -> None:
@@ -55,8 +57,9 @@ def test_vllm_s_offloading_round_trip_implements_exactly_its_faults() -> None:
 
 @pytest.mark.parametrize("fault", faults.select(server="vllm", target=Target.SERVER), ids=lambda f: f.name)
 def test_vllm_s_plugin_wraps_the_path_each_fault_acts_on(fault: faults.Fault) -> None:
-    """The plugin picks its wrapper by the registry's path: preemption -> resumed requests, prefix hit -> new
-    requests' cached blocks, offload -> the offloading worker's loads; zero-state alone zeroes Mamba groups."""
+    """Each record's ``impl`` wraps the code of its path: preemption -> resumed requests, prefix hit -> new
+    requests' cached blocks, offload -> the offloading worker's loads (an old spelling by the same code, under the
+    name it was given); zero-state alone zeroes Mamba groups."""
     from kvdoctor.engines.vllm import server_plugin
 
     expected = {
@@ -65,15 +68,19 @@ def test_vllm_s_plugin_wraps_the_path_each_fault_acts_on(fault: faults.Fault) ->
         StatePath.OFFLOAD: "wrap_load",
     }[fault.path]
     for name in (fault.name, *fault.formerly):
+        ((module, hook),) = server_plugin.fault_hooks(name).items()
         if fault.path is StatePath.OFFLOAD:
+            assert module == server_plugin.OFFLOAD_TARGET
             worker = type("CPUOffloadingWorker", (), {"submit_load": lambda self, job_id: True})
-            server_plugin._patch_offload(SimpleNamespace(__name__="m", CPUOffloadingWorker=worker), name)
-            wrapped = worker.submit_load
+            hook(SimpleNamespace(__name__="m", CPUOffloadingWorker=worker))  # type: ignore[arg-type]
+            wrapped, installed = worker.submit_load, worker._kvdoctor_fault  # type: ignore[attr-defined]
         else:
+            assert module == server_plugin.TARGET
             runner = type("GPUModelRunner", (), {"_update_states": lambda self, out: None})
-            server_plugin._patch(SimpleNamespace(GPUModelRunner=runner), name)
-            wrapped = runner._update_states
+            hook(SimpleNamespace(GPUModelRunner=runner))  # type: ignore[arg-type]
+            wrapped, installed = runner._update_states, runner._kvdoctor_fault  # type: ignore[attr-defined]
         assert wrapped.__qualname__.startswith(f"{expected}.<locals>."), (name, wrapped.__qualname__)
+        assert installed == name
 
 
 def test_vllm_s_plugin_zeroes_mamba_groups_for_exactly_the_recurrent_faults() -> None:

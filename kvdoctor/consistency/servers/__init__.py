@@ -7,11 +7,18 @@ server is a method here: its option checks, its fault refusals (the faults it in
 environment), its plan, its client API, its probes and evidence, and its in-server log. Each server's room
 (``consistency/servers/<server>/``) is the one place that imports its engine room (``kvdoctor.engines.<server>``)
 and may branch on its own name; a third server is one more room and one more line of :data:`DEPLOYMENTS`.
+
+What differs by scenario as well sits in the server's *part* of that scenario (:class:`ServerPart`,
+``consistency/servers/<server>/<scenario>.py``: plan deltas, probes, evidence, the server's words), named by one line
+of the room's :attr:`Deployment.scenarios`, which is also the list of scenarios the server runs
+(``kvdoctor.consistency.scenarios``).
 """
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable, Mapping
+from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -42,10 +49,29 @@ class Probe(Protocol):
     def finish(self, timeout_s: float = 10.0) -> Any: ...
 
 
+class ServerPart(Protocol):
+    """One server's part of one scenario, as the shared code asks it (the room asks its parts more: their plan
+    deltas, probes and evidence): the server's own words for the scenario, and its fault refusals."""
+
+    def head_lines(self, prepared: Prepared, preview: deploy.Deployment) -> list[str]:
+        """The run header's lines for the scenario, in this server's words."""
+
+    def result_lines(self, result: ConsistencyResult) -> list[str]:
+        """The findings' lines for the scenario's evidence, in this server's words."""
+
+    def needs(self, name: str, scenario: str) -> str | None:
+        """Why the fault NAME, on this part's path, cannot run under SCENARIO (None: the other part says it)."""
+
+    def refuses(self, name: str) -> str | None:
+        """Why this part's scenario cannot run the fault NAME, on another path (None: the generic words)."""
+
+
 class Deployment(Protocol):
     """One server's side of a consistency run (check, plan, probe, client API, in-server log, faults)."""
 
-    scenarios: tuple[str, ...]  # the scenarios this server runs (kvdoctor.consistency.scenario)
+    # The scenarios this server runs, each naming the server's part of it ("module:attribute", imported on first
+    # use; kvdoctor.consistency.scenarios names the scenarios)
+    scenarios: Mapping[str, str]
 
     def check(self, o: ConsistencyOptions) -> None:
         """The topology and plan choices this server takes (exit 2 before anything is read)."""
@@ -126,4 +152,21 @@ def deployment(server: str) -> Deployment:
 
 def scenarios() -> dict[str, tuple[str, ...]]:
     """The scenarios each server runs."""
-    return {name: deployment(name).scenarios for name in names()}
+    return {name: tuple(deployment(name).scenarios) for name in names()}
+
+
+@cache
+def load_part(path: str) -> Any:
+    """The part a room's ``scenarios`` line names (``module:attribute``), imported on first use."""
+    module, _, attribute = path.partition(":")
+    return getattr(importlib.import_module(module), attribute)
+
+
+def part(server: str, scenario: str) -> ServerPart:
+    """SERVER's part of SCENARIO (KeyError naming what SERVER runs, for one it does not)."""
+    table = deployment(server).scenarios
+    where = table.get(scenario)
+    if where is None:
+        raise KeyError(f"--server {server} has no part of --scenario {scenario} (it runs {', '.join(table)})")
+    found: ServerPart = load_part(where)
+    return found

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from kvdoctor.core.consistency_facts import ConsistencyFacts
+from kvdoctor.core.paths import ActsOn, StatePath
 
 __all__ = ["FACTS", "MAMBA_STATE"]
 
@@ -19,11 +20,19 @@ FACTS = ConsistencyFacts(
     fault_site="inside {hook}",
     fault_hooks={
         "": "decode-pressured (site hook on Req.offload_kv_cache)",
-        "transfer": "the role its record names, armed for the pressured burst only (site hook on the prefill's "
-        "MooncakeKVManager.maybe_send_extra or decode-pressured's DecodeTransferQueue._commit_transfer_to_req)",
-        "prefix-cache": "pressured, armed for its burst only (site hook on ScheduleBatch._collect_deferred_mamba_cow_"
-        "and_clear, or MambaComponent.prepare_for_caching_req for unwritten-checkpoint)",
+        StatePath.TRANSFER: "the role its record names, armed for the pressured burst only (site hook on the "
+        "prefill's MooncakeKVManager.maybe_send_extra or decode-pressured's DecodeTransferQueue."
+        "_commit_transfer_to_req)",
+        StatePath.PREFIX_HIT: "pressured, armed for its burst only (site hook on ScheduleBatch._collect_deferred_"
+        "mamba_cow_and_clear, or MambaComponent.prepare_for_caching_req for unwritten-checkpoint)",
     },
     fault_tally="installed {installed}, {backups} backups and {restores} restores through it",
     fault_problem="refused",
+    # SGLang's radix-hit faults change a hit's (or a checkpoint's) recurrent state, not vLLM's cached blocks
+    fault_words={
+        StatePath.PREFIX_HIT: ActsOn(
+            "changed the recurrent state of {n} radix-cache hit(s) or checkpoint(s)",
+            "no request hit a cached recurrent state, or was checkpointed, while it was armed",
+        )
+    },
 )

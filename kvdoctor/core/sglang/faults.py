@@ -11,7 +11,7 @@ test_sglang_fault_hooks.py`` opens every cited range in the installed SGLang. Im
 from __future__ import annotations
 
 from kvdoctor.core.cite import Citations, Cite
-from kvdoctor.core.faults import Fault, Needs, Role, StatePath, Target
+from kvdoctor.core.faults import ActsOn, Fault, Needs, Role, StatePath, Target
 from kvdoctor.core.sglang.server import FACTS
 
 __all__ = ["FAULTS", "HOOKS"]
@@ -80,6 +80,9 @@ _LIVE_FAULTS: dict[str, Row] = {
 }
 
 
+# Every live retraction fault is installed by one function, at the first retraction backup (Req.offload_kv_cache):
+# the pool faults through kvdoctor.engines.sglang._faults, drop-kv and retract-raise by live_faults.install itself.
+RETRACTION_IMPL = "kvdoctor.engines.sglang.live_faults:hooks"
 ALLOCATOR_COPY = hook("srt/mem_cache/allocator/token.py", "get_cpu_copy", 81, 86)  # the allocator asks its pool
 NO_CPU_COPY = hook("srt/mem_cache/deepseek_v4_memory_pool.py", "get_cpu_copy", 521, 522)  # the real bug's pool
 # The loud live retraction faults (the server dies; the run must exit 3 naming the server's own error line).
@@ -96,12 +99,18 @@ LOUD_RETRACTION_FAULTS: tuple[Fault, ...] = (
         Needs.ANY,
         replays=("sglang#33385",),
         switchable=True,
+        impl=RETRACTION_IMPL,
     ),
 )
 
 
 def _records(
-    table: dict[str, Row], target: Target, role: Role, *via: Cite, switchable: frozenset[str] = frozenset()
+    table: dict[str, Row],
+    target: Target,
+    role: Role,
+    *via: Cite,
+    switchable: frozenset[str] = frozenset(),
+    impl: str = "",
 ) -> list[Fault]:
     return [
         Fault(
@@ -114,6 +123,7 @@ def _records(
             does,
             needs,
             switchable=name in switchable,
+            impl=impl,
         )
         for name, (needs, cites, does) in table.items()
     ]
@@ -124,8 +134,8 @@ def _records(
 SWITCHABLE_LIVE = frozenset({"drop-kv"})
 
 
-# The live faults on the other state paths, one tuple per path, each record whole (its own role, hooks, replays):
-# installed by the module ``kvdoctor.engines.sglang.server_hooks.FAULT_MODULES`` names for its path.
+# The live faults on the other state paths, one tuple per path, each record whole (its own role, hooks, replays,
+# and ``impl``: the function in kvdoctor.engines.sglang that installs it, imported by the site hook).
 CONN = "srt/disaggregation/mooncake/conn.py"
 SEND_EXTRA = hook(CONN, "maybe_send_extra", 1943, 1949)  # MooncakeKVManager: the state components' send
 SEND_EXTRA_CALL = hook(CONN, "maybe_send_extra", 2759, 2766)  # transfer_worker: a request's last chunk sends them
@@ -146,6 +156,11 @@ TRANSFER_FAULTS: tuple[Fault, ...] = (  # the PD transfer: prefill's send, decod
         Needs.RECURRENT,
         replays=("sglang#23773",),
         switchable=True,
+        impl="kvdoctor.engines.sglang.transfer_faults:drop_pd_state",
+        acts_on=ActsOn(
+            "reported {n} request(s)' recurrent state sent without sending it (prefill)",
+            "the prefill sent no request's state while it was armed",
+        ),
     ),
     Fault(
         "clear-pd-state",
@@ -159,6 +174,11 @@ TRANSFER_FAULTS: tuple[Fault, ...] = (  # the PD transfer: prefill's send, decod
         Needs.RECURRENT,
         replays=("sglang#32995",),
         switchable=True,
+        impl="kvdoctor.engines.sglang.transfer_faults:clear_pd_state",
+        acts_on=ActsOn(
+            "cleared the transferred recurrent state of {n} request(s) after the commit (pressured decode)",
+            "the pressured decode committed no transfer while it was armed",
+        ),
     ),
 )
 # A radix-cache hit: the cached recurrent state a request resumes from (kvdoctor.engines.sglang.hit_faults; run by
@@ -180,6 +200,7 @@ HIT_FAULTS: tuple[Fault, ...] = (
         Needs.RECURRENT,
         replays=("sglang#29368",),
         switchable=True,
+        impl="kvdoctor.engines.sglang.hit_faults:blank_state_on_hit",
     ),
     Fault(
         "stale-state-on-hit",
@@ -193,6 +214,7 @@ HIT_FAULTS: tuple[Fault, ...] = (
         Needs.RECURRENT,
         replays=("sglang#31474",),
         switchable=True,
+        impl="kvdoctor.engines.sglang.hit_faults:stale_state_on_hit",
     ),
     Fault(
         "unwritten-checkpoint",
@@ -207,6 +229,7 @@ HIT_FAULTS: tuple[Fault, ...] = (
         Needs.RECURRENT,
         replays=("sglang#16053", "sglang#29973"),
         switchable=True,
+        impl="kvdoctor.engines.sglang.hit_faults:unwritten_checkpoint",
     ),
 )
 # Sliding-window eviction (kvdoctor.engines.sglang.window_faults): a decoding request past its window frees the SWA
@@ -230,13 +253,14 @@ WINDOW_FAULTS: tuple[Fault, ...] = (
         Needs.SWA,
         replays=("sglang#23982",),
         switchable=True,
+        impl="kvdoctor.engines.sglang.window_faults:swa_early_evict",
     ),
 )
 
 FAULTS: tuple[Fault, ...] = (
     *_records(_POOL_FAULTS, Target.MODEL, Role.ANY),
     *_records(_POOL_FAULTS, Target.ENGINE, Role.ANY),
-    *_records(_LIVE_FAULTS, Target.SERVER, Role.DECODE, OFFLOAD, switchable=SWITCHABLE_LIVE),
+    *_records(_LIVE_FAULTS, Target.SERVER, Role.DECODE, OFFLOAD, switchable=SWITCHABLE_LIVE, impl=RETRACTION_IMPL),
     *LOUD_RETRACTION_FAULTS,
     *TRANSFER_FAULTS,
     *HIT_FAULTS,

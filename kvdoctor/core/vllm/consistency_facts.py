@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from kvdoctor.core.consistency_facts import ConsistencyFacts
+from kvdoctor.core.paths import StatePath
 
 __all__ = ["FACTS", "MAMBA_STATE"]
 
@@ -18,7 +19,7 @@ FACTS = ConsistencyFacts(
     pressed="preempted",
     pressure_consequence="no request was ever resumed from preemption",
     fault_site="inside pressured (kvdoctor's vllm.general_plugins plugin on {hook})",
-    fault_hooks={"offload": "CPUOffloadingWorker.submit_load", "": "GPUModelRunner._update_states"},
+    fault_hooks={StatePath.OFFLOAD: "CPUOffloadingWorker.submit_load", "": "GPUModelRunner._update_states"},
     fault_tally="installed {installed}, fired on {restores} {on}",
     fault_problem="failed",
 )

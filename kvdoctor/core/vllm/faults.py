@@ -54,8 +54,11 @@ def _offload(name: str, needs: Needs, does: str, *hooks: Cite, replays: tuple[st
     return Fault(name, "vllm", Target.ENGINE, StatePath.OFFLOAD, Role.ANY, hooks, does, needs, replays=replays)
 
 
-def _live(name: str, path: StatePath, needs: Needs, does: str, *hooks: Cite, formerly: tuple[str, ...] = ()) -> Fault:
-    return Fault(name, "vllm", Target.SERVER, path, Role.SINGLE, hooks, does, needs, formerly=formerly)
+def _live(
+    name: str, path: StatePath, needs: Needs, does: str, *hooks: Cite, impl: str, formerly: tuple[str, ...] = ()
+) -> Fault:
+    """A live server's fault; IMPL: the function of kvdoctor's vLLM plugin that installs it."""
+    return Fault(name, "vllm", Target.SERVER, path, Role.SINGLE, hooks, does, needs, formerly=formerly, impl=impl)
 
 
 # How roundtrip's refusal of another engine's fault names this server's faults and who injects them here.
@@ -123,6 +126,7 @@ FAULTS: tuple[Fault, ...] = (
         UPDATE_STATES,
         RESUMED,
         formerly=("drop-kv",),
+        impl="kvdoctor.engines.vllm.server_plugin:zero_resumed",
     ),
     _live(
         "zero-state",
@@ -131,6 +135,7 @@ FAULTS: tuple[Fault, ...] = (
         "zeroes the recurrent (Mamba) state blocks of a request resumed from preemption",
         UPDATE_STATES,
         RESUMED,
+        impl="kvdoctor.engines.vllm.server_plugin:zero_resumed",
     ),
     _live(
         "drop-prefix",
@@ -139,6 +144,7 @@ FAULTS: tuple[Fault, ...] = (
         "zeroes the attention KV blocks a new request got from the prefix cache, before its step",
         UPDATE_STATES,
         NEW_REQS,
+        impl="kvdoctor.engines.vllm.server_plugin:drop_prefix",
     ),
     _live(
         "drop-offload",
@@ -147,5 +153,6 @@ FAULTS: tuple[Fault, ...] = (
         "completes every CPU -> GPU load of the offloading worker without copying a byte",
         SUBMIT_LOAD,
         SWAP_BLOCKS,
+        impl="kvdoctor.engines.vllm.server_plugin:drop_offload",
     ),
 )

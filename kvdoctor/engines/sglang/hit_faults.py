@@ -20,7 +20,8 @@ every hybrid (LFM2's ShortConv included), which is why these faults wrap it and 
 Each fault checks :func:`kvdoctor.engines.arming.armed` at every firing (disarmed: SGLang's own code runs) and logs
 ``fault-fired <name> <detail>`` through the site hook's log, which the run counts (a fault that never fired is no
 caught fault). Which faults exist, what each needs and replays, is the registry's (``HIT_FAULTS`` of
-:mod:`kvdoctor.core.sglang.faults`).
+:mod:`kvdoctor.core.sglang.faults`); each record's ``impl`` names its function here, which returns the SGLang module
+it wraps and the hook.
 """
 
 from __future__ import annotations
@@ -37,7 +38,6 @@ MAMBA_MODULE = "sglang.srt.mem_cache.unified_cache.components.mamba"
 BLANK = "blank-state-on-hit"
 STALE = "stale-state-on-hit"
 UNWRITTEN = "unwritten-checkpoint"
-NAMES = (BLANK, STALE, UNWRITTEN)
 LOG_ENV = "KVDOCTOR_HOOK_LOG"  # the site hook's log (kvdoctor.engines.sglang.server_hooks.LOG_ENV)
 
 
@@ -139,10 +139,17 @@ def _unwritten_hook(name: str) -> Callable[[ModuleType], None]:
     return hook
 
 
-def hooks(name: str) -> dict[str, Callable[[ModuleType], None]]:
-    """Fault NAME's hook (``server_hooks.FAULT_MODULES``, state path ``prefix-hit``): {SGLang module: hook}."""
-    if name in (BLANK, STALE):
-        return {SCHEDULE_BATCH_MODULE: _cow_hook(name)}
-    if name == UNWRITTEN:
-        return {MAMBA_MODULE: _unwritten_hook(name)}
-    raise KeyError(f"no radix-hit fault {name!r} (choose one of {', '.join(NAMES)})")
+def blank_state_on_hit(name: str) -> dict[str, Callable[[ModuleType], None]]:
+    """``blank-state-on-hit``'s hook (its record's ``impl``): each armed hit's copy-on-write becomes a clear."""
+    return {SCHEDULE_BATCH_MODULE: _cow_hook(name)}
+
+
+def stale_state_on_hit(name: str) -> dict[str, Callable[[ModuleType], None]]:
+    """``stale-state-on-hit``'s hook (its record's ``impl``): each armed hit copies from a slot never written for
+    its prefix."""
+    return {SCHEDULE_BATCH_MODULE: _cow_hook(name)}
+
+
+def unwritten_checkpoint(name: str) -> dict[str, Callable[[ModuleType], None]]:
+    """``unwritten-checkpoint``'s hook (its record's ``impl``): an armed checkpoint is donated without its copy."""
+    return {MAMBA_MODULE: _unwritten_hook(name)}

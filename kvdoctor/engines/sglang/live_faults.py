@@ -23,27 +23,27 @@ from typing import Any
 
 from kvdoctor._exceptions import InputError
 from kvdoctor.core import faults as registry
-from kvdoctor.core.faults import Target
+from kvdoctor.core.faults import Needs, Target
 from kvdoctor.core.servers import Server
 from kvdoctor.engines import arming
 
-# name -> (summary, what the model must have: "recurrent", "swa" or "kv"), read from the registry
-LIVE_FAULTS: dict[str, tuple[str, str]] = {
-    f.name: (f.does, f.needs.value) for f in registry.select(server=Server.SGLANG, target=Target.SERVER)
-}
+_LIVE = {"server": Server.SGLANG, "target": Target.SERVER}  # the registry's records of a live SGLang server's faults
+# What a refused model lacks, in the server's terms. Not ``Needs.models`` ("sliding-window models"): a model can be
+# one and still lack the state, since SGLang runs Gemma-2/3 without its SWA sub-pool (``consistency.runnable``).
 NEEDS_TEXT = {
-    "recurrent": "recurrent (conv/temporal) state",
-    "swa": "a sliding-window KV sub-pool",
-    "kv": "an attention KV pool",
+    Needs.RECURRENT: "recurrent (conv/temporal) state",
+    Needs.SWA: "a sliding-window KV sub-pool",
+    Needs.KV: "an attention KV pool",
 }
 
 
 def check(name: str, *, has_recurrent: bool, has_swa: bool) -> None:
     """Refuse (exit 2) a fault the model cannot show: it would pass green having changed nothing."""
-    if name not in LIVE_FAULTS:
-        raise InputError(f"unknown fault '{name}' for a live server; choose one of {', '.join(LIVE_FAULTS)}")
-    need = LIVE_FAULTS[name][1]
-    have = {"recurrent": has_recurrent, "swa": has_swa, "kv": True, "any": True}[need]
+    live = registry.names(**_LIVE)
+    if name not in live:
+        raise InputError(f"unknown fault '{name}' for a live server; choose one of {', '.join(live)}")
+    need = registry.get(name, **_LIVE).needs
+    have = {Needs.RECURRENT: has_recurrent, Needs.SWA: has_swa, Needs.KV: True, Needs.ANY: True}[need]
     if not have:
         raise InputError(f"--inject {name} needs {NEEDS_TEXT[need]}; this model has none")
 
@@ -114,8 +114,9 @@ def _raising_copy(name: str, kv: Any) -> Callable[..., Any]:
 
 
 def hooks(name: str) -> dict[str, Callable[[ModuleType], None]]:
-    """Fault NAME's hook (``server_hooks.FAULT_MODULES``): wrap ``Req.offload_kv_cache`` so the first retraction
-    backup installs it on the server's pools, and ``Req.load_kv_cache`` to count restores (and run a deferred one)."""
+    """Retraction fault NAME's hook (the ``impl`` of every retraction record): wrap ``Req.offload_kv_cache`` so the
+    first retraction backup installs it on the server's pools (:func:`install`), and ``Req.load_kv_cache`` to count
+    restores (and run a deferred one)."""
     from kvdoctor.engines.sglang.server_hooks import SCHEDULE_BATCH_MODULE, log
 
     def hook(module: ModuleType) -> None:

@@ -13,8 +13,8 @@ attribute of it. Which changes apply is read from the environment kvdoctor sets 
 - ``KVDOCTOR_PATCHES=transfer-observer`` (``--scenario transfer``): logs each request's PD transfer, the prefill's
   sends and the decode's commit (:mod:`kvdoctor.engines.sglang.transfer_faults`); observation only, installed last
   so it wraps a transfer fault.
-- ``KVDOCTOR_INJECT=<fault>[,<fault>...]``: each fault's module, chosen by the state path its registry record
-  names (:data:`FAULT_MODULES`), hooks the SGLang modules it acts on (``hooks(name)``: SGLang module -> hook);
+- ``KVDOCTOR_INJECT=<fault>[,<fault>...]``: each fault's implementation, the function its registry record names
+  (``Fault.impl``, :mod:`kvdoctor.engines.fault_impl`), hooks the SGLang modules it acts on (SGLang module -> hook);
   e.g. a retraction fault wraps ``Req.offload_kv_cache`` (``srt/managers/schedule_batch.py``) so the first
   retraction backup installs it on the server's pools (:mod:`kvdoctor.engines.sglang.live_faults`). Several
   faults are installed at once only to be armed one at a time (``KVDOCTOR_ARM``, :mod:`kvdoctor.engines.arming`).
@@ -36,7 +36,6 @@ supervisor passes a server only those its run sets, never one inherited from the
 
 from __future__ import annotations
 
-import importlib
 import importlib.abc
 import importlib.machinery
 import os
@@ -137,24 +136,15 @@ def _chain(*hooks: Callable[[ModuleType], None]) -> Callable[[ModuleType], None]
     return hook
 
 
-# One line per state path: the module whose ``hooks(name)`` installs that path's faults ({SGLang module: hook}).
-FAULT_MODULES: dict[str, str] = {
-    "retraction": "kvdoctor.engines.sglang.live_faults",
-    "transfer": "kvdoctor.engines.sglang.transfer_faults",
-    "prefix-hit": "kvdoctor.engines.sglang.hit_faults",
-    "sliding-window": "kvdoctor.engines.sglang.window_faults",
-}
-
-
 def fault_hooks(name: str) -> dict[str, Callable[[ModuleType], None]]:
-    """The SGLang modules fault NAME hooks, and how (its record's state path picks the module that knows)."""
+    """The SGLang modules fault NAME hooks, and how: what its record's ``impl`` returns (the registry is read only
+    when a fault is asked for: every SGLang process runs this module at start-up)."""
     from kvdoctor.core import faults as registry
     from kvdoctor.core.faults import Target
     from kvdoctor.core.servers import Server
+    from kvdoctor.engines import fault_impl
 
-    fault = registry.get(name, server=Server.SGLANG, target=Target.SERVER)
-    module = importlib.import_module(FAULT_MODULES[fault.path.value])
-    return module.hooks(fault.name)
+    return fault_impl.hooks(registry.get(name, server=Server.SGLANG, target=Target.SERVER))
 
 
 def install() -> None:

@@ -17,7 +17,9 @@ retraction faults (:mod:`kvdoctor.engines.sglang.live_faults`), these fire witho
   fault also runs the clear the consumer runs (``MambaPool.clear_slots``, ``memory_pool.py:1147``), as the bug's
   "next initialization step" did.
 
-Each fault checks :func:`kvdoctor.engines.arming.armed` at every firing (disarmed: SGLang's own call runs) and logs
+Each fault is one function here, the one its registry record names (``Fault.impl``: :func:`drop_pd_state`,
+:func:`clear_pd_state`), returning the SGLang module it wraps and the hook. Each checks
+:func:`kvdoctor.engines.arming.armed` at every firing (disarmed: SGLang's own call runs) and logs
 ``fault-fired NAME room=ROOM`` per request it broke. The observer (``KVDOCTOR_PATCHES=transfer-observer``) logs
 ``transfer-sent`` (``send_aux``), ``transfer-state`` (``maybe_send_extra``) and ``transfer-committed`` (the commit) with
 each request's bootstrap room; it wraps the faults, so it counts the calls a fault faked. Observation only.
@@ -32,7 +34,7 @@ from typing import Any
 
 from kvdoctor.engines import arming, hook_log
 
-__all__ = ["DECODE_MODULE", "MOONCAKE_MODULE", "OBSERVER", "hooks", "observer_hooks"]
+__all__ = ["DECODE_MODULE", "MOONCAKE_MODULE", "OBSERVER", "clear_pd_state", "drop_pd_state", "observer_hooks"]
 
 OBSERVER = "transfer-observer"  # the KVDOCTOR_PATCHES word that installs the observer
 MOONCAKE_MODULE = "sglang.srt.disaggregation.mooncake.conn"  # server_hooks.MOONCAKE_MODULE (no import: it imports us)
@@ -58,7 +60,9 @@ def _committed(decode_req: Any) -> bool:
     return getattr(req, "finished_reason", None) is None or type(req.finished_reason).__name__ != "FINISH_ABORT"
 
 
-def _drop_pd_state(name: str) -> Callable[[ModuleType], None]:
+def drop_pd_state(name: str) -> dict[str, Callable[[ModuleType], None]]:
+    """``drop-pd-state``'s hook (its record's ``impl``): the prefill's ``MooncakeKVManager.maybe_send_extra``."""
+
     def hook(module: ModuleType) -> None:
         manager = module.MooncakeKVManager
         original = manager.maybe_send_extra
@@ -74,10 +78,13 @@ def _drop_pd_state(name: str) -> Callable[[ModuleType], None]:
         manager.maybe_send_extra = maybe_send_extra
         _log("fault-installed", f"{name} on MooncakeKVManager.maybe_send_extra")
 
-    return hook
+    return {MOONCAKE_MODULE: hook}
 
 
-def _clear_pd_state(name: str) -> Callable[[ModuleType], None]:
+def clear_pd_state(name: str) -> dict[str, Callable[[ModuleType], None]]:
+    """``clear-pd-state``'s hook (its record's ``impl``): the decode's
+    ``DecodeTransferQueue._commit_transfer_to_req``."""
+
     def hook(module: ModuleType) -> None:
         queue = module.DecodeTransferQueue
         original = queue._commit_transfer_to_req
@@ -98,16 +105,7 @@ def _clear_pd_state(name: str) -> Callable[[ModuleType], None]:
         queue._commit_transfer_to_req = _commit_transfer_to_req
         _log("fault-installed", f"{name} on DecodeTransferQueue._commit_transfer_to_req")
 
-    return hook
-
-
-def hooks(name: str) -> dict[str, Callable[[ModuleType], None]]:
-    """Fault NAME's hook (``server_hooks.FAULT_MODULES``): the SGLang module it wraps, and how."""
-    if name == "drop-pd-state":
-        return {MOONCAKE_MODULE: _drop_pd_state(name)}
-    if name == "clear-pd-state":
-        return {DECODE_MODULE: _clear_pd_state(name)}
-    raise KeyError(f"no transfer fault {name!r} (drop-pd-state, clear-pd-state)")
+    return {DECODE_MODULE: hook}
 
 
 def _observe_send(module: ModuleType) -> None:

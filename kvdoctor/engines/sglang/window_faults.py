@@ -15,7 +15,8 @@ runs Gemma-2/3 without the SWA pool, :mod:`kvdoctor.consistency.runnable`).
 Each fault checks :func:`kvdoctor.engines.arming.armed` at every firing (disarmed: SGLang's own code runs) and logs
 ``fault-fired <name> <detail>`` through the site hook's log, which the run counts (a fault that never fired is no
 caught fault). Which faults exist, what each needs and replays, is the registry's (``WINDOW_FAULTS`` of
-:mod:`kvdoctor.core.sglang.faults`).
+:mod:`kvdoctor.core.sglang.faults`); each record's ``impl`` names its function here, which returns the SGLang module
+it wraps and the hook.
 """
 
 from __future__ import annotations
@@ -29,7 +30,6 @@ from kvdoctor.engines import arming
 
 SCHEDULE_BATCH_MODULE = "sglang.srt.managers.schedule_batch"
 EARLY = "swa-early-evict"
-NAMES = (EARLY,)
 
 
 def _log(event: str, detail: str) -> None:
@@ -55,8 +55,9 @@ def _window(tree_cache: Any) -> int | None:
     return int(window) if window is not None else None
 
 
-def _early_hook(name: str) -> Callable[[ModuleType], None]:
-    """Wrap ``ScheduleBatch._evict_swa``: an armed eviction frees up to :func:`early_frontier`'s frontier."""
+def swa_early_evict(name: str) -> dict[str, Callable[[ModuleType], None]]:
+    """``swa-early-evict``'s hook (its record's ``impl``): wrap ``ScheduleBatch._evict_swa`` so an armed eviction
+    frees up to :func:`early_frontier`'s frontier."""
 
     def hook(module: ModuleType) -> None:
         batch = module.ScheduleBatch
@@ -79,11 +80,4 @@ def _early_hook(name: str) -> Callable[[ModuleType], None]:
         batch._evict_swa = evict
         _log("fault-installed", f"{name} on ScheduleBatch._evict_swa")
 
-    return hook
-
-
-def hooks(name: str) -> dict[str, Callable[[ModuleType], None]]:
-    """The SGLang modules fault NAME hooks (``server_hooks.FAULT_MODULES['sliding-window']``)."""
-    if name == EARLY:
-        return {SCHEDULE_BATCH_MODULE: _early_hook(name)}
-    raise KeyError(f"{name!r} is not a sliding-window fault ({', '.join(NAMES)})")
+    return {SCHEDULE_BATCH_MODULE: hook}

@@ -20,6 +20,8 @@ step later (its recomputed KV written), its blocks zeroed in the KV cache tensor
   that counts what it was asked to copy, so the load completes (its job finishes, its bytes are reported) and the
   resumed request reads whatever its fresh GPU blocks held (vLLM does not zero a block allocated for a load).
 
+Each fault is installed by the function its registry record names (``Fault.impl``: :func:`zero_resumed`,
+:func:`drop_prefix`, :func:`drop_offload`), which returns the vLLM module it waits for and the hook to run there.
 Each step is written to ``KVDOCTOR_VLLM_PLUGIN_LOG`` (``<pid> <event> <detail>``): ``loaded`` per process,
 ``fault-installed`` when the runner is wrapped, ``fault-fired`` per resumed (or prefix-hit) request whose blocks
 were zeroed (``blocks=``: its KV cache blocks zeroed, summed over the fault's groups, each block with all its
@@ -42,9 +44,10 @@ from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 from kvdoctor.core import faults as registry
-from kvdoctor.core.faults import Needs, StatePath, Target
+from kvdoctor.core.faults import Target
 from kvdoctor.core.servers import Server
-from kvdoctor.engines import fault_file, hook_log
+from kvdoctor.engines import fault_file, fault_impl, hook_log
+from kvdoctor.engines.fault_impl import Hook
 
 INJECT_ENV = "KVDOCTOR_VLLM_INJECT"
 LOG_ENV = "KVDOCTOR_VLLM_PLUGIN_LOG"
@@ -57,12 +60,13 @@ OFFLOAD_TARGET = "vllm.v1.kv_offload.cpu.gpu_worker"
 OFFLOAD_WORKERS = ("CPUOffloadingWorker",)
 LOAD_HANDLERS = ("_load_handler", "_expedited_load_handler")
 _LIVE = {"server": Server.VLLM, "target": Target.SERVER}  # the registry's records of this plugin's faults
-# name -> (needs recurrent state, what it does), read from the registry; an old spelling (drop-kv) stands for its
-# fault now (zero-kv) and is done by the same code (``_wanted`` tells zero-state apart, every other name zeroes KV).
-FAULTS: dict[str, tuple[bool, str]] = {f.name: (f.needs is Needs.RECURRENT, f.does) for f in registry.select(**_LIVE)}
-FAULTS |= {old: FAULTS[new] for old, new in registry.renamed(**_LIVE).items()}
-PREFIX_FAULTS = registry.names(**_LIVE, path=StatePath.PREFIX_HIT)  # --scenario prefix-cache; the rest on preemption
-OFFLOAD_FAULTS = registry.names(**_LIVE, path=StatePath.OFFLOAD)  # the OffloadingConnector's loads (--scenario offload)
+
+
+def fault_hooks(name: str) -> dict[str, Hook]:
+    """The vLLM modules fault NAME hooks, and how: what its record's ``impl`` (one of the functions below) returns,
+    called with NAME as given (an old spelling, drop-kv, is done by its fault's code and logged as given). KeyError
+    when no record has NAME."""
+    return fault_impl.hooks(registry.get(name, **_LIVE), name)
 
 
 def _log(event: str, detail: str = "") -> None:
@@ -77,23 +81,27 @@ def register() -> None:
         _when_imported(module, hook)
     if not fault:
         return
-    if fault not in FAULTS:
+    try:
+        record = registry.get(fault, **_LIVE)
+    except KeyError:
         _log("fault-refused", f"unknown fault {fault!r}")
         return
-    target, patch = (OFFLOAD_TARGET, _patch_offload) if fault in OFFLOAD_FAULTS else (TARGET, _patch)
-    module = sys.modules.get(target)
-    if module is not None:
-        patch(module, fault)
-    elif not any(isinstance(f, _AfterImport) and f.name == target for f in sys.meta_path):
-        sys.meta_path.insert(0, _AfterImport(target, lambda m: patch(m, fault)))
+    try:
+        found = fault_impl.hooks(record, fault)
+    except Exception as exc:  # its record names code that is not there: seen in the log, never silent
+        _log("fault-refused", f"{fault}: {type(exc).__name__}: {exc}")
+        return
+    for module, hook in found.items():
+        _when_imported(module, hook, once=True)
 
 
-def _when_imported(name: str, hook: Callable[[Any], None]) -> None:
-    """HOOK on module NAME now if this process has imported it, else right after it is first imported."""
+def _when_imported(name: str, hook: Callable[[Any], None], *, once: bool = False) -> None:
+    """HOOK on module NAME now if this process has imported it, else right after it is first imported (ONCE: not
+    if an import hook already waits for NAME, as a second ``register`` would add)."""
     module = sys.modules.get(name)
     if module is not None:
         hook(module)
-    else:
+    elif not once or not any(isinstance(f, _AfterImport) and f.name == name for f in sys.meta_path):
         sys.meta_path.insert(0, _AfterImport(name, hook))
 
 
@@ -121,18 +129,38 @@ class _AfterImport(importlib.abc.MetaPathFinder):
         return spec
 
 
-def _patch(module: Any, fault: str) -> None:
-    """Wrap ``GPUModelRunner._update_states`` for FAULT (once per process) and log that it is installed."""
+UpdateStates = Callable[[Any, Any], Any]
+Wrap = Callable[[UpdateStates, str], UpdateStates]
+
+
+def zero_resumed(name: str) -> dict[str, Hook]:
+    """``zero-kv`` (formerly ``drop-kv``) and ``zero-state`` (their records' ``impl``): a request resumed from
+    preemption has its blocks zeroed one step later, in the groups :func:`_wanted` picks for NAME."""
+    return {TARGET: lambda module: _patch(module, name, _wrap_resumed)}
+
+
+def drop_prefix(name: str) -> dict[str, Hook]:
+    """``drop-prefix`` (its record's ``impl``): a new request's prefix-cache blocks are zeroed before its step."""
+    return {TARGET: lambda module: _patch(module, name, _wrap_prefix)}
+
+
+def drop_offload(name: str) -> dict[str, Hook]:
+    """``drop-offload`` (its record's ``impl``): the offloading worker's loads copy nothing."""
+    return {OFFLOAD_TARGET: lambda module: _patch_offload(module, name)}
+
+
+def _patch(module: Any, fault: str, wrap: Wrap | None = None) -> None:
+    """Wrap ``GPUModelRunner._update_states`` with WRAP for FAULT (once per process) and log that it is installed.
+    Without WRAP (a caller holding only the name): as FAULT's record's ``impl`` does."""
+    if wrap is None:
+        fault_hooks(fault)[TARGET](module)
+        return
     runner = module.GPUModelRunner
     if getattr(runner, "_kvdoctor_fault", None):
         return
-    wrap = _wrap_prefix if fault in PREFIX_FAULTS else _wrap_resumed
     runner._update_states = wrap(runner._update_states, fault)
     runner._kvdoctor_fault = fault
     _log("fault-installed", f"{fault} {runner.__module__}.{runner.__qualname__}._update_states")
-
-
-UpdateStates = Callable[[Any, Any], Any]
 
 
 def _wrap_resumed(original: UpdateStates, fault: str) -> UpdateStates:

@@ -1,6 +1,6 @@
 """The radix-hit faults (``kvdoctor.engines.sglang.hit_faults``) on stand-ins of SGLang's objects: what each does to a
-hit's copy-on-write, that it fires only while armed, logs every firing, and is found through its state path's line
-of ``server_hooks.FAULT_MODULES``. Needs torch, not SGLang (the real server runs are test_sglang_prefix_servers.py)."""
+hit's copy-on-write, that it fires only while armed, logs every firing, and is found through its record's ``impl``.
+Needs torch, not SGLang (the real server runs are test_sglang_prefix_servers.py)."""
 
 from __future__ import annotations
 
@@ -61,7 +61,7 @@ def test_the_hook_fires_only_while_armed_and_logs_each_firing(tmp_path: Path, mo
     monkeypatch.setenv(server_hooks.LOG_ENV, str(log))
     monkeypatch.setenv(arming.ARM_ENV, str(armed))
     module = _module()
-    (hook,) = hit_faults.hooks(hit_faults.BLANK).values()
+    (hook,) = hit_faults.blank_state_on_hit(hit_faults.BLANK).values()
     hook(module)  # type: ignore[arg-type]
     batch = module.ScheduleBatch()
     arming.disarm(armed)
@@ -77,12 +77,11 @@ def test_the_hook_fires_only_while_armed_and_logs_each_firing(tmp_path: Path, mo
 
 def test_every_radix_hit_fault_is_a_recurrent_single_server_record_found_through_its_path() -> None:
     records = faults.select(server="sglang", path=StatePath.PREFIX_HIT)
-    assert {f.name for f in records} == set(hit_faults.NAMES)
+    assert {f.name for f in records} == {hit_faults.BLANK, hit_faults.STALE, hit_faults.UNWRITTEN}
     for f in records:
         assert f.role is Role.SINGLE and f.switchable and f.replays and f.needs.value == "recurrent"
         assert all(b.startswith("sglang#") for b in f.replays)
         module = hit_faults.MAMBA_MODULE if f.name == hit_faults.UNWRITTEN else hit_faults.SCHEDULE_BATCH_MODULE
+        assert f.impl == f"{hit_faults.__name__}:{f.name.replace('-', '_')}"
         assert list(server_hooks.fault_hooks(f.name)) == [module]
-    with pytest.raises(KeyError):
-        hit_faults.hooks("drop-kv")
     assert hit_faults.LOG_ENV == server_hooks.LOG_ENV, "it logs where the site hook logs"

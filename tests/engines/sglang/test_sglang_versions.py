@@ -167,7 +167,7 @@ def test_inspect_header_says_whether_the_installed_sglang_is_the_rules_revision(
 
     from rich.console import Console
 
-    from kvdoctor.cli.render_engine import render_beside
+    from kvdoctor.cli.render.sglang import render_beside
     from kvdoctor.core.sglang.inspect_result import SglangAnswers
 
     def rendered(version: str) -> str:

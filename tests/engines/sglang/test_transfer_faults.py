@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from kvdoctor.core import faults
 from kvdoctor.engines import arming, hook_log
 from kvdoctor.engines.sglang import live_faults, server_hooks, transfer_faults
 
@@ -45,7 +46,7 @@ def _conn() -> tuple[ModuleType, list[str]]:
 
 def test_drop_pd_state_reports_success_without_sending_while_armed(log: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     module, calls = _conn()
-    (hook,) = transfer_faults.hooks("drop-pd-state").values()
+    (hook,) = transfer_faults.drop_pd_state("drop-pd-state").values()
     hook(module)
     manager = module.MooncakeKVManager()  # type: ignore[attr-defined]
     assert manager.maybe_send_extra(SimpleNamespace(room=7), [[3]], None) == 0
@@ -119,7 +120,7 @@ def test_clear_pd_state_clears_the_transferred_state_after_the_commit(
 ) -> None:
     pool = _Pool()
     module = _decode(pool)
-    (hook,) = transfer_faults.hooks("clear-pd-state").values()
+    (hook,) = transfer_faults.clear_pd_state("clear-pd-state").values()
     hook(module)
     queue = module.DecodeTransferQueue()  # type: ignore[attr-defined]
     done = _request(5, 3)
@@ -144,12 +145,14 @@ def test_the_observer_counts_only_commits_that_kept_their_request(log: Path) -> 
     assert hook_log.read(log).details("transfer-committed") == ["room=1"]
 
 
-def test_each_transfer_fault_is_installed_by_the_transfer_module() -> None:
-    assert server_hooks.FAULT_MODULES["transfer"] == transfer_faults.__name__
+def test_each_transfer_fault_is_installed_by_the_function_its_record_names() -> None:
+    for name in ("drop-pd-state", "clear-pd-state"):
+        record = faults.get(name, server="sglang", target=faults.Target.SERVER)
+        assert record.impl == f"{transfer_faults.__name__}:{name.replace('-', '_')}"
     assert set(server_hooks.fault_hooks("drop-pd-state")) == {server_hooks.MOONCAKE_MODULE}
     assert set(server_hooks.fault_hooks("clear-pd-state")) == {transfer_faults.DECODE_MODULE}
     with pytest.raises(KeyError):
-        transfer_faults.hooks("missing-mamba")
+        server_hooks.fault_hooks("clobber-padding")  # no live server's fault
 
 
 def test_retract_raise_raises_at_the_first_armed_cpu_copy(log: Path, monkeypatch: pytest.MonkeyPatch) -> None:

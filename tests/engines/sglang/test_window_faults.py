@@ -1,6 +1,6 @@
 """The sliding-window faults (``kvdoctor.engines.sglang.window_faults``) on stand-ins of SGLang's objects: where
 ``swa-early-evict`` moves the eviction frontier, that it fires only while armed, logs every firing, leaves a model
-without a window alone, and is found through its state path's line of ``server_hooks.FAULT_MODULES``. Needs neither
+without a window alone, and is found through its record's ``impl``. Needs neither
 torch nor SGLang (the real server runs are tests/consistency/test_sglang_window_servers.py)."""
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ def _installed(
     monkeypatch.setenv(server_hooks.LOG_ENV, str(log))
     monkeypatch.setenv(arming.ARM_ENV, str(armed))
     arming.arm(armed, *arm)
-    window_faults.hooks(window_faults.EARLY)[window_faults.SCHEDULE_BATCH_MODULE](module)
+    window_faults.swa_early_evict(window_faults.EARLY)[window_faults.SCHEDULE_BATCH_MODULE](module)
     return log, armed
 
 
@@ -87,19 +87,14 @@ def test_disarmed_or_without_a_window_sglang_s_own_frontier_runs(
     assert hook_log.read(log).names() == ["fault-installed"], "nothing fired, nothing claimed"
 
 
-def test_the_fault_is_found_through_its_state_path_and_its_record_is_whole() -> None:
+def test_the_fault_is_found_through_its_record_and_its_record_is_whole() -> None:
     record = faults.get("swa-early-evict", server="sglang", target=faults.Target.SERVER)
     assert record.path is StatePath.SLIDING_WINDOW and record.role is Role.SINGLE and record.needs is Needs.SWA
     assert record.replays == ("sglang#23982",) and record.switchable
     assert {c.symbol for c in record.hooks} >= {"_evict_swa", "free_swa_out_of_window_slots"}
-    assert server_hooks.FAULT_MODULES[StatePath.SLIDING_WINDOW.value] == window_faults.__name__
+    assert record.impl == f"{window_faults.__name__}:swa_early_evict"
     found = server_hooks.fault_hooks("swa-early-evict")
     assert set(found) == {window_faults.SCHEDULE_BATCH_MODULE}
-    assert set(window_faults.NAMES) == set(
-        faults.names(server="sglang", target=faults.Target.SERVER, path=StatePath.SLIDING_WINDOW)
+    assert faults.names(server="sglang", target=faults.Target.SERVER, path=StatePath.SLIDING_WINDOW) == (
+        window_faults.EARLY,
     )
-
-
-def test_a_name_that_is_no_window_fault_is_refused() -> None:
-    with pytest.raises(KeyError, match="not a sliding-window fault"):
-        window_faults.hooks("blank-state-on-hit")

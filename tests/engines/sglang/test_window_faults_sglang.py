@@ -82,7 +82,7 @@ def _evict(tree: Any, req: Any, pre_len: int, monkeypatch: pytest.MonkeyPatch) -
     from kvdoctor.engines.sglang import window_faults
 
     monkeypatch.setattr(schedule_batch.ScheduleBatch, "_evict_swa", schedule_batch.ScheduleBatch._evict_swa)
-    window_faults.hooks(window_faults.EARLY)[window_faults.SCHEDULE_BATCH_MODULE](schedule_batch)
+    window_faults.swa_early_evict(window_faults.EARLY)[window_faults.SCHEDULE_BATCH_MODULE](schedule_batch)
     schedule_batch.ScheduleBatch._evict_swa(types.SimpleNamespace(tree_cache=tree), req, pre_len)
 
 

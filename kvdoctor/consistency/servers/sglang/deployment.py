@@ -19,23 +19,40 @@ from pathlib import Path
 from typing import Any
 
 from kvdoctor._exceptions import EXIT_GATE, EXIT_PASS, InputError
-from kvdoctor.consistency import attribution, context_limit, deploy, fault_file, gates, runnable, state_bytes
+from kvdoctor.consistency import attribution, deploy, fault_file, gates, runnable, scenarios, state_bytes
 from kvdoctor.consistency.client import SGLANG_API, Api
 from kvdoctor.consistency.compare import Generation
-from kvdoctor.consistency.prepared import STANDIN_LOG, ConsistencyOptions, Prepared, check_footprint
+from kvdoctor.consistency.fault_gate import fault_fired_from
+from kvdoctor.consistency.prepared import STANDIN_LOG, ConsistencyOptions, Prepared
 from kvdoctor.consistency.result import ConsistencyResult, settled
-from kvdoctor.consistency.scenario import PREEMPT, PREFIX_CACHE, TRANSFER
-from kvdoctor.consistency.servers import Notify, Probe
-from kvdoctor.consistency.servers.sglang import died, prefix_cache, transfer, window
+from kvdoctor.consistency.servers import Notify, Probe, load_part
+from kvdoctor.consistency.servers.sglang import died, transfer
+from kvdoctor.consistency.servers.sglang.part import SglangPart
 from kvdoctor.consistency.shrink import shrink as shrink_config
-from kvdoctor.consistency.workload import prompts
+from kvdoctor.core import environments
+from kvdoctor.core import faults as registry
+from kvdoctor.core.faults import Target
 from kvdoctor.deploy import http
 from kvdoctor.deploy import ports as pd_ports
 from kvdoctor.deploy.metrics import RetractionProbe
 from kvdoctor.engines import hook_log
+from kvdoctor.engines.sglang import live_faults
+from kvdoctor.engines.sglang.cpu_shims import SHIM_DIR
 
 HOOK_LOG = "site-hook.log"
 ARM_FILE = "armed"  # the file the run names the armed fault in (kvdoctor.engines.arming)
+# One line per scenario SGLang runs: its part (kvdoctor.consistency.servers.sglang.part).
+SCENARIOS: dict[str, str] = {
+    "preempt": "kvdoctor.consistency.servers.sglang.preempt:PART",
+    "prefix-cache": "kvdoctor.consistency.servers.sglang.prefix_cache:PART",
+    "transfer": "kvdoctor.consistency.servers.sglang.transfer:PART",
+}
+
+
+def part(scenario: str) -> SglangPart:
+    """SGLang's part of SCENARIO (KeyError for one SGLang does not run: prepare refuses it first)."""
+    found: SglangPart = load_part(SCENARIOS[scenario])
+    return found
 
 
 def stand_in_needed(device: str) -> bool:
@@ -53,8 +70,6 @@ def deploy_options(
     arm_file: str | None = None,
     reference_log: str | None = None,
 ) -> deploy.DeployOptions:
-    from kvdoctor.engines.sglang.cpu_shims import SHIM_DIR
-
     hook = Path(SHIM_DIR).parent / "site_hook"
     needs_hook = o.inject is not None or o.topology == "pd" or o.fault_file is not None  # pd: its state trace
     return deploy.DeployOptions(
@@ -76,27 +91,23 @@ def deploy_options(
         choices=o.plan,
         arm_file=arm_file,
         prefill_faults=transfer.prefill_faults(o.inject),
-        transfer=o.scenario == TRANSFER,
-        pools=prefix_cache.pools(o.workload) if o.scenario == PREFIX_CACHE else None,
-        role_args=prefix_cache.ROLE_ARGS if o.scenario == PREFIX_CACHE else {},
+        scenario=part(o.scenario).plan(o),
     )
 
 
 class SglangDeployment:
-    scenarios = (PREEMPT, PREFIX_CACHE, TRANSFER)
+    scenarios = SCENARIOS
 
     def require_environment(self, o: ConsistencyOptions) -> None:
         """SGLang's servers (and, over PD, Mooncake) run in this interpreter: exit 2 naming the SGLang server
         environment when it cannot (``kvdoctor.core.environments``)."""
-        from kvdoctor.core import environments
-
         also = environments.PD_MODULES if o.topology == "pd" else ()
         environments.require(environments.SGLANG_SERVER, "kvdoctor consistency", also=also)
 
     def check(self, o: ConsistencyOptions) -> None:
         if o.topology not in deploy.TOPOLOGIES:
             raise InputError(f"--topology must be one of {', '.join(deploy.TOPOLOGIES)}, got {o.topology!r}")
-        transfer.check(o)
+        part(o.scenario).check(o)
 
     def check_extra_args(self, args: tuple[str, ...]) -> None:
         deploy.check_extra_args(args)
@@ -107,16 +118,14 @@ class SglangDeployment:
     def check_model(self, o: ConsistencyOptions, kind: runnable.ModelKind) -> None:
         if o.device == "cpu":
             runnable.check_cpu(kind, o.model)
-        if o.scenario == PREFIX_CACHE:
-            prefix_cache.check(o, kind.has_recurrent)
+        part(o.scenario).check_model(o, kind)
 
     def check_fault(self, o: ConsistencyOptions, kind: runnable.ModelKind) -> None:
-        from kvdoctor.engines.sglang import live_faults
-
         assert o.inject is not None
         live_faults.check(o.inject, has_recurrent=kind.has_recurrent, has_swa=kind.has_swa)
-        transfer.check_fault(o)
-        prefix_cache.check_fault(o.inject, o.scenario)
+        for name in o.inject.split(","):  # each in the scenario its path names (kvdoctor.core.paths)
+            path = registry.get(name, server="sglang", target=Target.SERVER).path
+            scenarios.check_fault(o.scenario, name, path, SCENARIOS, part)
         if o.topology != "pd":
             deploy.build(deploy_options(o, kind, "<model>", False, {}), [0] * 6)  # raises the InputError
 
@@ -124,13 +133,7 @@ class SglangDeployment:
         return stand_in_needed(device)
 
     def bound(self, prepared: Prepared) -> Prepared:
-        o, w = prepared.options, prepared.options.workload
-        if o.scenario == PREFIX_CACHE:
-            return prefix_cache.bound(prepared, lambda p: self.plan(p, "<model>", None))
-        limit = context_limit.sglang(prepared.config, prepared.source, o.extra_args)
-        context_limit.check(limit, w.prompt_tokens, w.max_new_tokens, "sglang")
-        check_footprint(prepared, self.plan(prepared, "<model>", None))
-        return replace(prepared, prompts=prompts(w, prepared.vocab_size))
+        return part(prepared.options.scenario).bound(prepared, lambda p: self.plan(p, "<model>", None))
 
     def plan(self, prepared: Prepared, model_dir: str, run_dir: Path | None) -> deploy.Deployment:
         o = prepared.options
@@ -155,8 +158,7 @@ class SglangDeployment:
         return SGLANG_API
 
     def probes(self, prepared: Prepared, url: str, log: Path) -> dict[str, Probe]:
-        cached = {"prefix_cache": prefix_cache.CachedTokensProbe(url)} if prepared.prefix is not None else {}
-        return {**cached, "pressure": RetractionProbe(url, log)}
+        return {**part(prepared.options.scenario).probes(prepared, url), "pressure": RetractionProbe(url, log)}
 
     def mark(self, prepared: Prepared, run_dir: Path, burst: str) -> None:
         hook_log.mark(run_dir / HOOK_LOG, burst)
@@ -176,9 +178,8 @@ class SglangDeployment:
         got: list[Generation],
         say: Notify,
     ) -> tuple[ConsistencyResult, dict[str, Any]]:
-        if prepared.prefix is not None:
-            return prefix_cache.recorded(result, prepared, evidence, got, say)
-        return transfer.record(result, prepared, Path(result.run_dir or ".") / HOOK_LOG), {}
+        site_log = Path(result.run_dir or ".") / HOOK_LOG
+        return part(prepared.options.scenario).record(result, prepared, evidence, got, say, site_log)
 
     def read_log(
         self,
@@ -191,9 +192,7 @@ class SglangDeployment:
     ) -> ConsistencyResult:
         result = died.explained(read_hook_logs(run_dir, result, bursts), run_dir / HOOK_LOG)
         log = hook_log.read(run_dir / HOOK_LOG)
-        result = transfer.fault_gate(result, log if bursts is None else log.bursts(*bursts))
-        result = prefix_cache.fault_gate(result, log if bursts is None else log.bursts(*bursts))
-        result = window.fault_gate(result, log if bursts is None else log.bursts(*bursts))
+        result = fault_fired_from(log if bursts is None else log.bursts(*bursts), result, "sglang")
         result = fault_file.judge(prepared.options, hook_log.read(run_dir / HOOK_LOG), result)  # --fault-file's gate
         return trace(prepared, run_dir, result, say, bursts[-1] if bursts else None)
 

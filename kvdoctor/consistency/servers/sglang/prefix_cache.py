@@ -37,20 +37,24 @@ import math
 import random
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
-from kvdoctor._exceptions import EXIT_GATE, EXIT_PASS, InputError
-from kvdoctor.consistency import context_limit, deploy, gates
+from kvdoctor._exceptions import InputError
+from kvdoctor.consistency import context_limit, deploy, runnable
 from kvdoctor.consistency.compare import Generation
 from kvdoctor.consistency.prefix import HIT_PHASES, Phase, PrefixWorkload, cached_by_phase
 from kvdoctor.consistency.prepared import ConsistencyOptions, Prepared, check_footprint, check_footprint_counts
 from kvdoctor.consistency.probe_vllm import PrefixCacheCount, burst_delta, counter, scrape_page
-from kvdoctor.consistency.result import ConsistencyResult, PrefixCacheDoc, PrefixCacheResult, Result, settled
-from kvdoctor.consistency.scenario import PREFIX_CACHE
+from kvdoctor.consistency.result import ConsistencyResult
+from kvdoctor.consistency.scenarios.prefix_cache import PrefixCacheDoc, PrefixCacheResult, phase_hits
+from kvdoctor.consistency.servers import Notify, Probe
+from kvdoctor.consistency.servers.sglang.part import SglangPart
 from kvdoctor.consistency.workload import FIRST_ID, Workload
+from kvdoctor.core import faults as registry
 from kvdoctor.core.cite import Cite
 from kvdoctor.core.faults import StatePath, Target
-from kvdoctor.engines.hook_log import EventLog
+from kvdoctor.core.sglang.flags import owned_word
 
 GROUPS = 4  # conversations
 PREFIX_TOKENS = 32  # each conversation's system prefix
@@ -81,10 +85,6 @@ PROMPT_COUNTER = "sglang:prompt_tokens_total"
 REFERENCE_ARGS = ("--disable-radix-cache",)
 BOTH_ARGS = ("--disable-overlap-schedule",)
 OWNED = ("--disable-radix-cache", "--disable-overlap-schedule")
-FIRED = {
-    "on": "changed the recurrent state of {n} radix-cache hit(s) or checkpoint(s)",
-    "absent": "no request hit a cached recurrent state, or was checkpointed, while it was armed",
-}
 
 
 def _flag_value(args: Sequence[str], flag: str) -> str | None:
@@ -106,8 +106,6 @@ def check(o: ConsistencyOptions, has_recurrent: bool) -> None:
             f"--scenario prefix-cache --server sglang runs --topology single, got {o.topology!r}: the radix cache "
             "under test is the single server's"
         )
-    from kvdoctor.core.sglang.flags import owned_word
-
     owned = owned_word(o.extra_args, OWNED)  # SGLang reads aliases and unique prefixes too
     if owned is not None:
         raise InputError(
@@ -128,26 +126,6 @@ def check(o: ConsistencyOptions, has_recurrent: bool) -> None:
             f"({EXTRA_BUFFER_PLATFORM.where}: CUDA, MUSA, NPU, HIP, XPU only); use {' or '.join(CPU_STRATEGIES)} "
             f"(no_buffer, what auto resolves to here: {AUTO_NO_BUFFER.where})"
         )
-
-
-def check_fault(name: str, scenario: str) -> bool:
-    """Whether --inject NAME is a radix-hit fault (then it needs this scenario, on one server); a retraction fault
-    under this scenario is refused (nothing retracts here, it would never fire)."""
-    from kvdoctor.core import faults
-
-    hit = name in faults.names(server="sglang", target=Target.SERVER, path=StatePath.PREFIX_HIT)
-    if hit and scenario != PREFIX_CACHE:
-        raise InputError(
-            f"--inject {name} acts on a radix-cache hit: it needs --scenario prefix-cache (the only scenario whose "
-            "requests hit the cache by design)"
-        )
-    if not hit and scenario == PREFIX_CACHE:
-        hits = ", ".join(faults.names(server="sglang", target=Target.SERVER, path=StatePath.PREFIX_HIT))
-        raise InputError(
-            f"--inject {name} does not act on a radix-cache hit, and nothing retracts or transfers under --scenario "
-            f"prefix-cache: it would never fire; choose one of {hits}"
-        )
-    return hit
 
 
 def served(w: Workload) -> Workload:
@@ -220,10 +198,6 @@ def build(w: Workload, vocab_size: int, has_recurrent: bool) -> PrefixWorkload:
             Phase("refill", tuple(turn1), first, w.max_new_tokens, True),
             phase("warm"),
         ),
-        f"{GROUPS} conversations (a {PREFIX_TOKENS}-id system prefix + {w.prompt_tokens} ids of turn 1; each "
-        f"follow-up is turn 1 + {w.prompt_tokens} ids); phases {{phases}} (evict: unique prompts, 1 new token, not "
-        "compared); reference --disable-radix-cache, pressured the radix cache on; hits from each reply's "
-        "meta_info.cached_tokens and sglang:cached_tokens_total",
     )
 
 
@@ -309,24 +283,6 @@ def pools(w: Workload) -> tuple[int, int]:
 ROLE_ARGS: dict[str, tuple[str, ...]] = {"reference": (*BOTH_ARGS, *REFERENCE_ARGS), SUBJECT: BOTH_ARGS}
 
 
-def fault_gate(result: Result, log: EventLog) -> Result:
-    """RESULT with a radix-hit fault's firings (``fault-fired NAME ...`` lines of the site hook's LOG) counted (as the
-    fault's ``restores``: the hits whose state it changed) and gated: a fault that never fired proves nothing, so it
-    is red (no teeth), never a caught fault. Other faults, and runs that were not judged, are left as they are."""
-    from kvdoctor.core import faults
-
-    f = result.fault
-    if f is None or f.name not in faults.names(server="sglang", path=StatePath.PREFIX_HIT):
-        return result
-    fired = sum(1 for d in log.details("fault-fired") if d.split(" ", 1)[0] == f.name)
-    f = replace(f, restores=fired)
-    result = replace(result, fault=f)
-    if result.exit_code not in (EXIT_PASS, EXIT_GATE):
-        return result
-    gate = gates.fault_fired(f.name, f.installed, fired, f.refused, **FIRED)
-    return settled(replace(result, gates=[*result.gates, gate]))
-
-
 def bound(prepared: Prepared, plan: Callable[[Prepared], deploy.Deployment]) -> Prepared:
     """The context and this machine checked for the longest request and the eviction wave, then the phases."""
     o, w = prepared.options, prepared.options.workload
@@ -359,3 +315,83 @@ def recorded(
         hit = {name: phases.get(name, {}).get("hit_requests") for name in HIT_PHASES}
         say("compare", f"radix-cache hit tokens: reference {counts[0].hits}, pressured {counts[1].hits}; hits {hit}")
     return result, {"prefix_hits": counts}
+
+
+def _hit_faults() -> tuple[str, ...]:
+    return registry.names(server="sglang", target=Target.SERVER, path=StatePath.PREFIX_HIT)
+
+
+class PrefixCache(SglangPart):
+    """SGLang's part of ``--scenario prefix-cache``: the radix cache."""
+
+    name = "prefix-cache"
+
+    def check_model(self, o: ConsistencyOptions, kind: runnable.ModelKind) -> None:
+        check(o, kind.has_recurrent)
+
+    def needs(self, name: str, scenario: str) -> str:
+        """A radix-hit fault needs this scenario, the only one whose requests hit the cache by design."""
+        return (
+            f"--inject {name} acts on a radix-cache hit: it needs --scenario prefix-cache (the only scenario whose "
+            "requests hit the cache by design)"
+        )
+
+    def refuses(self, name: str) -> str:
+        """Nothing retracts or transfers here: any other fault would never fire."""
+        return (
+            f"--inject {name} does not act on a radix-cache hit, and nothing retracts or transfers under --scenario "
+            f"prefix-cache: it would never fire; choose one of {', '.join(_hit_faults())}"
+        )
+
+    def plan(self, o: ConsistencyOptions) -> deploy.ScenarioPlan:
+        """One pool for both servers; the reference's radix cache off, both without the overlap schedule."""
+        return deploy.ScenarioPlan(pools=pools(o.workload), role_args=ROLE_ARGS)
+
+    def bound(self, prepared: Prepared, plan: Callable[[Prepared], deploy.Deployment]) -> Prepared:
+        return bound(prepared, plan)
+
+    def probes(self, prepared: Prepared, url: str) -> dict[str, Probe]:
+        return {"prefix_cache": CachedTokensProbe(url)}
+
+    def record(
+        self,
+        result: ConsistencyResult,
+        prepared: Prepared,
+        evidence: Mapping[str, Mapping[str, Any]],
+        got: list[Generation],
+        say: Notify,
+        site_log: Path,
+    ) -> tuple[ConsistencyResult, dict[str, Any]]:
+        return recorded(result, prepared, evidence, got, say)
+
+    def head_lines(self, prepared: Prepared, preview: deploy.Deployment) -> list[str]:
+        pw, w = prepared.prefix, prepared.options.workload
+        if pw is None:
+            return []
+        phases = ", ".join(f"{ph.name} {len(ph.prompts)}" for ph in pw.phases)
+        return [
+            f"scenario: prefix-cache: {pw.groups} conversations (a {pw.prefix_tokens}-id system prefix + "
+            f"{w.prompt_tokens} ids of turn 1; each follow-up is turn 1 + {w.prompt_tokens} ids); phases {phases} "
+            "(evict: unique prompts, 1 new token, not compared); reference --disable-radix-cache, pressured the "
+            f"radix cache on; hits from each reply's meta_info.cached_tokens and {COUNTER}"
+        ]
+
+    def result_lines(self, result: ConsistencyResult) -> list[str]:
+        """The radix cache's counts, the hit-phase requests that hit, and each server's radix cache."""
+        assert isinstance(result, PrefixCacheResult)
+        cache = result.prefix_cache
+        hits, queries = cache["hits"], cache["queries"]
+        served = ", ".join(
+            f"{role} {(config or {}).get('radix_cache', '?')}" for role, config in cache["server_cache_config"].items()
+        )
+        chosen = cache["mamba_cache_mode"].get(SUBJECT)
+        strategy = f"; recurrent-state strategy ({STRATEGY_FLAG}): {SUBJECT} {chosen}" if chosen else ""
+        return [
+            f"radix-cache hit tokens: reference {hits['reference']}, {SUBJECT} {hits[SUBJECT]} of "
+            f"{queries[SUBJECT]} prompt tokens (from {cache['source']}: {COUNTER}); requests that hit "
+            f"(meta_info.cached_tokens), per phase: {phase_hits(cache)}; recomputed after eviction: "
+            f"{cache['recomputed_after_eviction']}; radix cache: {served}{strategy}"
+        ]
+
+
+PART = PrefixCache()

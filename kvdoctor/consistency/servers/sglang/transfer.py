@@ -10,71 +10,40 @@ transfer gate (:func:`kvdoctor.consistency.gates.transfer`) takes the pressure g
 
 A transfer fault runs on the role its record names (``drop-pd-state`` on the prefill, ``clear-pd-state`` on the
 pressured decode), armed for the pressured burst only; its ``fault-fired`` events are counted by the fault-fired
-gate, so a fault that never fired cannot pass as a caught one.
+gate (:func:`kvdoctor.consistency.fault_gate.fault_fired_from`), so a fault that never fired cannot pass as a caught
+one.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
-from kvdoctor._exceptions import EXIT_GATE, EXIT_PASS, InputError
-from kvdoctor.consistency import gates
+from kvdoctor._exceptions import InputError
+from kvdoctor.consistency import deploy
+from kvdoctor.consistency.compare import Generation
 from kvdoctor.consistency.prepared import ConsistencyOptions, Prepared
-from kvdoctor.consistency.result import ConsistencyResult, TransferDoc, TransferResult, settled
-from kvdoctor.consistency.scenario import TRANSFER
+from kvdoctor.consistency.result import ConsistencyResult
+from kvdoctor.consistency.scenarios.transfer import TransferDoc, TransferResult
+from kvdoctor.consistency.servers import Notify
+from kvdoctor.consistency.servers.sglang.part import SglangPart
 from kvdoctor.core import faults as registry
-from kvdoctor.core.faults import Role, StatePath, Target
+from kvdoctor.core.faults import Role, Target
 from kvdoctor.engines import hook_log
 
-__all__ = ["check", "check_fault", "evidence", "fault_gate", "prefill_faults", "record"]
+__all__ = ["PART", "Transfer", "counted", "prefill_faults"]
 
 SENT, STATE, COMMITTED = "transfer-sent", "transfer-state", "transfer-committed"  # transfer_faults' events
+OBSERVER = "transfer-observer"  # the site hook's patch that logs them (kvdoctor.engines.sglang.transfer_faults)
 _ROOM = re.compile(r"\broom=(\S+)")
 _RC = re.compile(r"\brc=(-?\d+)")
-# How the fault-fired gate names what each transfer fault acted on.
-ACTS_ON = {
-    "drop-pd-state": {
-        "on": "reported {n} request(s)' recurrent state sent without sending it (prefill)",
-        "absent": "the prefill sent no request's state while it was armed",
-    },
-    "clear-pd-state": {
-        "on": "cleared the transferred recurrent state of {n} request(s) after the commit (pressured decode)",
-        "absent": "the pressured decode committed no transfer while it was armed",
-    },
-}
 
 
 def _faults(inject: str | None) -> list[registry.Fault]:
     return [registry.get(n, server="sglang", target=Target.SERVER) for n in (inject or "").split(",") if n]
-
-
-def check(o: ConsistencyOptions) -> None:
-    """``--scenario transfer`` needs ``--topology pd`` (exit 2): a single server transfers nothing."""
-    if o.scenario == TRANSFER and o.topology != "pd":
-        raise InputError(
-            "--scenario transfer needs --topology pd: only a prefill/decode deployment sends a request's KV and "
-            "state from the prefill to the decode (srt/disaggregation/mooncake/conn.py:1943)"
-        )
-
-
-def check_fault(o: ConsistencyOptions) -> None:
-    """A transfer fault runs under ``--scenario transfer`` only, a retraction fault never there (exit 2): a transfer
-    fault under retraction is confounded by it (LFM2 over PD is red there by itself), and nothing retracts under
-    ``transfer``, so a retraction fault would never fire."""
-    for fault in _faults(o.inject):
-        on_transfer = fault.path is StatePath.TRANSFER
-        if on_transfer and o.scenario != TRANSFER:
-            raise InputError(
-                f"--inject {fault.name} acts on the PD transfer: run it with --scenario transfer --topology pd "
-                "(under retraction a recurrent-state model over PD is red by itself: the overlap finding)"
-            )
-        if not on_transfer and o.scenario == TRANSFER:
-            raise InputError(
-                f"--inject {fault.name} acts on the retraction path, and nothing retracts under --scenario transfer "
-                "(both decodes are roomy): use --scenario preempt"
-            )
 
 
 def prefill_faults(inject: str | None) -> tuple[str, ...]:
@@ -99,7 +68,7 @@ def _rooms(events: list[hook_log.Event], name: str) -> int:
     return len(rooms)
 
 
-def evidence(prepared: Prepared, hook_log_path: Path) -> TransferDoc:
+def counted(prepared: Prepared, hook_log_path: Path) -> TransferDoc:
     """What the observer counted during the burst just measured (read right after it: every send and commit of a
     request is logged before its reply leaves the decode); unknown (None) without the burst's ``case`` line."""
     log = hook_log.read(hook_log_path)
@@ -120,20 +89,50 @@ def evidence(prepared: Prepared, hook_log_path: Path) -> TransferDoc:
     )
 
 
-def record(result: ConsistencyResult, prepared: Prepared, hook_log_path: Path) -> ConsistencyResult:
-    """RESULT with the transfer's evidence (a :class:`TransferResult` only; any other result is returned as is)."""
-    if not isinstance(result, TransferResult):
-        return result
-    return replace(result, transfer=evidence(prepared, hook_log_path))
+class Transfer(SglangPart):
+    """SGLang's part of ``--scenario transfer``."""
+
+    name = "transfer"
+
+    def check(self, o: ConsistencyOptions) -> None:
+        """``--scenario transfer`` needs ``--topology pd`` (exit 2): a single server transfers nothing."""
+        if o.topology != "pd":
+            raise InputError(
+                "--scenario transfer needs --topology pd: only a prefill/decode deployment sends a request's KV and "
+                "state from the prefill to the decode (srt/disaggregation/mooncake/conn.py:1943)"
+            )
+
+    def needs(self, name: str, scenario: str) -> str:
+        """A transfer fault runs under ``--scenario transfer`` only: under retraction it is confounded by it (LFM2
+        over PD is red there by itself)."""
+        return (
+            f"--inject {name} acts on the PD transfer: run it with --scenario transfer --topology pd "
+            "(under retraction a recurrent-state model over PD is red by itself: the overlap finding)"
+        )
+
+    def refuses(self, name: str) -> str:
+        """Nothing retracts under ``transfer``, so a retraction fault would never fire."""
+        return (
+            f"--inject {name} acts on the retraction path, and nothing retracts under --scenario transfer "
+            "(both decodes are roomy): use --scenario preempt"
+        )
+
+    def plan(self, o: ConsistencyOptions) -> deploy.ScenarioPlan:
+        """Both decodes roomy (nothing retracts); every PD server runs the observer."""
+        return deploy.ScenarioPlan(roomy_subject=True, patches=(OBSERVER,))
+
+    def record(
+        self,
+        result: ConsistencyResult,
+        prepared: Prepared,
+        evidence: Mapping[str, Mapping[str, Any]],
+        got: list[Generation],
+        say: Notify,
+        site_log: Path,
+    ) -> tuple[ConsistencyResult, dict[str, Any]]:
+        """RESULT with the transfer's evidence, read from the site hook's log right after the burst."""
+        assert isinstance(result, TransferResult)
+        return replace(result, transfer=counted(prepared, site_log)), {}
 
 
-def fault_gate(result: ConsistencyResult, log: hook_log.EventLog) -> ConsistencyResult:
-    """A transfer fault must have fired (``fault-fired NAME``) in the run's bursts, else the run tested nothing:
-    the fault-fired gate, red (``no_teeth``) when it never fired."""
-    fault = result.fault
-    if fault is None or fault.name not in ACTS_ON or result.exit_code not in (EXIT_PASS, EXIT_GATE):
-        return result
-    fired = sum(1 for d in log.details("fault-fired") if d.split(" ", 1)[0] == fault.name)
-    installed = any(d.split(" ", 1)[0] == fault.name for d in log.details("fault-installed"))
-    gate = gates.fault_fired(fault.name, installed, fired, fault.refused, **ACTS_ON[fault.name])
-    return settled(replace(result, fault=replace(fault, installed=installed), gates=[*result.gates, gate]))
+PART = Transfer()

@@ -1,9 +1,10 @@
-"""``kvdoctor inspect MODEL --server vllm [VLLM FLAGS]``: vLLM's specs, groups and connector, as tables or JSON.
+"""vLLM's room in the CLI (its line of ``kvdoctor.cli.render.RENDERERS``): how vLLM's answers are drawn.
 
-The rule model (``kvdoctor.core.vllm``, no torch) always answers. With ``--engine vllm`` the installed
-vLLM answers too (``kvdoctor.engines.vllm.inspect``: its own spec classes, ``get_kv_cache_groups`` and
-connector classes), shown beside it; every disagreement is a KVD115 drift hazard. When vLLM cannot be
-imported the rule model still answers and the report says why vLLM did not.
+``kvdoctor inspect MODEL --server vllm [VLLM FLAGS]``: vLLM's specs, groups and connector, as tables (the rule model,
+``kvdoctor.core.vllm``, no torch, always answers; with ``--engine vllm`` the installed vLLM answers too, through
+``kvdoctor.api._inspect_vllm``, shown beside it, every disagreement a KVD115 drift hazard; when vLLM cannot be
+imported the report says why it did not). And ``roundtrip --server vllm --engine vllm``'s lines: what vLLM's own
+offloading worker moved, group by group, and why a row is red. Rich is imported when a table is drawn.
 """
 
 from __future__ import annotations
@@ -11,10 +12,16 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from kvdoctor.cli.inspect_run import InspectRun
+from kvdoctor.cli.layout import WIDE, hazards_block, kv_table
+from kvdoctor.cli.render import Pairs, Renderer
 from kvdoctor.core.vllm.analysis import GroupRow, VllmAnswersFacts, VllmBesideReport, VllmReport, VllmUnavailable
+from kvdoctor.report.units import NONE, format_bytes, human, yes_no
+from kvdoctor.text import safe
 
 if TYPE_CHECKING:
     from rich.console import Console
+
+    from kvdoctor.roundtrip.result import ComponentCheck, RoundtripResult, VllmUsed
 
 
 class VllmInspectRun(InspectRun):
@@ -24,7 +31,7 @@ class VllmInspectRun(InspectRun):
         render(report, console)
 
 
-# --- rendering (reads only the typed result, so JSON and tables agree) ---
+# --- inspect: the tables (they read only the typed result, so JSON and tables agree) -----------------
 
 
 def render(r: VllmReport, console: Any = None) -> None:
@@ -32,11 +39,6 @@ def render(r: VllmReport, console: Any = None) -> None:
     from rich.console import Console
     from rich.table import Table
     from rich.text import Text
-
-    from kvdoctor.cli.layout import kv_table
-    from kvdoctor.cli.render_inspect import WIDE, hazards_block
-    from kvdoctor.report.units import NONE, human, yes_no
-    from kvdoctor.text import safe
 
     console = console or Console(emoji=False)
     m, b = r.model, r.block_size
@@ -99,8 +101,6 @@ def render(r: VllmReport, console: Any = None) -> None:
 
 def _group_facts(row: GroupRow) -> list[str]:
     """A group's spec, layers, block, page, per block and per token, as a person reads them."""
-    from kvdoctor.report.units import format_bytes
-
     layers = f"{len(row.layers)} layers" + (f" (+{row.padding_layers} padding)" if row.padding_layers else "")
     per_token = "per request" if row.per_request else f"{format_bytes(row.bytes_per_token)}/token"
     return [
@@ -131,3 +131,61 @@ def _render_vllm(v: VllmAnswersFacts | VllmUnavailable, console: Any, safe: Any,
         mark = "[green]yes[/]" if row.agree else "[bold red]NO[/]"
         t.add_row(safe(row.question), safe(row.kvdoctor), safe(row.vllm), mark)
     console.print(t)
+
+
+# ---- roundtrip --server vllm --engine vllm: what vLLM's offloading worker moved -----------------------
+
+
+def roundtrip_used(result: RoundtripResult) -> Pairs:
+    """The ``used`` block of a round trip on vLLM's own offloading worker."""
+    used: VllmUsed = result.used  # type: ignore[assignment]  # vLLM's round trip runs on --engine vllm only
+    return _vllm_used(used, result.elapsed_s)
+
+
+def roundtrip_why(row: ComponentCheck, result: RoundtripResult) -> str:
+    """One sentence on why a ``--engine vllm`` row is red."""
+    return vllm_why(row, result.used)  # type: ignore[arg-type]
+
+
+def _vllm_used(used: VllmUsed, elapsed_s: float) -> list[tuple[str, object]]:
+    """vLLM's worker, the one request, and each group's copy ledger: block ids -> host slots -> fresh ids."""
+    pairs: list[tuple[str, object]] = [
+        ("worker", f"vLLM {used.vllm_version} {used.worker} (v1/kv_offload/cpu/gpu_worker.py), one block a chunk"),
+        ("run", f"1 request of {used.tokens:,} tokens: every group stored to CPU, loaded into fresh block ids"),
+        ("seed", used.seed),
+        ("layers per group", used.layers_per_group or "all"),
+    ]
+    for g in used.groups:
+        ids = lambda xs: " ".join(str(x) for x in xs)  # noqa: E731
+        pairs.append(
+            (
+                f"g{g.group}",
+                f"{g.spec}, {g.layers} layers x {len(g.block_ids)} blocks of {format_bytes(g.page_bytes)}: "
+                f"blocks {ids(g.block_ids)} -> host {ids(g.host_slots)} -> blocks {ids(g.new_block_ids)}; "
+                f"{format_bytes(g.bytes_out)} out, {format_bytes(g.bytes_in)} in of {format_bytes(g.expected_bytes)}",
+            )
+        )
+    pairs.append(("elapsed", f"{elapsed_s:.2f} s"))
+    return pairs
+
+
+def vllm_why(row: ComponentCheck, used: VllmUsed) -> str:
+    """One sentence on why a ``--engine vllm`` row is red."""
+    if row.name.endswith(".ledger"):
+        g = used.groups[int(row.name[1:].split(".")[0])]
+        return (
+            f"vLLM's descriptors moved {row.bytes_out:,} bytes out and {row.bytes_in:,} in; the group holds "
+            f"{row.bytes:,} ({len(g.block_ids)} blocks x {g.layers} layers x {g.page_bytes:,} bytes)"
+        )
+    text = f"{row.mismatched_bytes:,} of {row.bytes:,} bytes differ"
+    if row.first_plane is not None:
+        text += f", first in {row.first_plane} (layer {row.first_layer} of the group), fresh block {row.first_slot}"
+    if not row.ledger_ok:
+        text += (
+            f"; vLLM's descriptors moved {row.bytes_out:,} of its bytes out, {row.bytes_in:,} in "
+            f"(most descriptors over one byte {row.copies_out}/{row.copies_in})"
+        )
+    return text
+
+
+RENDERER = Renderer(inspect_run=VllmInspectRun, roundtrip_used=roundtrip_used, roundtrip_why=roundtrip_why)
