@@ -11,16 +11,24 @@ VPY ?= $(VENV)/bin/python
 TORCH_INDEX ?=
 INSTALL = $(VPY) -m pip install -q -c constraints/cpu.txt $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX)) -e
 
-.PHONY: demo test test-only lint sglang-env test-sglang vllm-env test-vllm server-env server-apt test-server consistency-matrix \
-	sglang-overlay test-sglang-overlay vllm-server-env test-vllm-server vllm-server-matrix vllm-matrix replay-matrix replay-bench finding-releases
+.PHONY: demo test test-only lint browser-apt sglang-env test-sglang vllm-env test-vllm server-env server-apt test-server consistency-matrix \
+	sglang-overlay test-sglang-overlay vllm-server-env test-vllm-server vllm-server-matrix vllm-matrix replay-matrix replay-bench finding-releases sweep-matrix
 
 ## Install kvdoctor into .venv/, then run the main job on a built-in default (CPU, no GPU needed).
 demo: $(VENV)/.installed-demo
 	$(VENV)/bin/kvdoctor roundtrip inkling-small --kv-cache-dtype mxfp8 --disaggregation-mode decode --page-size 128 --device cpu
 
-## Install kvdoctor with its test extras into .venv/, lint, and run the whole test suite.
-test: $(VENV)/.installed-test
-	$(MAKE) test-only
+## Install kvdoctor with its test extras into .venv/, lint, and run the whole test suite (the sweep page's test
+## opens it in Debian's headless chromium: browser-apt installs it and chromium-driver when they are missing).
+test: $(VENV)/.installed-test browser-apt
+	KVDOCTOR_BROWSER=required $(MAKE) test-only
+
+browser-apt:
+	@if command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1; then \
+		echo "chromium and chromedriver present"; \
+	else \
+		$(SUDO) apt-get update && $(SUDO) apt-get install -y chromium chromium-driver; \
+	fi
 
 # A Python without its venv module (Debian's python3 without the python3-venv package) fails here in one line.
 $(VENV)/bin/python:
@@ -109,7 +117,7 @@ $(SERVER_VENV)/.installed: constraints/sglang.txt constraints/sglang-server.txt 
 
 ## Real SGLang servers on this machine (tests marked `server`, in .venv-server/): minutes each. CI runs the
 ## chosen few (Llama PD green and red under drop-kv on one launch, the replay of a PD transfer bug beside its green
-## control on one launch, the docs' fault file red, the overlap finding's
+## control on one launch, a two-configuration sweep minimizing a planted fault to its two flags, the overlap finding's
 ## bundle red and green with kvdoctor not importable, a project's own pytest file red through kvdoctor's pytest
 ## plugin, the GitHub Action's steps with server: sglang green); `matrix` tests run in consistency-matrix.
 test-server: server-env
@@ -148,6 +156,22 @@ CONSISTENCY_OUT ?= kvdoctor-out/consistency
 consistency-matrix: server-env
 	$(SERVER_VENV)/bin/python -m pytest -q -p no:cacheprovider -m server tests/consistency tests/bench
 	$(SERVER_VENV)/bin/kvdoctor consistency llama-3.1-8b --topology single --shrink --device cpu --output-dir $(CONSISTENCY_OUT)
+
+## The default sweep spaces (docs/sweep.md; not part of CI, hours on 2 cores): `kvdoctor sweep` over SGLang's built-in
+## space for a shrunk LFM2 over PD (retraction, transfer) and on one server (retraction, prefix-cache) and for the
+## all-SWA Laguna, then over vLLM's for a shrunk Llama and a Mamba2 hybrid (NemotronH); each its JSON, JUnit and page
+## in SWEEP_OUT, each sweep stopped by SWEEP_BUDGET. A red sweep does not stop the next (its exit code is printed).
+SWEEP_OUT ?= kvdoctor-out/sweep-matrix
+SWEEP_BUDGET ?= 90m
+SWEEP_ARGS ?= --shrink --budget $(SWEEP_BUDGET)
+sweep-matrix: server-env vllm-server-env
+	@mkdir -p $(SWEEP_OUT)
+	@run() { name=$$1; shift; "$$@" --output-dir $(SWEEP_OUT)/$$name --json --junit $(SWEEP_OUT)/$$name.xml \
+		--html $(SWEEP_OUT)/$$name.html > $(SWEEP_OUT)/$$name.json; echo "sweep $$name: exit $$?"; }; \
+	run lfm2-pd $(SERVER_VENV)/bin/kvdoctor sweep lfm2-1.2b $(SWEEP_ARGS) --topology pd; \
+	run lfm2-single $(SERVER_VENV)/bin/kvdoctor sweep lfm2-1.2b $(SWEEP_ARGS); \
+	run laguna-all-swa $(SERVER_VENV)/bin/kvdoctor sweep laguna-all-swa $(SWEEP_ARGS) --scenario preempt; \
+	run vllm $(VLLM_SERVER_VENV)/bin/kvdoctor sweep llama-3.1-8b nemotron-h-8b $(SWEEP_ARGS) --server vllm
 
 ## Every replayed public bug (not part of CI; docs/bugs.md): `kvdoctor replay --all` from .venv-server/, each bug's
 ## control and subject on real SGLang servers (cases that share a deployment on one launch, each fault armed at run

@@ -52,4 +52,5 @@ def dests_lines(name: str, doc: list[str], dests: dict[str, str], kind: str = "s
 def scalar_defaults(defaults: dict[str, object]) -> dict[str, object]:
     """DEFAULTS (dest -> the parser's default) with the scalar ones kept (str, int, float, bool, None): a list or an
     object default is left out rather than written as its str."""
-    return {d: v for d, v in defaults.items() if v is None or isinstance(v, (str, int, float, bool))}
+    plain = (str, int, float, bool)
+    return {d: v for d, v in defaults.items() if v is None or (type(v) in plain)}  # an IntEnum is an int, not plain

@@ -29,7 +29,7 @@ import ast
 import sys
 from pathlib import Path
 
-from table_literals import dests_lines, literal, values_lines  # scripts/table_literals.py, a sibling
+from table_literals import dests_lines, literal, scalar_defaults, values_lines  # scripts/table_literals.py, a sibling
 
 HELP = frozenset({"-h", "--help"})
 
@@ -108,6 +108,12 @@ def dest_table(parser: object) -> dict[str, str]:
     return {option: action.dest for option, action in actions if option not in HELP}
 
 
+def default_table(parser: object) -> dict[str, object]:
+    """dest -> the default vLLM's parser gives it (None: the flag left out, vLLM decides at start-up)."""
+    actions = parser._actions  # type: ignore[attr-defined]
+    return scalar_defaults({a.dest: a.default for a in actions if a.dest != "help"})
+
+
 def flags_module(root: Path) -> list[str]:
     parser = live_parser()
     table = value_table(parser)
@@ -158,6 +164,16 @@ def flags_module(root: Path) -> list[str]:
                 "option strings with one dest are one flag (aliases; kvdoctor.core.owned_flags owns a flag by dest).",
             ],
             dest_table(parser),
+        ),
+        "",
+        *dests_lines(
+            "VLLM_DEST_DEFAULTS",
+            [
+                "Each dest's default in vLLM's own parser (scalars only; None: left out, vLLM decides at start-up,",
+                "as for --max-num-batched-tokens). kvdoctor sweep's space reads each flag's default here.",
+            ],
+            default_table(parser),
+            "object",
         ),
     ]
 

@@ -35,6 +35,7 @@ if TYPE_CHECKING:  # each name is imported when first asked for (the CLI imports
     from kvdoctor.api._pd_eval import PdEvalJob, pd_eval
     from kvdoctor.api._replay import ReplayJob, replay
     from kvdoctor.api._roundtrip import RoundtripJob, roundtrip
+    from kvdoctor.api._sweep import SweepJob, SweepOptions, sweep
     from kvdoctor.report.envelope import SCHEMA_VERSION as API_VERSION
     from kvdoctor.report.envelope import Verdict
     from kvdoctor.report.reportable import Reportable as Result
@@ -55,6 +56,9 @@ _WHERE = {
     "ReplayJob": "_replay",
     "roundtrip": "_roundtrip",
     "RoundtripJob": "_roundtrip",
+    "sweep": "_sweep",
+    "SweepJob": "_sweep",
+    "SweepOptions": "_sweep",
 }
 _ELSEWHERE = {
     "API_VERSION": ("kvdoctor.report.envelope", "SCHEMA_VERSION"),
@@ -87,6 +91,8 @@ __all__ = [
     "ReplayJob",
     "Result",
     "RoundtripJob",
+    "SweepJob",
+    "SweepOptions",
     "Verdict",
     "consistency",
     "drift",
@@ -95,4 +101,5 @@ __all__ = [
     "pd_eval",
     "replay",
     "roundtrip",
+    "sweep",
 ]

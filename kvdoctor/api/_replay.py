@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from kvdoctor._exceptions import InputError
 from kvdoctor.api._arguments import checked
 from kvdoctor.api._job import ErrorCase, Job, Progress, check_reports, execute, names
 
@@ -34,7 +35,6 @@ class ReplayJob(Job["Matrix", "Report"]):
         self.junit_path, self.on_event = junit_path, on_event
 
     def check(self) -> None:
-        from kvdoctor._exceptions import InputError
         from kvdoctor.replay.plan import select
         from kvdoctor.replay.run import RealRunner
 

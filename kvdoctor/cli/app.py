@@ -92,6 +92,7 @@ COMMANDS = (
     Lazy("drift", "kvdoctor.cli.drift", "drift"),
     Lazy("faults", "kvdoctor.cli.faults_cmd", "faults"),
     Lazy("replay", "kvdoctor.cli.replay_cmd", "replay"),
+    Lazy("sweep", "kvdoctor.cli.sweep_cmd", "sweep", {"allow_extra_args": True}),
     Lazy("schema", "kvdoctor.cli.schema_cmd", "schema"),
 )
 BENCH_COMMANDS = (

@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 
+from kvdoctor._exceptions import InputError, Interrupted
 from kvdoctor.cli.errors import exit_on_error, say, signal_exit
 
 
@@ -28,7 +29,6 @@ def bench_pd_eval(
         from rich.console import Console
         from rich.table import Table
 
-        from kvdoctor._exceptions import InputError, Interrupted
         from kvdoctor.bench.pd_eval import bench
         from kvdoctor.cli.verdict import print_verdict
         from kvdoctor.pd import gsm8k

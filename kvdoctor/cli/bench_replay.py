@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from kvdoctor._exceptions import InputError
 from kvdoctor.cli.command import CommandRun, check_reports
 from kvdoctor.cli.replay_cmd import DEFAULT_OUTPUT_DIR
 
@@ -41,7 +42,6 @@ class BenchReplayRun(CommandRun["tuple[Matrix, Matrix]", "BenchReport"]):
     def check(self) -> None:
         from rich.console import Console
 
-        from kvdoctor._exceptions import InputError
         from kvdoctor.replay.plan import select
 
         if not self.timeout > 0:

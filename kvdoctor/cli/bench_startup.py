@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
+from kvdoctor._exceptions import EXIT_PASS
 from kvdoctor.cli.errors import exit_on_error
 
 if TYPE_CHECKING:
@@ -43,7 +44,6 @@ def render(result: StartupResult, console: Console) -> None:
     """One row per case, what each process loaded under it, and the verdict line."""
     from rich.table import Table
 
-    from kvdoctor._exceptions import EXIT_PASS
     from kvdoctor.bench.startup import FLOOR
     from kvdoctor.cli.verdict import print_verdict
     from kvdoctor.report.envelope import Verdict

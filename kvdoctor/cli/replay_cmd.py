@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from kvdoctor._exceptions import InputError
 from kvdoctor.api._replay import DEFAULT_OUTPUT_DIR, ReplayJob
 from kvdoctor.cli.command import CommandRun
 
@@ -61,7 +62,6 @@ def replay(
 
     A bug's row passes only when the control is green and the subject red (or loud), each for the right reason.
     --list runs nothing: it lists the cases (only the --bug ones when given)."""
-    from kvdoctor._exceptions import InputError
 
     if not timeout > 0:  # in every mode: a value that can never be a run's is refused wherever it is given
         raise InputError(f"--timeout must be > 0 seconds, got {timeout}")

@@ -7,11 +7,15 @@ from typing import Annotated
 
 import typer
 
-from kvdoctor.schemas import ReportKind
+from kvdoctor.schemas import SPACE, ReportKind, SchemaName, space_schema
+from kvdoctor.schemas import schema as load
 
 
 def schema(
-    kind: Annotated[ReportKind, typer.Argument(help="The command whose --json report the schema describes.")],
+    kind: Annotated[
+        SchemaName,
+        typer.Argument(help="The command whose --json report the schema describes, or sweep-space (--space FILE)."),
+    ],
 ) -> None:
     """Print the JSON Schema (draft 2020-12) that COMMAND's --json output validates against.
 
@@ -19,6 +23,5 @@ def schema(
     command_line, verdict, exit_code, warnings) are the same in every command; see
     docs/output-contract.md for what may change between versions.
     """
-    from kvdoctor.schemas import schema as load
-
-    typer.echo(json.dumps(load(kind), indent=2))
+    document = space_schema() if kind.value == SPACE else load(ReportKind(kind.value))
+    typer.echo(json.dumps(document, indent=2))

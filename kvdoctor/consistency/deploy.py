@@ -186,6 +186,8 @@ class DeployOptions:
     launcher: str = plan.DEFAULT_LAUNCHER
     router_launcher: str = plan.DEFAULT_ROUTER_LAUNCHER
     extra_args: tuple[str, ...] = ()
+    subject_args: tuple[str, ...] = ()  # the subject's alone (single: the pressured server; pd: its decode)
+    server_path: tuple[str, ...] = ()  # first on every server's PYTHONPATH (a release overlay)
     inject: str | None = None
     stand_in_dir: str | None = None  # put on the servers' PYTHONPATH (CPU, no real sgl_kernel)
     site_hook_dir: str | None = None
@@ -345,7 +347,7 @@ def _env(
             env["TRITON_INTERPRET"] = "1"
     if o.topology == "pd":
         env |= {"MC_FORCE_TCP": "1", "SGLANG_HOST_IP": o.host}
-    path = [p for p in (o.site_hook_dir, o.stand_in_dir, o.inherited_pythonpath) if p]
+    path = [p for p in (*o.server_path, o.site_hook_dir, o.stand_in_dir, o.inherited_pythonpath) if p]
     if path:
         env["PYTHONPATH"] = ":".join(path)
     if patches:
@@ -377,6 +379,7 @@ def build(o: DeployOptions, ports: Sequence[int]) -> Deployment:
     if o.device not in DEVICES:
         raise InputError(f"--device must be one of {', '.join(DEVICES)}, got {o.device!r}")
     check_extra_args(o.extra_args)
+    check_extra_args(o.subject_args)
     if o.choices is not None and o.topology != "pd":
         raise InputError("a PD deployment's choices (pd-eval --oracle tokens) need --topology pd")
     if o.inject and o.topology != "pd" and not _on_one_server(o.inject):
@@ -401,6 +404,7 @@ def _single(o: DeployOptions, ports: list[int], roomy: int, tight: int) -> Deplo
             str(pool),
             *o.scenario.role_args.get(role, ()),
             *o.extra_args,
+            *(o.subject_args if role == "pressured" else ()),
             "--host",
             o.host,
             "--port",
@@ -440,11 +444,14 @@ def _pd(o: DeployOptions, ports: list[int], roomy: int, tight: int) -> Deploymen
     c = o.choices or PlanChoices()
     base = _base(o)
 
-    def one(pool: int, decode: int, router: int, router_metrics: int) -> plan.LaunchPlan:
+    def one(pool: int, decode: int, router: int, router_metrics: int, subject: bool = False) -> plan.LaunchPlan:
+        preset = _composed(o, base, roomy, pool)
+        if subject:  # the subject's own flags on its decode alone (the prefill is shared with the reference)
+            preset = dataclasses.replace(preset, decode_tail=(*preset.decode_tail, *o.subject_args))
         return plan.build(
             plan.PlanOptions(
                 model=o.model_dir,
-                preset=_composed(o, base, roomy, pool),
+                preset=preset,
                 transfer_backend=_transfer(o),
                 ib_device=c.ib_device,
                 launcher=c.launcher if o.choices is not None else o.launcher,
@@ -460,7 +467,7 @@ def _pd(o: DeployOptions, ports: list[int], roomy: int, tight: int) -> Deploymen
 
     ref = one(roomy, ref_decode, ref_router, metrics[0])
     pressured_pool = roomy if o.scenario.roomy_subject else tight  # transfer: nothing may retract
-    press = one(pressured_pool, press_decode, press_router, metrics[-1])
+    press = one(pressured_pool, press_decode, press_router, metrics[-1], subject=True)
     prefill = ref.step("prefill")
     assert prefill is not None and prefill == press.step("prefill"), "both deployments share one prefill"
     observe = o.scenario.patches  # transfer: kvdoctor.engines.sglang.transfer_faults' observer

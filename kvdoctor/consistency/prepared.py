@@ -42,6 +42,8 @@ class ConsistencyOptions:
     scenario: str = DEFAULT_SCENARIO  # a name of kvdoctor.consistency.scenarios.SCENARIOS
     fault_file: Path | None = None  # --fault-file: the user's own fault (kvdoctor.consistency.fault_file)
     bundle: Path | None = None  # --bundle: a red run's reproduction bundle is copied here (consistency.bundle)
+    subject_args: tuple[str, ...] = ()  # server flags for the subject alone (PD: its decode): a sweep's configuration
+    server_path: tuple[str, ...] = ()  # folders first on every server's PYTHONPATH (a release overlay, SGLang)
 
 
 @dataclass(frozen=True)

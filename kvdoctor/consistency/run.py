@@ -82,7 +82,7 @@ def prepare(o: ConsistencyOptions) -> Prepared:
     server.check(o)
     if o.device not in deploy.DEVICES:
         raise InputError(f"--device must be one of {', '.join(deploy.DEVICES)}, got {o.device!r}")
-    server.check_extra_args(o.extra_args)
+    server.check_extra_args((*o.extra_args, *o.subject_args))
     loaded = load_config(o.model)
     top = dict(loaded.top)
     kind = runnable.classify(top, loaded.source)

@@ -82,6 +82,7 @@ class ServerFacts:
     distributions: tuple[str, ...]
     rule_model: str  # "module:attribute" of the room's RuleModel, imported on first use
     platform: bool = False  # its rules take the GPU platform (--gpu-arch): SGLang's do, vLLM's take none
+    sweep: str = ""  # the room's module holding its sweep space (ROWS, known, grammar; kvdoctor.sweep.spaces)
 
     @property
     def name(self) -> str:

@@ -17,7 +17,7 @@ from kvdoctor.report.envelope import SCHEMA_VERSION
 
 DIALECT = "https://json-schema.org/draft/2020-12/schema"
 
-__all__ = ["DIALECT", "ReportKind", "schema"]
+__all__ = ["DIALECT", "SPACE", "ReportKind", "SchemaName", "schema", "space_schema"]
 
 
 class ReportKind(str, Enum):
@@ -30,6 +30,19 @@ class ReportKind(str, Enum):
     CONSISTENCY = "consistency"
     FAULTS = "faults"
     REPLAY = "replay"
+    SWEEP = "sweep"
+
+
+SPACE = "sweep-space"  # a sweep's --space TOML file, read as this document: no report, no header
+
+
+# What ``kvdoctor schema`` prints: each command's ``--json`` report (every ReportKind), and the sweep's space file.
+SchemaName = Enum("SchemaName", {**{k.name: k.value for k in ReportKind}, "SWEEP_SPACE": SPACE}, type=str)
+
+
+def space_schema() -> dict[str, Any]:
+    """The schema of a sweep's ``--space`` file (TOML, read as the document it holds)."""
+    return _load(f"{SPACE}.json")
 
 
 def _load(name: str) -> dict[str, Any]:

@@ -51,6 +51,7 @@ class Factor:
     default: Value | None = None  # the server's own default (None: left out, the server decides at start-up)
     why: str = ""  # the state path it moves, one line
     topology: str | None = None  # "pd": only a PD deployment reads it (None: every deployment)
+    shared: bool = False  # the reference runs the same value: it changes the numbers a correct server computes
 
     @property
     def switch(self) -> bool:
@@ -60,9 +61,14 @@ class Factor:
         """The launch words that set VALUE (none for the default: the bare launch line has it)."""
         if value is None or (value == self.default and type(value) is type(self.default)):
             return ()
-        if self.switch:
-            return (self.flag,) if value else ()
+        if self.switch:  # off: nothing when off is the default, else the flag's inverse (vLLM's --no-X)
+            return (self.flag,) if value else (() if self.default is False else (self.inverse,))
         return (self.flag, _text(value))
+
+    @property
+    def inverse(self) -> str:
+        """A switch's off form, ``--no-X`` (a server whose default is neither on nor off takes it: vLLM's)."""
+        return f"--no-{self.flag[2:]}"
 
 
 def _text(value: Value) -> str:
@@ -91,10 +97,36 @@ class Configuration:
         """The server launch words of this configuration: only the flags that differ from the defaults."""
         return tuple(w for f in space.factors for w in f.words(self.get(f.flag)))
 
+    def subject_argv(self, space: Space) -> tuple[str, ...]:
+        """The words the subject alone runs (what the sweep tests)."""
+        return tuple(w for f in space.factors if not f.shared for w in f.words(self.get(f.flag)))
+
+    def shared_argv(self, space: Space) -> tuple[str, ...]:
+        """The words the reference runs too (factors that change the numbers, not the state path)."""
+        return tuple(w for f in space.factors if f.shared for w in f.words(self.get(f.flag)))
+
     def with_defaults(self, space: Space, keep: Iterable[str]) -> Configuration:
         """This configuration with every flag but KEEP set back to its default (the minimizer's probe)."""
         kept = set(keep)
         return Configuration(tuple((f.flag, self.get(f.flag) if f.flag in kept else f.default) for f in space.factors))
+
+    def toward(self, other: Configuration, keep: Iterable[str]) -> Configuration:
+        """This configuration with OTHER's value for each flag in KEEP (the minimizer's probe from a green
+        configuration toward a red one)."""
+        kept = set(keep)
+        return Configuration(tuple((flag, other.get(flag) if flag in kept else v) for flag, v in self.values))
+
+    def differs(self, other: Configuration) -> tuple[str, ...]:
+        """The flags whose value differs from OTHER's, in order."""
+        return tuple(flag for flag, v in self.values if other.get(flag) != v or type(other.get(flag)) is not type(v))
+
+    def shown(self, space: Space, flags: Iterable[str]) -> str:
+        """FLAGS with this configuration's values, as a person reads them (a switch ``on``/``off``)."""
+        out = []
+        for flag in flags:
+            f, v = space.factor(flag), self.get(flag)
+            out.append(f"{flag} {('on' if v else 'off') if f.switch else ('left out' if v is None else _text(v))}")
+        return ", ".join(out)
 
 
 @record(frozen=True)
@@ -132,11 +164,16 @@ class Space:
         for f in self.factors:
             if not known(f.flag):
                 raise FlagError(f"sweep space ({self.source}): {f.flag} is not a {self.server} server flag")
+            if f.switch and f.default is None and False in f.values and not known(f.inverse):
+                raise FlagError(
+                    f"sweep space ({self.source}): {f.flag} has no {f.inverse}: give default = false (off is the "
+                    "flag left out)"
+                )
             values = () if f.switch else tuple(_text(v) for v in (*f.values, f.default) if v is not None)
             checker.check(f.flag, values, grammar(f.flag))
 
 
-_FACTOR_KEYS = frozenset({"flag", "values", "default", "why", "topology"})
+_FACTOR_KEYS = frozenset({"flag", "values", "default", "why", "topology", "shared"})
 
 
 def _value(v: object, where: str) -> Value:
@@ -166,7 +203,10 @@ def _factor(table: object, where: str) -> Factor:
     if not isinstance(why, str):
         raise InputError(f"{where} ({flag}): why is a string")
     default = _value(table["default"], f"{where} ({flag})") if "default" in table else None
-    return Factor(flag, tried, default, why, topology)
+    shared = table.get("shared", False)
+    if not isinstance(shared, bool):
+        raise InputError(f"{where} ({flag}): shared is true or false")
+    return Factor(flag, tried, default, why, topology, shared)
 
 
 def read_toml(path: Path) -> Space:

@@ -275,19 +275,21 @@ def test_the_cache_key_changes_with_what_the_action_installs(tmp_path: Path) -> 
 
 STUB = """#!/bin/sh
 # kvdoctor as --help makes it: prints help, exits 0, no JSON; leaves a mark that it ran
-echo ran >> "$(dirname "$0")/ran"
+echo "$@" >> "$(dirname "$0")/ran"
 echo "Usage: kvdoctor [OPTIONS] COMMAND"
 """
 
 
-def _stubbed(workspace: Path, model: str, args: str) -> tuple[Runner, list[tuple[str, int]], Path, Path]:
+def _stubbed(
+    workspace: Path, model: str, args: str, command: str = "roundtrip"
+) -> tuple[Runner, list[tuple[str, int]], Path, Path]:
     """The steps with the install played by a stub kvdoctor that exits 0 and prints no JSON."""
     case = workspace / f"stub-{len(list(workspace.glob('stub-*')))}"
     (case / "bin").mkdir(parents=True)
     stub = case / "bin" / "kvdoctor"
     stub.write_text(STUB)
     stub.chmod(0o755)
-    runner = Runner(case, {"command": "roundtrip", "model": model, "args": args})
+    runner = Runner(case, {"command": command, "model": model, "args": args})
     return runner, runner.run(played={"install": {"kvdoctor": str(stub)}}), case, case / "bin" / "ran"
 
 
@@ -315,6 +317,16 @@ def test_an_exit_0_without_a_verdict_is_not_a_green_job(tmp_path: Path) -> None:
     assert dict(ran)["Verdict"] == 2, ran
     assert runner.steps["run"]["verdict"] == "error" and runner.steps["run"]["exit-code"] == "2"
     assert "without a verdict" in (case / "step-summary.md").read_text()
+
+
+def test_a_sweeps_plan_is_no_check_and_a_sweep_writes_its_page_into_the_artifact(tmp_path: Path) -> None:
+    _, ran, case, ran_mark = _stubbed(tmp_path, "lfm2-1.2b", "--shrink --plan", command="sweep")
+    assert dict(ran)["Verdict"] == 2 and not ran_mark.exists(), ran
+    assert "runs nothing" in (case / "step-summary.md").read_text()
+    _, ran, case, ran_mark = _stubbed(tmp_path, "lfm2-1.2b", "--shrink", command="sweep")
+    argv = ran_mark.read_text().split()
+    assert argv[:2] == ["sweep", "lfm2-1.2b"] and "--html" in argv
+    assert argv[argv.index("--html") + 1].endswith("/sweep.html") and argv[-1] == "--shrink"
 
 
 def test_help_with_the_real_kvdoctor_is_red(workspace: Path) -> None:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from kvdoctor.schemas import ReportKind
+from kvdoctor.schemas import SchemaName
 
 
 def _script() -> list[str]:
@@ -52,7 +52,7 @@ def test_bash_completes_a_command_name(how: str) -> None:
 
 
 def test_bash_completes_schema_kinds() -> None:
-    assert complete_bash(_script(), "kvdoctor schema ") == [k.value for k in ReportKind]
+    assert complete_bash(_script(), "kvdoctor schema ") == [k.value for k in SchemaName]
 
 
 def test_zsh_completion_answers_too() -> None:

@@ -87,7 +87,18 @@ def test_building_the_cli_imports_no_command_module() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     (top, bench), modules = json.loads(out.stdout)
-    assert top == ["inspect", "roundtrip", "pd-eval", "consistency", "drift", "faults", "replay", "schema", "bench"]
+    assert top == [
+        "inspect",
+        "roundtrip",
+        "pd-eval",
+        "consistency",
+        "drift",
+        "faults",
+        "replay",
+        "sweep",
+        "schema",
+        "bench",
+    ]
     assert bench == ["mxfp8", "roundtrip", "pd-eval", "startup", "consistency", "replay"]
     assert set(COMMAND_MODULES).isdisjoint(modules), modules
     assert not _loaded(("kvdoctor.core", "kvdoctor.engines", "kvdoctor.pd", "kvdoctor.report"), modules), modules

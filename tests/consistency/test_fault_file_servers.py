@@ -25,7 +25,8 @@ import pytest
 
 from kvdoctor.engines import hook_log
 
-pytestmark = pytest.mark.server
+# make consistency-matrix: CI's budget goes to the sweep's real-server test, which runs a fault file too
+pytestmark = [pytest.mark.server, pytest.mark.matrix]
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "fault_files" / "swap_state_slots.py"
 TARGET = "sglang.srt.managers.scheduler:Scheduler.run_batch"

@@ -117,3 +117,13 @@ def test_a_missing_or_binary_space_file_is_refused(tmp_path: Path) -> None:
     (tmp_path / "bin.toml").write_bytes(b"\xff\xfe\x00")
     with pytest.raises(InputError, match="not UTF-8"):
         read_toml(tmp_path / "bin.toml")
+
+
+def test_a_switch_whose_default_is_decided_at_start_up_is_tried_on_off_and_left_out() -> None:
+    f = Factor("--async-scheduling", (False, True), None)
+    assert f.switch and f.words(True) == ("--async-scheduling",) and f.words(False) == ("--no-async-scheduling",)
+    assert f.words(None) == ()
+    assert Factor("--enable-mixed-chunk", (False, True), False).words(False) == ()
+    space = Space("sglang", (Factor("--enable-mixed-chunk", (False, True), None),), "x.toml")
+    with pytest.raises(FlagError, match="has no --no-enable-mixed-chunk: give default = false"):
+        space.check(lambda flag: None, lambda flag: flag == "--enable-mixed-chunk")

@@ -41,5 +41,6 @@ FACTS = ServerFacts(
     noun="retraction",
     distributions=("sglang",),
     rule_model="kvdoctor.core.sglang.server:RULES",
+    sweep="kvdoctor.core.sglang.sweep",
     platform=True,
 )

@@ -10,16 +10,24 @@ retraction). Imports nothing heavy.
 
 from __future__ import annotations
 
+from kvdoctor.core.flag_values import ValueGrammar
 from kvdoctor.core.sglang._generated.server_flags import (
     SGLANG_DEST_DEFAULTS,
     SGLANG_FLAG_DESTS,
     SGLANG_FLAG_VALUES,
+    SGLANG_SERVER_FLAGS,
     SGLANG_SWITCHES,
 )
 
-__all__ = ["ROWS", "default", "tried"]
+__all__ = ["ROWS", "SHARED", "SHARED_OVER", "default", "grammar", "known", "rows", "tried"]
 
 Row = tuple[str, "tuple[object, ...] | None", str, "str | None"]  # (flag, values, why, topology)
+# Flags that change the numbers a correct server computes (not how a request's state is kept): the reference runs
+# the same value, so the token oracle compares like with like.
+SHARED = frozenset({"--mamba-ssm-dtype"})
+# Flags every server of one topology must agree on: over PD a decode's page size is its prefill's (the transfer
+# addresses the prefill's pages in the decode's), and the prefill is the reference's too, so every server runs it.
+SHARED_OVER = {"--page-size": "pd"}
 
 ROWS: tuple[Row, ...] = (
     (
@@ -67,3 +75,22 @@ def tried(flag: str, values: tuple[object, ...] | None) -> tuple[object, ...]:
     if choices is None:
         raise ValueError(f"{flag} offers no choices: its row must list the values to try")
     return tuple(choices)
+
+
+def known(flag: str) -> bool:
+    """FLAG is one SGLang's own parser takes."""
+    return flag in SGLANG_SERVER_FLAGS
+
+
+def grammar(flag: str) -> ValueGrammar | None:
+    """The values SGLang's parser accepts for FLAG (None: a switch, or a flag it does not know)."""
+    return SGLANG_FLAG_VALUES.get(flag)
+
+
+def rows() -> tuple[tuple[str, tuple[object, ...], object, str, str | None, bool | str], ...]:
+    """The built-in space, one (flag, values tried, SGLang's default, why, topology, shared) per row; shared is
+    True (every server, every topology), False, or the one topology whose servers must all run it."""
+    return tuple(
+        (flag, tried(flag, values), default(flag), why, topo, flag in SHARED or SHARED_OVER.get(flag, False))
+        for flag, values, why, topo in ROWS
+    )

