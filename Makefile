@@ -26,6 +26,8 @@ test: $(VENV)/.installed-test browser-apt
 browser-apt:
 	@if command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1; then \
 		echo "chromium and chromedriver present"; \
+	elif ! command -v apt-get >/dev/null 2>&1 || { [ "$$(id -u)" -ne 0 ] && [ -z "$(SUDO)" ]; }; then \
+		echo "make test opens the sweep's page in a headless Chromium: install chromium and chromedriver (Debian, Ubuntu: apt-get install chromium chromium-driver, as root), or run make test-only" >&2; exit 1; \
 	else \
 		$(SUDO) apt-get update && $(SUDO) apt-get install -y chromium chromium-driver; \
 	fi

@@ -45,3 +45,37 @@ def test_torch_index_adds_an_index_only_when_asked(tmp_path: Path) -> None:
     cpu = _make("-n", "demo", f"VENV={venv}", "TORCH_INDEX=https://download.pytorch.org/whl/cpu").stdout
     assert "--extra-index-url" not in plain
     assert "--extra-index-url https://download.pytorch.org/whl/cpu" in cpu
+
+
+def test_make_test_without_a_browser_or_a_way_to_install_one_fails_in_one_line(tmp_path: Path) -> None:
+    """``make test`` opens the sweep's page in Chromium: with no chromium and no apt-get, one line naming the fix; with
+    chromium and chromedriver on the PATH, nothing to install."""
+    bare = tmp_path / "bin"
+    bare.mkdir()
+    for tool in ("sh", "id", "echo", "make"):  # what the recipe itself runs; no chromium, no apt-get
+        found = shutil.which(tool)
+        if found:
+            (bare / tool).symlink_to(found)
+    env = {"PATH": str(bare)}
+    done = subprocess.run(
+        [str(bare / "make"), "--no-print-directory", "-C", str(ROOT), "browser-apt"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
+    assert done.returncode != 0
+    assert done.stderr.strip().splitlines()[0].startswith("make test opens the sweep's page in a headless Chromium"), (
+        done.stderr
+    )
+    for tool in ("chromium", "chromedriver"):
+        (bare / tool).write_text("#!/bin/sh\n", encoding="utf-8")
+        (bare / tool).chmod(0o755)
+    present = subprocess.run(
+        [str(bare / "make"), "--no-print-directory", "-C", str(ROOT), "browser-apt"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
+    assert present.returncode == 0 and "chromium and chromedriver present" in present.stdout, present.stderr

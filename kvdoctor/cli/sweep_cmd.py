@@ -53,7 +53,9 @@ def sweep(
             help="Models (directory, bundled fixture name or HF id), or `merge` then the --json reports to join."
         ),
     ],
-    server: Annotated[str, typer.Option("--server", help="sglang, or vllm (with --space).")] = DEFAULT_SERVER.value,
+    server: Annotated[
+        str, typer.Option("--server", help="sglang or vllm: whose servers run and whose flags are swept.")
+    ] = DEFAULT_SERVER.value,
     topology: TopologyOption = "single",
     scenario: Annotated[
         list[str] | None,

@@ -39,10 +39,22 @@ def read(path: Path) -> Mapping[str, Any]:
     return doc
 
 
+def _result(path: Path, doc: Mapping[str, Any]) -> SweepResult:
+    """DOC read back as the result it was written from (exit 2 naming PATH when a part of it is missing or wrong)."""
+    try:
+        missing = next((key for key in _SAME if key not in doc), None)
+        if missing is not None:
+            raise KeyError(missing)
+        return from_body(doc)
+    except (KeyError, TypeError, ValueError, IndexError) as exc:
+        raise InputError(f"{path}: not a whole kvdoctor sweep --json report ({type(exc).__name__}: {exc})") from None
+
+
 def merge(reports: Sequence[tuple[Path, Mapping[str, Any]]]) -> SweepResult:
     """REPORTS (path, document) joined into one sweep."""
     if len(reports) < 2:
         raise InputError("kvdoctor sweep merge needs two reports or more")
+    results = [_result(path, doc) for path, doc in reports]  # each one whole, before they are compared
     (first_path, first), *rest = reports
     plan = [c["values"] for c in first["plan"]["configurations"]]
     for path, doc in rest:
@@ -51,7 +63,6 @@ def merge(reports: Sequence[tuple[Path, Mapping[str, Any]]]) -> SweepResult:
                 raise InputError(f"{path}: not the sweep of {first_path}: its {key} differs")
         if [c["values"] for c in doc["plan"]["configurations"]] != plan:
             raise InputError(f"{path}: not the sweep of {first_path}: its plan differs")
-    results = [from_body(doc) for _, doc in reports]
     seen: dict[tuple[str, str, int], Path] = {}
     for (path, _), result in zip(reports, results, strict=True):
         for cell in result.cells:

@@ -31,7 +31,7 @@ from kvdoctor.consistency.prepared import ConsistencyOptions
 from kvdoctor.consistency.result import ConsistencyResult
 from kvdoctor.consistency.workload import Workload
 from kvdoctor.core.record import record
-from kvdoctor.core.servers import DEFAULT_SERVER, facts
+from kvdoctor.core.servers import DEFAULT_SERVER, facts, rule_model
 from kvdoctor.sweep import covering, minimize, spaces
 from kvdoctor.sweep.cell import FAULT_GATES, Outcome, Verdict, classify
 from kvdoctor.sweep.result import Cell, Minimized, Refusal, SweepResult
@@ -128,6 +128,7 @@ class Sweeper:
         self.say = notify or (lambda _phase, _msg: None)
         self.clock = clock
         self._runs: dict[tuple[str, str, tuple[str, ...], str], _Run] = {}
+        self._ruled: dict[tuple[str, tuple[str, ...], tuple[str, ...]], str | None] = {}
         self.refused: list[Refusal] = []
         self.scenarios: tuple[str, ...] = ()
         self.space: Space | None = None
@@ -195,10 +196,31 @@ class Sweeper:
                 if words and all(r is not None for r in reasons):
                     self.refused.append(Refusal(" ".join(words), str(reasons[0])))
                     continue
+                ruled = self._ruled_everywhere(f, value) if words else None
+                if ruled is not None:
+                    self.refused.append(Refusal(" ".join(words), ruled))
+                    continue
                 values.append(value)
             if any(f.words(v) for v in values):
                 factors.append(replace(f, values=tuple(values)))
         self.space = replace(self.space, factors=tuple(factors))
+
+    def _ruled_everywhere(self, factor: Factor, value: object) -> str | None:
+        """The server's start-up refusal of FACTOR at VALUE beside every value of every other flag (the rest at their
+        defaults), on every model, by the rule model: such a value can meet nothing, so it leaves the plan (listed
+        with the refusal) rather than turn every cell it is in refused. None when some pairing starts."""
+        assert self.space is not None
+        space, first = self.space, None
+        pairings = [{}] + [{g.flag: w} for g in space.factors if g is not factor for w in g.values]
+        for model in self.o.models:
+            for other in pairings:
+                config = space.configuration({**other, factor.flag: value})
+                every = (*self.o.extra_args, *config.shared_argv(space))
+                reason = self._ruled_out(model, config.subject_argv(space), every)
+                if reason is None:
+                    return None
+                first = first or reason
+        return first
 
     def _refusal(self, base: ConsistencyOptions, words: tuple[str, ...]) -> str | None:
         try:
@@ -239,9 +261,14 @@ class Sweeper:
         t0 = self.clock()
         try:
             prepared = consistency.prepare(options)
+            ruled = self._ruled_out(model, subject, options.extra_args)
         except InputError as exc:
             done = _Run(None, Outcome(Verdict.REFUSED, str(exc)), 0.0)
         else:
+            if ruled is not None:
+                done = _Run(None, Outcome(Verdict.REFUSED, ruled), 0.0)
+                self._runs[key] = done
+                return done
             label = config.label(self.space)
             where = f"{model} · {scenario} · {label}" + (f" · {release}" if release else "")
             self.say("cell", f"{where}: running")
@@ -253,6 +280,27 @@ class Sweeper:
             self.say("cell", f"{where}: {done.outcome.verdict.value}: {done.outcome.reason}")
         self._runs[key] = done
         return done
+
+    def _ruled_out(self, model: str, subject: tuple[str, ...], every: tuple[str, ...]) -> str | None:
+        """What the server refuses at start-up for this configuration, by kvdoctor's rule model (each refusal cites
+        the server's file and lines), before anything launches; None: the server decides. A launch the rule model
+        cannot read (a flag it does not model) is left to the server."""
+        key = (model, subject, every)
+        if key not in self._ruled:
+            self._ruled[key] = self._rule_refusal(model, subject, every)
+        return self._ruled[key]
+
+    def _rule_refusal(self, model: str, subject: tuple[str, ...], every: tuple[str, ...]) -> str | None:
+        title = facts(self.o.server).title
+        for role, argv in spaces.launches(self.o.server, self.o.topology, subject, every):
+            try:
+                refusals = rule_model(self.o.server).analyze(model, argv).refusals
+            except InputError:
+                continue
+            if refusals:
+                first = refusals[0]
+                return f"{role}: {title} refuses it at start-up: {first.message} ({first.where}; kvdoctor's rule model)"
+        return None
 
     def run(self) -> SweepResult:
         assert self.space is not None

@@ -121,11 +121,14 @@ class Configuration:
         return tuple(flag for flag, v in self.values if other.get(flag) != v or type(other.get(flag)) is not type(v))
 
     def shown(self, space: Space, flags: Iterable[str]) -> str:
-        """FLAGS with this configuration's values, as a person reads them (a switch ``on``/``off``)."""
+        """FLAGS with this configuration's values, as a person reads them (a switch given, or ``left out``)."""
         out = []
         for flag in flags:
             f, v = space.factor(flag), self.get(flag)
-            out.append(f"{flag} {('on' if v else 'off') if f.switch else ('left out' if v is None else _text(v))}")
+            if f.switch:
+                out.append(" ".join(f.words(v)) or f"{flag} left out")  # --X, --no-X (vLLM), or neither
+            else:
+                out.append(f"{flag} {'left out' if v is None else _text(v)}")
         return ", ".join(out)
 
 

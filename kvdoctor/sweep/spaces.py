@@ -15,7 +15,7 @@ from kvdoctor._exceptions import InputError
 from kvdoctor.core.servers import facts
 from kvdoctor.sweep.space import Factor, Space, read_toml
 
-__all__ = ["builtin", "load"]
+__all__ = ["builtin", "launches", "load"]
 
 
 def _room(server: str) -> ModuleType:
@@ -53,3 +53,10 @@ def load(server: str, path: Path | None, topology: str) -> Space:
     if not kept.factors:
         raise InputError(f"sweep space ({space.source}): no factor applies to --topology {topology}")
     return kept
+
+
+def launches(
+    server: str, topology: str, subject: tuple[str, ...], every: tuple[str, ...]
+) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """The servers a configuration starts, (role, the server's flags), as SERVER's room names them."""
+    return _room(server).launches(topology, subject, every)

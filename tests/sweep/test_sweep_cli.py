@@ -115,3 +115,16 @@ def test_merge_joins_shards_and_refuses_what_is_no_shard_of_the_same_sweep(tmp_p
     junk = tmp_path / "junk.json"
     junk.write_text("{", encoding="utf-8")
     assert "not a JSON report" in kvdoctor("merge", paths[0], str(junk)).stderr
+    cut = tmp_path / "cut.json"
+    partial = json.loads(Path(paths[1]).read_text())
+    del partial["space"]
+    cut.write_text(json.dumps(partial), encoding="utf-8")
+    torn = kvdoctor("merge", paths[0], str(cut))
+    assert torn.returncode == 2, torn.stderr
+    assert f"{cut}: not a whole kvdoctor sweep --json report (KeyError: 'space')" in torn.stderr
+    assert "Traceback" not in torn.stderr
+    bad_cell = json.loads(Path(paths[1]).read_text())
+    bad_cell["cells"][0]["verdict"] = "purple"
+    cut.write_text(json.dumps(bad_cell), encoding="utf-8")
+    torn = kvdoctor("merge", paths[0], str(cut))
+    assert torn.returncode == 2 and "not a whole kvdoctor sweep --json report (ValueError" in torn.stderr, torn.stderr

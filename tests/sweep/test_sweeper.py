@@ -46,6 +46,7 @@ def _sweep(
     space = tmp_path / "space.toml"
     space.write_text(kw.pop("space_text", SPACE), encoding="utf-8")  # type: ignore[arg-type]
     monkeypatch.setattr(consistency_run, "run", rule)
+    kw.setdefault("overlay_root", tmp_path / "no-overlays")  # not the checkout's .overlay/: what a test bisects over
     o = SweepOptions(
         models=("lfm2-1.2b",), shrink=True, scenarios=("preempt",), space=space, output_dir=tmp_path / "out", **kw
     )  # type: ignore[arg-type]
@@ -196,7 +197,7 @@ def test_red_defaults_are_minimized_against_the_nearest_green_cell(tmp_path, mon
     r = _sweep(tmp_path, monkeypatch, rule, space_text=OVERLAP).run()
     first, *rest = r.minimized
     assert first.index == 0 and first.kept == ("--disable-overlap-schedule",) and first.baseline is not None
-    assert first.words == ("red because of --disable-overlap-schedule off (green with --disable-overlap-schedule on)")
+    assert first.words == ("red because of --disable-overlap-schedule left out (green with --disable-overlap-schedule)")
     assert rest and all(m.kept is None and "not minimized again" in m.note for m in rest)
     assert all(f"configuration {first.index} was minimized to" in m.note for m in rest)
 
@@ -228,3 +229,32 @@ def test_the_budget_cuts_minimization_before_its_next_run(tmp_path, monkeypatch)
     assert len(asked) - before == len(mine), "a run started after the --budget was spent"
     assert all(c.verdict is not Verdict.NOT_RUN for c in r.cells)
     assert r.minimized and all(m.words == "the --budget was spent while minimizing" for m in r.minimized)
+
+
+PAGED = """server = "sglang"
+
+[[factor]]
+flag = "--page-size"
+values = [1, 16]
+default = 1
+
+[[factor]]
+flag = "--disable-radix-cache"
+values = [false, true]
+default = false
+"""
+
+
+def test_a_configuration_the_server_refuses_at_start_up_is_refused_before_it_launches(tmp_path, monkeypatch) -> None:
+    """LFM2 with pages of 16 and its radix cache on: SGLang resolves no_buffer and refuses (kvdoctor's rule model,
+    citing SGLang's validate_mamba_no_buffer); no run is asked for it. With the radix cache off it runs."""
+    rule, asked = planted("--never")
+    r = _sweep(tmp_path, monkeypatch, rule, space_text=PAGED, strength=2).run()
+    cells = {c.label: c for c in r.cells}
+    refused = cells["--page-size 16"]
+    assert refused.verdict is Verdict.REFUSED
+    assert refused.reason.startswith("pressured: SGLang refuses it at start-up: no_buffer only supports page_size=1.")
+    assert "sglang/srt/arg_groups/mamba_hook.py:" in refused.reason and "kvdoctor's rule model" in refused.reason
+    ran = [" ".join(p.options.subject_args) for p in asked]
+    assert "--page-size 16" not in ran and "--page-size 16 --disable-radix-cache" in ran
+    assert cells["--page-size 16 --disable-radix-cache"].verdict is Verdict.GREEN

@@ -16,6 +16,7 @@ from kvdoctor.core.sglang import geometry, rules
 from kvdoctor.core.sglang.families import Classification
 from kvdoctor.core.sglang.flags import ServerFlags
 from kvdoctor.core.sglang.policy import Platform, PoolLayout
+from kvdoctor.core.sglang.sizing import mamba_strategy
 from kvdoctor.core.sglang.spec import StateSpec
 
 
@@ -114,6 +115,20 @@ def _model_refusals(cfg: ModelConfig, flags: ServerFlags, spec: StateSpec, deriv
     return found
 
 
+def _mamba_radix_refusals(cfg: ModelConfig, flags: ServerFlags, spec: StateSpec) -> list[Refusal]:
+    """handle_mamba_radix_cache: the strategy a server with its radix cache on resolves for recurrent state must
+    suit the model (extra_buffer only where SGLang supports it) and the page size (no_buffer: pages of 1)."""
+    if not spec.classification.uses_ssm_state:
+        return []
+    strategy = mamba_strategy(spec, flags, cfg.model_type)
+    supported = bool(set(spec.architectures) & rules.MAMBA_EXTRA_BUFFER_ARCHS)
+    if strategy in ("extra_buffer", "extra_buffer_lazy") and not supported:
+        return [_refusal("mamba_extra_buffer_arch", arch=cfg.architecture)]
+    if strategy == "no_buffer" and flags.page_size > 1:
+        return [_refusal("mamba_no_buffer_paged")]
+    return []
+
+
 def _decode_radix_refusals(cfg: ModelConfig, flags: ServerFlags, spec: StateSpec) -> list[Refusal]:
     """validate_decode_radix_cache: a decode server's radix opt-in on a hybrid-SWA model."""
     cls = spec.classification
@@ -163,6 +178,7 @@ def launch_refusals(
     return (
         *platform_refusals,
         *_flag_refusals(cfg, flags, spec.classification),
+        *_mamba_radix_refusals(cfg, flags, spec),
         *_model_refusals(cfg, flags, spec, derived_context),
         *_decode_radix_refusals(cfg, flags, spec),
         *_tree_cache_refusals(flags, spec, layout, backend),

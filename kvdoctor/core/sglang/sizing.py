@@ -82,15 +82,12 @@ def _ratio(flag: float | None, family: str, key: str, fallback: float) -> tuple[
     return fallback, "SGLang fallback"
 
 
-def mamba_slots_per_request(spec: StateSpec, flags: ServerFlags, model_type: str = "") -> int:
-    """How many mamba slots one running request holds on this server (``rules.MAMBA_SLOTS_SOURCE``).
-
-    The radix cache is off when asked, on a decode server without its radix opt-in, and for models
-    that force it off (MiniCPM-SALA); Inkling pins the extra-buffer strategy (``FORCED_MAMBA_STRATEGY``).
-    """
+def mamba_strategy(spec: StateSpec, flags: ServerFlags, model_type: str = "") -> str | None:
+    """The Mamba radix-cache strategy this server resolves (``rules.MAMBA_SLOTS_SOURCE``); None with its radix
+    cache off (asked, a PD decode without its radix opt-in, a model that forces it off)."""
     radix_on = not flags.disable_radix_cache and (not flags.is_decode or flags.disaggregation_decode_enable_radix_cache)
     if not radix_on or model_type in rules.RADIX_OFF_MODEL_TYPES:
-        return rules.MAMBA_SLOTS_RADIX_OFF
+        return None
     strategy = flags.mamba_radix_cache_strategy
     forced = next(
         (rules.FORCED_MAMBA_STRATEGY[a] for a in spec.architectures if a in rules.FORCED_MAMBA_STRATEGY), None
@@ -101,6 +98,18 @@ def mamba_slots_per_request(spec: StateSpec, flags: ServerFlags, model_type: str
         wants_buffer = not flags.disable_overlap_schedule or flags.page_size > 1
         supported = bool(set(spec.architectures) & rules.MAMBA_EXTRA_BUFFER_ARCHS)
         strategy = "extra_buffer" if wants_buffer and supported else "no_buffer"
+    return strategy
+
+
+def mamba_slots_per_request(spec: StateSpec, flags: ServerFlags, model_type: str = "") -> int:
+    """How many mamba slots one running request holds on this server (``rules.MAMBA_SLOTS_SOURCE``).
+
+    The radix cache is off when asked, on a decode server without its radix opt-in, and for models
+    that force it off (MiniCPM-SALA); Inkling pins the extra-buffer strategy (``FORCED_MAMBA_STRATEGY``).
+    """
+    strategy = mamba_strategy(spec, flags, model_type)
+    if strategy is None:
+        return rules.MAMBA_SLOTS_RADIX_OFF
     tracking = rules.MAMBA_TRACKING_SLOTS.get(strategy, 0)
     if strategy == "extra_buffer" and flags.disable_overlap_schedule:
         tracking = rules.MAMBA_TRACKING_SLOTS_NO_OVERLAP

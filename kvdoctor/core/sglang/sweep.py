@@ -19,7 +19,7 @@ from kvdoctor.core.sglang._generated.server_flags import (
     SGLANG_SWITCHES,
 )
 
-__all__ = ["ROWS", "SHARED", "SHARED_OVER", "default", "grammar", "known", "rows", "tried"]
+__all__ = ["ROWS", "SHARED", "SHARED_OVER", "default", "grammar", "known", "launches", "rows", "tried"]
 
 Row = tuple[str, "tuple[object, ...] | None", str, "str | None"]  # (flag, values, why, topology)
 # Flags that change the numbers a correct server computes (not how a request's state is kept): the reference runs
@@ -94,3 +94,17 @@ def rows() -> tuple[tuple[str, tuple[object, ...], object, str, str | None, bool
         (flag, tried(flag, values), default(flag), why, topo, flag in SHARED or SHARED_OVER.get(flag, False))
         for flag, values, why, topo in ROWS
     )
+
+
+def launches(
+    topology: str, subject: tuple[str, ...], every: tuple[str, ...]
+) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """The servers a configuration starts, as (role, SGLang flags), for the rule model to judge before any launch:
+    over PD the prefill (the flags every server runs; it serves the reference too) and the subject's decode; on one
+    server the subject. kvdoctor's own flags (pool sizes, ports) are left to the deployment."""
+    if topology == "pd":
+        return (
+            ("prefill", ("--disaggregation-mode", "prefill", *every)),
+            ("decode-pressured", ("--disaggregation-mode", "decode", *every, *subject)),
+        )
+    return (("pressured", (*every, *subject)),)

@@ -18,7 +18,7 @@ from kvdoctor.core.vllm._generated.server_flags import (
     VLLM_SERVER_FLAGS,
 )
 
-__all__ = ["ROWS", "SHARED", "default", "grammar", "known", "rows", "tried"]
+__all__ = ["ROWS", "SHARED", "default", "grammar", "known", "launches", "rows", "tried"]
 
 ROWS: tuple[tuple[str, tuple[object, ...] | None, str, str | None], ...] = (
     (
@@ -68,3 +68,11 @@ def rows() -> tuple[tuple[str, tuple[object, ...], object, str, str | None, bool
     return tuple(
         (flag, tried(flag, values), default(flag), why, topo, flag in SHARED) for flag, values, why, topo in ROWS
     )
+
+
+def launches(
+    topology: str, subject: tuple[str, ...], every: tuple[str, ...]
+) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """The server a configuration starts, as (role, vLLM flags), for the rule model to judge before its launch
+    (kvdoctor runs vLLM on one server: TOPOLOGY is single)."""
+    return (("pressured", (*every, *subject)),)

@@ -226,6 +226,8 @@ def test_inkling_always_uses_the_extra_buffer() -> None:
         ("llama-3.1-8b", ("--tp-size", "3"), "tp_kv_heads"),
         ("qwen3-next-80b-a3b", HOST_POOL, "host_pool_mamba"),
         ("deepseek-v3", HOST_POOL, "host_pool_layout"),
+        ("lfm2-1.2b", ("--page-size", "16"), "mamba_no_buffer_paged"),  # auto resolves to no_buffer on LFM2
+        ("lfm2-1.2b", ("--mamba-radix-cache-strategy", "extra_buffer"), "mamba_extra_buffer_arch"),
     ],
 )
 def test_launches_sglang_refuses_are_kvd014_with_its_message_and_place(
@@ -250,6 +252,11 @@ def test_launches_sglang_accepts_are_not_refused() -> None:
         "llama-3.1-8b", [*DECODE, "--disaggregation-decode-enable-offload-kvcache", "--hicache-storage-backend", "file"]
     ).refusals
     assert not analyze("llama-3.1-8b", ["--tp-size", "8"]).refusals  # KV heads replicated
+    # the Mamba radix-cache strategy is validated only where the radix cache is on, and extra_buffer where supported
+    assert not analyze("lfm2-1.2b", ["--page-size", "16", "--disable-radix-cache"]).refusals
+    assert not analyze("lfm2-1.2b", [*DECODE, "--page-size", "16"]).refusals  # a decode without its radix opt-in
+    assert not analyze("qwen3-next-80b-a3b", ["--page-size", "16"]).refusals  # auto resolves to extra_buffer
+    assert not analyze("llama-3.1-8b", ["--page-size", "16"]).refusals  # no recurrent state
 
 
 def test_pure_swa_host_pool_is_refused() -> None:

@@ -27,6 +27,16 @@ REFUSALS: dict[str, RefusalRule] = {
         "and SGLang fails building DeepSeekV4TokenToKVPool (TypeError): the server does not start.",
         cite("srt/mem_cache/kv_cache_configurator.py", "_derive_pool_sizes", 528, 535),
     ),
+    # handle_mamba_radix_cache (arg_groups/model_hook.py) validates the resolved Mamba radix-cache strategy of a
+    # server whose radix cache is on (auto resolves as sizing.mamba_slots_per_request restates).
+    "mamba_extra_buffer_arch": RefusalRule(
+        "extra_buffer is not supported for {arch}; use no_buffer.",
+        cite("srt/arg_groups/mamba_hook.py", "validate_mamba_extra_buffer", 115, 119),
+    ),
+    "mamba_no_buffer_paged": RefusalRule(
+        "no_buffer only supports page_size=1.",
+        cite("srt/arg_groups/mamba_hook.py", "validate_mamba_no_buffer", 156, 157),
+    ),
     # kv_cache_builder / registry / unified tree: what a host_pool retraction backup needs.
     "host_pool_mamba": RefusalRule(
         "Host-pool retraction does not support Mamba models.",
