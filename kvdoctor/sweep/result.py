@@ -22,8 +22,25 @@ class Refusal:
     reason: str
 
 
+class _Placed:
+    """Where a cell (or the red minimized from it) sits in the matrix: its model, scenario and configuration."""
+
+    model: str
+    scenario: str
+    index: int
+
+    @property
+    def key(self) -> tuple[str, str, int]:
+        return (self.model, self.scenario, self.index)
+
+    @property
+    def column(self) -> tuple[str, str]:
+        """The model and scenario: the matrix's column, whose cells a minimizer compares with each other."""
+        return (self.model, self.scenario)
+
+
 @record(frozen=True)
-class Cell:
+class Cell(_Placed):
     """One model × scenario × configuration, run (or not) and judged (:func:`kvdoctor.sweep.cell.classify`)."""
 
     model: str
@@ -43,18 +60,9 @@ class Cell:
     bundle: str | None = None
     wall_s: float = 0.0
 
-    @property
-    def key(self) -> tuple[str, str, int]:
-        return (self.model, self.scenario, self.index)
-
-    @property
-    def column(self) -> tuple[str, str]:
-        """The model and scenario: the matrix's column, whose cells a minimizer compares with each other."""
-        return (self.model, self.scenario)
-
 
 @record(frozen=True)
-class Minimized:
+class Minimized(_Placed):
     """A red cell made small: how often it is red, the 1-minimal flags it is red because of, and since when."""
 
     model: str
@@ -72,15 +80,6 @@ class Minimized:
     wall_s: float = 0.0
     baseline: int | None = None  # the green configuration ddmin started from (None: the server's defaults)
     cause: str = ""  # the kept flags with the red values, and the green ones (from a baseline other than defaults)
-
-    @property
-    def key(self) -> tuple[str, str, int]:
-        """The key of the cell this red was minimized from (:attr:`Cell.key`)."""
-        return (self.model, self.scenario, self.index)
-
-    @property
-    def column(self) -> tuple[str, str]:
-        return (self.model, self.scenario)
 
     @property
     def deterministic(self) -> bool:
