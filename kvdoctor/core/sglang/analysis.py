@@ -185,6 +185,7 @@ def analyze_config(config: ModelConfig, flags: ServerFlags, platform: Platform =
     Bad input is refused where it enters (``config``/``config_checks``, ``flags``) with the field or flag
     named; an exception raised past that point is a kvdoctor bug and is left to surface as one (exit 4).
     """
+    page_given = flags.page_size  # --page-size as launched, before a model's own page size is resolved
     flags = model_overrides(config, flags, platform)
     cls = classify(config, disable_hybrid_swa_memory=flags.disable_hybrid_swa_memory)
     flags = resolve_flags(config, cls, flags, platform)
@@ -195,7 +196,9 @@ def analyze_config(config: ModelConfig, flags: ServerFlags, platform: Platform =
     backup = decide_backup(
         spec, layout, flags, platform, pool_tokens=pool_tokens, context_len=context_length(config, flags)
     )
-    refusals = launch_refusals(config, flags, spec, layout, backup.backend, derived_context_length(config), platform)
+    refusals = launch_refusals(
+        config, flags, spec, layout, backup.backend, derived_context_length(config), platform, page_given
+    )
     return Analysis(
         config=config,
         flags=flags,

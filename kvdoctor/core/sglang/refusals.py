@@ -115,16 +115,17 @@ def _model_refusals(cfg: ModelConfig, flags: ServerFlags, spec: StateSpec, deriv
     return found
 
 
-def _mamba_radix_refusals(cfg: ModelConfig, flags: ServerFlags, spec: StateSpec) -> list[Refusal]:
+def _mamba_radix_refusals(cfg: ModelConfig, flags: ServerFlags, spec: StateSpec, page_given: int) -> list[Refusal]:
     """handle_mamba_radix_cache: the strategy a server with its radix cache on resolves for recurrent state must
-    suit the model (extra_buffer only where SGLang supports it) and the page size (no_buffer: pages of 1)."""
-    if not spec.classification.uses_ssm_state:
-        return []
+    suit the model (extra_buffer only where SGLang supports it) and the page size (no_buffer: pages of 1). The
+    validator sees the page size as given (PAGE_GIVEN): a model's own page size is resolved after it runs."""
+    if not (spec.classification.uses_ssm_state and set(spec.architectures) & rules.MAMBA_RADIX_CACHE_ARCHS):
+        return []  # SGLang validates a strategy only for the architectures whose radix cache keeps Mamba checkpoints
     strategy = mamba_strategy(spec, flags, cfg.model_type)
     supported = bool(set(spec.architectures) & rules.MAMBA_EXTRA_BUFFER_ARCHS)
     if strategy in ("extra_buffer", "extra_buffer_lazy") and not supported:
         return [_refusal("mamba_extra_buffer_arch", arch=cfg.architecture)]
-    if strategy == "no_buffer" and flags.page_size > 1:
+    if strategy == "no_buffer" and page_given > 1:
         return [_refusal("mamba_no_buffer_paged")]
     return []
 
@@ -166,6 +167,7 @@ def launch_refusals(
     backend: str,
     derived_context: int,
     platform: Platform | None = None,
+    page_given: int | None = None,
 ) -> tuple[Refusal, ...]:
     """Every start-up refusal SGLang 0.5.23 would raise for CFG under FLAGS, in the order it meets them.
 
@@ -178,7 +180,7 @@ def launch_refusals(
     return (
         *platform_refusals,
         *_flag_refusals(cfg, flags, spec.classification),
-        *_mamba_radix_refusals(cfg, flags, spec),
+        *_mamba_radix_refusals(cfg, flags, spec, flags.page_size if page_given is None else page_given),
         *_model_refusals(cfg, flags, spec, derived_context),
         *_decode_radix_refusals(cfg, flags, spec),
         *_tree_cache_refusals(flags, spec, layout, backend),

@@ -32,12 +32,16 @@ MAMBA_CACHE_PER_SHARD_SOURCE = cite("srt/mem_cache/kv_cache_configurator.py", "p
 ATTN_DP_SOURCE = cite("srt/arg_groups/parallel_hook.py", "attn_dp_size", 50, 57)
 # Mamba slots per running request: 1 with the radix cache off (a PD decode server without its radix
 # opt-in); otherwise 3, plus the tracking slots of the extra buffer (2 with the overlap schedule, 1 when lazy).
-# The strategy's resolution (MAMBA_EXTRA_BUFFER_ARCHS, FORCED_MAMBA_STRATEGY below) is cited here too.
+# The strategy's resolution (MAMBA_EXTRA_BUFFER_ARCHS, MAMBA_RADIX_CACHE_ARCHS, FORCED_MAMBA_STRATEGY below) is
+# cited here too.
 MAMBA_SLOTS_SOURCE = (
     cite("srt/mem_cache/kv_cache_configurator.py", "_calculate_mamba_ratio", 3062, 3088),
     cite("srt/mem_cache/allocation_sizing.py", "get_mamba_tracking_slots", 11, 19),
     cite("srt/arg_groups/overrides.py", "_MAMBA_EXTRA_BUFFER_ARCHS", 401, 486),
     cite("srt/arg_groups/model_overrides/inkling.py", "extra_buffer", 50, 56),
+    cite("srt/arg_groups/overrides.py", "_MAMBA_RADIX_CACHE_ARCHS", 369, 399),
+    cite("srt/arg_groups/overrides.py", "_mamba_radix_cache_resolution", 454, 466),
+    cite("srt/arg_groups/model_overrides/inkling.py", "uses_mamba_radix_cache", 60, 60),
 )
 MAMBA_SLOTS_RADIX_OFF = 1
 MAMBA_SLOTS_RADIX_BASE = 3
@@ -70,6 +74,41 @@ MAMBA_EXTRA_BUFFER_ARCHS = frozenset(
         "NemotronHPuzzleForCausalLM",
         "NemotronH_Omni_Reasoning_V3",
         "KimiK3ForConditionalGeneration",
+        "InklingForConditionalGeneration",
+        "InklingForConditionalGenerationMTP",
+    }
+)
+# The architectures whose radix cache keeps Mamba checkpoints (SGLang resolves and validates a Mamba radix-cache
+# strategy for these alone; GraniteMoeHybrid only with mamba layers; Inkling through its model override). A pure
+# Mamba model (FalconMamba, Mamba2) is not among them. Cited in MAMBA_SLOTS_SOURCE, beside the resolution.
+MAMBA_RADIX_CACHE_ARCHS = frozenset(
+    {
+        "KimiLinearForCausalLM",
+        "KimiK3ForConditionalGeneration",
+        "BailingMoeV2_5ForCausalLM",
+        "BailingMoeV3ForCausalLM",
+        "BailingMoeV3VLForConditionalGeneration",
+        "Qwen3NextForCausalLM",
+        "Qwen3_5MoeForConditionalGeneration",
+        "InternS2PreviewForConditionalGeneration",
+        "InternS2MobiusForConditionalGeneration",
+        "Qwen3_5ForConditionalGeneration",
+        "Qwen3_5MoeForCausalLM",
+        "Qwen3_5ForCausalLM",
+        "Qwen4ExpForConditionalGeneration",
+        "MiniCPMV4_6ForConditionalGeneration",
+        "MiniCPMV4_7ForConditionalGeneration",
+        "NemotronHForCausalLM",
+        "NemotronHPuzzleForCausalLM",
+        "NemotronH_Omni_Reasoning_V3",
+        "FalconH1ForCausalLM",
+        "JetNemotronForCausalLM",
+        "JetVLMForConditionalGeneration",
+        "Lfm2ForCausalLM",
+        "Lfm2MoeForCausalLM",
+        "ZayaForCausalLM",
+        "Glm5NextForConditionalGeneration",
+        "GraniteMoeHybridForCausalLM",
         "InklingForConditionalGeneration",
         "InklingForConditionalGenerationMTP",
     }
