@@ -247,7 +247,7 @@ def from_body(doc: Mapping[str, Any], warnings: Sequence[str] = ()) -> SweepResu
     )
 
 
-_JUNIT = {
+_JUNIT = {  # a cell's JUnit status, and its step-summary status (the same words)
     Verdict.GREEN: junit.PASSED,
     Verdict.RED: junit.FAILED,
     Verdict.LOUD: junit.FAILED,
@@ -255,15 +255,6 @@ _JUNIT = {
     Verdict.REFUSED: junit.SKIPPED,
     Verdict.NOT_RUN: junit.SKIPPED,
     Verdict.ERROR: junit.ERROR,
-}
-_SUMMARY = {
-    Verdict.GREEN: "passed",
-    Verdict.RED: "failed",
-    Verdict.LOUD: "failed",
-    Verdict.VACUOUS: "failed",
-    Verdict.REFUSED: "skipped",
-    Verdict.NOT_RUN: "skipped",
-    Verdict.ERROR: "error",
 }
 
 
@@ -320,5 +311,5 @@ class Report(Reportable):
         for c in self.result.cells:
             m = self.result.minimized_for(c)
             value = c.verdict.value + (f": {m.words}" if m is not None else "")
-            rows.append(github.Row(cell_name(c), value, "green", _SUMMARY[c.verdict]))
+            rows.append(github.Row(cell_name(c), value, "green", _JUNIT[c.verdict]))
         return rows

@@ -129,6 +129,7 @@ class Sweeper:
         self.clock = clock
         self._runs: dict[tuple[str, str, tuple[str, ...], str], _Run] = {}
         self._ruled: dict[tuple[str, tuple[str, ...], tuple[str, ...]], str | None] = {}
+        self._plan: tuple[Configuration, ...] | None = None
         self.refused: list[Refusal] = []
         self.scenarios: tuple[str, ...] = ()
         self.space: Space | None = None
@@ -230,8 +231,11 @@ class Sweeper:
         return None
 
     def plan(self) -> tuple[Configuration, ...]:
+        """The whole plan, built once (the space is final once :meth:`check` has run)."""
         assert self.space is not None
-        return covering.plan(self.space, self.o.strength)
+        if self._plan is None:
+            self._plan = covering.plan(self.space, self.o.strength)
+        return self._plan
 
     # -- running ---------------------------------------------------------------------------------------------------
 
@@ -261,14 +265,12 @@ class Sweeper:
         t0 = self.clock()
         try:
             prepared = consistency.prepare(options)
-            ruled = self._ruled_out(model, subject, options.extra_args)
+            refused = self._ruled_out(model, subject, options.extra_args)  # the server's own start-up refusal
         except InputError as exc:
-            done = _Run(None, Outcome(Verdict.REFUSED, str(exc)), 0.0)
+            refused = str(exc)
+        if refused is not None:
+            done = _Run(None, Outcome(Verdict.REFUSED, refused), 0.0)
         else:
-            if ruled is not None:
-                done = _Run(None, Outcome(Verdict.REFUSED, ruled), 0.0)
-                self._runs[key] = done
-                return done
             label = config.label(self.space)
             where = f"{model} · {scenario} · {label}" + (f" · {release}" if release else "")
             self.say("cell", f"{where}: running")
