@@ -15,6 +15,9 @@ from enum import Enum
 __all__ = ["Device", "MxfpBackend", "ScaleMode", "TorchDtype"]
 
 
+DEVICE_HELP = "Where the work runs: auto (CUDA when torch sees one, else the CPU), cpu or cuda."  # --device's
+
+
 class Device(str, Enum):
     """Where the pools (or the benchmark's tensors) live."""
 

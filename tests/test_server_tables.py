@@ -330,7 +330,6 @@ PENDING_BRANCHES = {
     "kvdoctor/consistency/bundle.py::check_destination: server != 'sglang'",
     "kvdoctor/consistency/bundle.py::why_not: result.server != 'sglang'",
     # consistency/: a literal "sglang" (or "vllm") default in the shared records and phases (-> DEFAULT_SERVER)
-    "kvdoctor/consistency/prepared.py::ConsistencyOptions: server: str = 'sglang'",
     "kvdoctor/consistency/report.py::engine_ref: server='sglang'",
     "kvdoctor/consistency/result.py::ConsistencyResult: server: str = 'sglang'",
     "kvdoctor/consistency/run.py::evaluate: server='sglang'",

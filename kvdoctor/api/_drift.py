@@ -12,15 +12,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from kvdoctor._exceptions import InputError
-from kvdoctor.api._arguments import checked
 from kvdoctor.api._job import ErrorCase, Job, chosen, execute, names
+from kvdoctor.api._keywords import keyword_function
 from kvdoctor.api._servers import DriftSide, Progress, room, server_of
+from kvdoctor.core.declared import option
 from kvdoctor.core.servers import DEFAULT_SERVER, facts
-from kvdoctor.engines import GpuArch, Server
+from kvdoctor.engines import GPU_ARCH_HELP, GpuArch, Server
+from kvdoctor.report.drift_report import SUITE, TITLE, Report
 
 if TYPE_CHECKING:
     from kvdoctor.core.drift_result import DriftReport
-    from kvdoctor.report.drift_report import Report
 
 
 @dataclass(frozen=True)
@@ -53,24 +54,48 @@ class Architectures:
             raise InputError(f"--output-dir {out} exists and is not an empty directory (nothing is overwritten)")
 
 
+@dataclass(frozen=True)
+class DriftArgs:
+    """A ``drift``'s options, each declared once here: ``kvdoctor drift``'s options and :func:`kvdoctor.api.drift`'s
+    keyword arguments are made from these fields (``kvdoctor.core.declared``)."""
+
+    fixture: str | Sequence[str] | None = option(None, "--fixture", help="Only this bundled fixture (repeatable).")
+    case: str | Sequence[str] | None = option(None, "--case", help="Only this launch case (repeatable).")
+    gpu_arch: GpuArch | str = option(GpuArch.SM100, "--gpu-arch", help=GPU_ARCH_HELP)
+    junit_path: Path | None = option(None, "--junit", help="Write JUnit XML: one case per matrix cell.")
+    server: Server | str = option(
+        DEFAULT_SERVER,
+        "--server",
+        help="Whose rules and code: sglang (default) or vllm (kvdoctor's vLLM rules against the installed vLLM).",
+    )
+    all_architectures: bool = option(
+        False,
+        "--all-architectures",
+        help="Instead of the fixtures: a config for every model type SGLang's registry serves, from its config "
+        "class's defaults, under a 4-case matrix (docs/drift.md). Drift there is reported (exit 0) unless --strict.",
+    )
+    model_type: str | Sequence[str] | None = option(
+        None, "--model-type", help="With --all-architectures: only this model type (repeatable)."
+    )
+    output_dir: Path | None = option(
+        None, "--output-dir", help="With --all-architectures: keep the generated configs here (new or empty)."
+    )
+    strict: bool = option(
+        False, "--strict", help="With --all-architectures: a drifting generated cell exits 1, as a fixture's does."
+    )
+
+
 class DriftJob(Job["DriftReport", "Report"]):
     """One ``drift``: the rules against the installed server (its room's ``DriftSide``), cell by cell."""
 
-    def __init__(
-        self,
-        fixtures: tuple[str, ...],
-        cases: tuple[str, ...],
-        gpu_arch: GpuArch,
-        *,
-        junit_path: Path | None = None,
-        server: Server = DEFAULT_SERVER,
-        explicit_arch: bool = False,
-        architectures: Architectures | None = None,
-    ) -> None:
-        self.fixtures, self.cases, self.gpu_arch = fixtures, cases, gpu_arch
-        self.junit_path = junit_path
-        self.server, self.explicit_arch = server, explicit_arch
-        self.architectures = architectures or Architectures()
+    def __init__(self, args: DriftArgs, *, explicit_arch: bool | None = None) -> None:
+        """EXPLICIT_ARCH: ``--gpu-arch`` was given (None: it is not the default)."""
+        self.fixtures, self.cases = names(args.fixture), names(args.case)
+        self.gpu_arch = chosen(GpuArch, args.gpu_arch, "gpu_arch")
+        self.junit_path = args.junit_path
+        self.server = server_of(args.server)  # type: ignore[assignment]
+        self.explicit_arch = self.gpu_arch is not GpuArch.SM100 if explicit_arch is None else explicit_arch
+        self.architectures = Architectures(args.all_architectures, names(args.model_type), args.output_dir, args.strict)
 
     def check(self) -> None:
         told = facts(self.server)
@@ -81,8 +106,6 @@ class DriftJob(Job["DriftReport", "Report"]):
         self.architectures.check(self.fixtures, self.server)
 
     def error_case(self) -> ErrorCase:
-        from kvdoctor.report.drift_report import SUITE, TITLE
-
         return ErrorCase(SUITE, TITLE, self.junit_path)
 
     def work(self) -> DriftReport:
@@ -115,31 +138,13 @@ class DriftJob(Job["DriftReport", "Report"]):
         return Report(result)
 
 
-@checked
-def drift(
-    *,
-    fixture: str | Sequence[str] | None = None,
-    case: str | Sequence[str] | None = None,
-    gpu_arch: GpuArch | str = GpuArch.SM100,
-    junit_path: Path | None = None,
-    server: Server | str = DEFAULT_SERVER,
-    all_architectures: bool = False,
-    model_type: str | Sequence[str] | None = None,
-    output_dir: Path | None = None,
-    strict: bool = False,
-) -> Report:
-    """``kvdoctor drift [options]``: kvdoctor's frozen rules against the installed server (SGLang, or vLLM with
+drift = keyword_function(
+    DriftArgs,
+    lambda args: execute(DriftJob(args)),
+    name="drift",
+    module=__name__,
+    doc="""``kvdoctor drift [options]``: kvdoctor's frozen rules against the installed server (SGLang, or vLLM with
     ``server="vllm"``) on every bundled fixture x launch case (or, ``all_architectures``, a config for every model
     type the server's registry serves). Needs the server importable. Returns the report (``passed`` False when a
-    cell drifts; ``report`` is the typed :class:`~kvdoctor.core.drift_result.DriftReport`)."""
-    arch = chosen(GpuArch, gpu_arch, "gpu_arch")
-    job = DriftJob(
-        names(fixture),
-        names(case),
-        arch,
-        junit_path=junit_path,
-        server=server_of(server),  # type: ignore[arg-type]
-        explicit_arch=arch is not GpuArch.SM100,
-        architectures=Architectures(all_architectures, names(model_type), output_dir, strict),
-    )
-    return execute(job)
+    cell drifts; ``report`` is the typed :class:`~kvdoctor.core.drift_result.DriftReport`).""",
+)

@@ -7,39 +7,37 @@ about; what every server's ``inspect`` shares is :class:`InspectJob`.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from pathlib import Path
+from collections.abc import Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from kvdoctor._exceptions import InputError
-from kvdoctor.api._arguments import checked
+from kvdoctor.api._inspect_args import InspectArgs
 from kvdoctor.api._job import Job, chosen, execute, flags
+from kvdoctor.api._keywords import SERVER_ARGS, keyword_function
 from kvdoctor.api._servers import room, server_of
-from kvdoctor.core.servers import DEFAULT_SERVER
-from kvdoctor.engines import Engine, GpuArch, Inspected, Server, answers_for
+from kvdoctor.engines import Engine, GpuArch, Inspected, answers_for
+from kvdoctor.report.inspect_report import Report
 
 if TYPE_CHECKING:
     from kvdoctor.report import github
-    from kvdoctor.report.inspect_report import Report
 
 
 class InspectJob(Job[Inspected, "Report"]):
-    """One ``inspect`` of MODEL with GIVEN (:func:`inspect`'s keyword arguments). A server's subclass answers
+    """One ``inspect`` with ARGS. A server's subclass answers
     (:meth:`work`, setting :attr:`title`) and names its model's fact rows (:meth:`facts`); NOTES are what its engine
     said about itself (why it did not answer), for the caller to show."""
 
     title: str  # the step summary's heading, once the launch line named the model
 
-    def __init__(
-        self, model: str | None, given: Mapping[str, Any], *, own_options: Sequence[str] = (), argv: Sequence[str] = ()
-    ) -> None:
-        self.model, self.own_options, self.argv = model, tuple(own_options), tuple(argv)
-        self.server = server_of(given["server"])
-        self.engine = chosen(Engine, given["engine"], "engine")
-        self.server_args = flags(given.get("server_args"))
-        self.gpu_arch = chosen(GpuArch, given["gpu_arch"], "gpu_arch")
-        self.request_tokens, self.concurrent = int(given["request_tokens"]), int(given["concurrent"])
-        self.strict, self.junit_path = bool(given["strict"]), given.get("junit_path")
+    def __init__(self, args: InspectArgs, *, own_options: Sequence[str] = (), argv: Sequence[str] = ()) -> None:
+        self.model, self.own_options, self.argv = args.model, tuple(own_options), tuple(argv)
+        self.server = server_of(args.server)
+        self.engine = chosen(Engine, args.engine, "engine")
+        self.server_args = args.server_args
+        self.gpu_arch = chosen(GpuArch, args.gpu_arch, "gpu_arch")
+        self.request_tokens, self.concurrent = args.request_tokens, args.concurrent
+        self.strict, self.junit_path = args.strict, args.junit_path
         self.notes: tuple[str, ...] = ()
 
     def check(self) -> None:
@@ -63,33 +61,27 @@ class InspectJob(Job[Inspected, "Report"]):
         return Report(result.report, self.title, self.strict, result.engine, result.drifts, self.facts, self.argv)
 
 
-def inspect_job(
-    model: str | None, given: Mapping[str, Any], *, own_options: Sequence[str] = (), argv: Sequence[str] = ()
-) -> InspectJob:
-    """The job that answers for GIVEN's server (its room's ``inspect_job``, ``kvdoctor.api._servers``)."""
-    server = server_of(given["server"])  # an unknown server is bad input; a registered one without a room, loud
-    job = room(server).inspect_job(model, given, own_options=own_options, argv=argv)
+def inspect_job(args: InspectArgs, *, own_options: Sequence[str] = (), argv: Sequence[str] = ()) -> InspectJob:
+    """The job that answers for ARGS' server (its room's ``inspect_job``, ``kvdoctor.api._servers``)."""
+    server = server_of(args.server)  # an unknown server is bad input; a registered one without a room, loud
+    job = room(server).inspect_job(args, own_options=own_options, argv=argv)
     assert isinstance(job, InspectJob), job  # the room's line names an InspectJob subclass
     return job
 
 
-@checked
-def inspect(
-    model: str,
-    *,
-    strict: bool = False,
-    request_tokens: int = 2048,
-    concurrent: int = 128,
-    junit_path: Path | None = None,
-    engine: Engine | str = Engine.KVDOCTOR,
-    gpu_arch: GpuArch | str = GpuArch.SM100,
-    server: Server | str = DEFAULT_SERVER,
-    server_args: str | Sequence[str] = (),
-) -> Report:
-    """``kvdoctor inspect MODEL [options] SERVER_ARGS``: which state MODEL carries under that launch line, where it
+def _inspect(args: InspectArgs, *, server_args: str | Sequence[str] = ()) -> Report:
+    return execute(inspect_job(replace(args, server_args=flags(server_args)), argv=("inspect",)))
+
+
+inspect = keyword_function(
+    InspectArgs,
+    _inspect,
+    name="inspect",
+    module=__name__,
+    doc="""``kvdoctor inspect MODEL [options] SERVER_ARGS``: which state MODEL carries under that launch line, where it
     lives, how the server backs it up at retraction, its bytes and hazards; from kvdoctor's rule model (no torch),
     or also from the installed server's own code (``engine="sglang"`` or ``"vllm"``), with the drift between them.
     Returns the report (``passed``, ``verdict``, ``explain()``, ``to_json()``; its ``report`` is the typed answer).
-    Exit code 1 (``passed`` False) only with ``strict`` and an error-severity hazard."""
-    given = dict(locals())
-    return execute(inspect_job(model, given, argv=("inspect",)))
+    Exit code 1 (``passed`` False) only with ``strict`` and an error-severity hazard.""",
+    extra=(SERVER_ARGS,),
+)

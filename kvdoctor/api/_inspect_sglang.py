@@ -5,9 +5,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from kvdoctor._exceptions import InputError
 from kvdoctor.api._inspect import InspectJob
 from kvdoctor.api._job import ErrorCase
+from kvdoctor.core.sglang.analysis import analyze
+from kvdoctor.core.sglang.flags import parse_launch_line
+from kvdoctor.core.sglang.inspect_result import InspectReport, inspect_report
 from kvdoctor.engines import Adapter, Capability, GpuArch, Inspected, InspectQuestion
+from kvdoctor.report.inspect_report import SUITE, sglang_facts
 
 if TYPE_CHECKING:
     from kvdoctor.report import github
@@ -17,21 +22,14 @@ class SglangInspectJob(InspectJob):
     """``inspect`` of an SGLang launch line (the default server)."""
 
     def error_case(self) -> ErrorCase:
-        from kvdoctor.report.inspect_report import SUITE
-
         return ErrorCase(SUITE, f"kvdoctor inspect {self.model}", self.junit_path)
 
     def work(self) -> Inspected:
-        from kvdoctor.core.sglang.flags import parse_launch_line
-
         line = parse_launch_line(self.words(), own_options=self.own_options)
         self.title = f"kvdoctor inspect {line.model}"
         return _inspect(self.adapter, line.model, line.server_argv, self.gpu_arch, self.request_tokens, self.concurrent)
 
     def facts(self, report: Any) -> tuple[github.Row, ...]:
-        from kvdoctor.core.sglang.inspect_result import InspectReport
-        from kvdoctor.report.inspect_report import sglang_facts
-
         # Not when kvdoctor refused the model and only SGLang answered (no rule-model facts to show).
         return sglang_facts(report) if isinstance(report, InspectReport) else ()
 
@@ -42,10 +40,6 @@ def _inspect(
     """The rule model's result; with an engine that answers beside it, the engine's answers too (and a
     KVD015 hazard per disagreement). A refusal of the rule model is then the engine's to judge: it may
     still answer, and the refusal is drift."""
-    from kvdoctor._exceptions import InputError
-    from kvdoctor.core.sglang.analysis import analyze
-    from kvdoctor.core.sglang.inspect_result import inspect_report
-
     beside = Capability.INSPECT in adapter.capabilities
     try:
         analysis, refusal = analyze(model, argv, platform=arch.platform()), None

@@ -9,7 +9,11 @@ from typing import TYPE_CHECKING
 
 from kvdoctor.api._inspect import InspectJob
 from kvdoctor.api._job import ErrorCase
+from kvdoctor.core.config import load_config
+from kvdoctor.core.vllm.analysis import analyze_vllm_config
+from kvdoctor.core.vllm.flags import parse_vllm_flags, parse_vllm_launch_line
 from kvdoctor.engines import Capability, Inspected, InspectQuestion
+from kvdoctor.report.inspect_report import SUITE, vllm_facts
 
 if TYPE_CHECKING:
     from kvdoctor.core.vllm.analysis import VllmReport
@@ -20,15 +24,9 @@ class VllmInspectJob(InspectJob):
     """``inspect`` of a vLLM launch line."""
 
     def error_case(self) -> ErrorCase:
-        from kvdoctor.report.inspect_report import SUITE
-
         return ErrorCase(SUITE, f"kvdoctor inspect --server vllm {self.model}", self.junit_path)
 
     def work(self) -> Inspected:
-        from kvdoctor.core.config import load_config
-        from kvdoctor.core.vllm.analysis import analyze_vllm_config
-        from kvdoctor.core.vllm.flags import parse_vllm_flags, parse_vllm_launch_line
-
         line = parse_vllm_launch_line(self.words(), own_options=self.own_options)
         self.title = f"kvdoctor inspect --server vllm {line.model}"
         analysis = analyze_vllm_config(load_config(line.model), parse_vllm_flags(line.server_argv))
@@ -40,6 +38,4 @@ class VllmInspectJob(InspectJob):
         return self.adapter.beside(question)
 
     def facts(self, report: VllmReport) -> tuple[github.Row, ...]:
-        from kvdoctor.report.inspect_report import vllm_facts
-
         return vllm_facts(report)

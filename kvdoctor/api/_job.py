@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from kvdoctor._exceptions import InputError
 from kvdoctor.core.record import record
+from kvdoctor.report import preflight, reportable, verdicts
 
 if TYPE_CHECKING:
     from kvdoctor.report.reportable import Reportable
@@ -76,8 +77,6 @@ class Job(ABC, Generic[R, P]):
 
     def publish(self, published: P) -> None:
         """PUBLISHED's JUnit file (when asked) and step summary (when ``$GITHUB_STEP_SUMMARY`` is set)."""
-        from kvdoctor.report import reportable
-
         reportable.publish(published, junit_path=self.junit_path)
 
 
@@ -85,9 +84,7 @@ def recorded(case: ErrorCase | None) -> contextlib.AbstractContextManager[None]:
     """The work's block: a run that stops inside it leaves CASE's error case (none without a case)."""
     if case is None:
         return contextlib.nullcontext()
-    from kvdoctor.report.verdicts import errors_published
-
-    return errors_published(case.suite, case.title, junit_path=case.junit_path)
+    return verdicts.errors_published(case.suite, case.title, junit_path=case.junit_path)
 
 
 def execute(job: Job[R, P]) -> P:
@@ -103,9 +100,7 @@ def execute(job: Job[R, P]) -> P:
 
 def check_reports(junit_path: Path | None, output_dir: Path | None = None) -> None:
     """The usual preflight: the JUnit file (and an output directory) writable, refused in one line if not."""
-    from kvdoctor.report.preflight import check_outputs
-
-    check_outputs(junit_path=junit_path, output_dir=output_dir)
+    preflight.check_outputs(junit_path=junit_path, output_dir=output_dir)
 
 
 def chosen(kind: type[E], value: E | str, keyword: str) -> E:

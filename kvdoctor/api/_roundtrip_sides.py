@@ -19,7 +19,7 @@ def check_fault(run: RoundtripAsk) -> None:
     """Exit 2 when RUN's ``--inject`` is another server's round-trip fault."""
     from kvdoctor.roundtrip.faults import check_fault as check  # the fault registry's enum: not inspect's start-up
 
-    check(run.settings["inject"], server=run.server)
+    check(run.options.inject, server=run.server)
 
 
 class FaultChecks:

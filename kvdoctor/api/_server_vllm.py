@@ -32,7 +32,7 @@ class VllmRoundtrip:
                 f"{given[0]} is an option of SGLang's round trip; --engine vllm moves one request's blocks of every "
                 "group (its options: --tokens, --seed, --layers, --inject, --device cpu, --json, --junit)"
             )
-        if run.settings["device"] == Device.CUDA.value:
+        if run.options.device == Device.CUDA.value:
             raise InputError(
                 "--engine vllm runs vLLM's offloading worker on the CPU (the shims it names): use --device cpu"
             )

@@ -10,7 +10,7 @@ more room and one more line here (``tests/test_server_tables.py`` registers one 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -21,7 +21,9 @@ from kvdoctor.core.servers import Server, lookup, servers
 from kvdoctor.engines import Adapter, Engine, GpuArch, Inspected
 
 if TYPE_CHECKING:
+    from kvdoctor.api._inspect_args import InspectArgs
     from kvdoctor.core.drift_result import DriftReport
+    from kvdoctor.roundtrip.options import RoundtripOptions
 
 Progress = Callable[[str, int, int], None]
 
@@ -36,7 +38,7 @@ class InspectJobClass(Protocol):
     """A server's ``InspectJob`` subclass (``kvdoctor.api._inspect``), called as ``inspect_job`` makes one."""
 
     def __call__(
-        self, model: str | None, given: Mapping[str, Any], *, own_options: Sequence[str] = (), argv: Sequence[str] = ()
+        self, args: InspectArgs, *, own_options: Sequence[str] = (), argv: Sequence[str] = ()
     ) -> Job[Inspected, Any]: ...
 
 
@@ -60,12 +62,12 @@ class DriftSide(Protocol):
 
 class RoundtripAsk(Protocol):
     """What a round trip's side reads of the run it checks (``kvdoctor.api.RoundtripJob``): the engine, the server,
-    the options the caller set (``explicit``) and the run's settings (``device``, ``inject``...)."""
+    the options the caller set (``explicit``) and what the engine is asked to do (``device``, ``inject``...)."""
 
     engine: Engine
     server: Server | str
     explicit: frozenset[str]
-    settings: dict[str, Any]
+    options: RoundtripOptions
 
 
 class RoundtripSide(Protocol):

@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
+from kvdoctor import mxfp8
 from kvdoctor._exceptions import InputError
 from kvdoctor.bench.timing import Timing, time_call
 
@@ -110,8 +111,6 @@ def run_mxfp8_bench(
     sweep: bool = False,
 ) -> BenchResult:
     """Measure quantize and dequantize for each backend, the plain casts, and a device copy."""
-    from kvdoctor import mxfp8
-
     dev = torch.device(device)
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise InputError("--device cuda requested but CUDA is not available")

@@ -14,24 +14,14 @@ from typing import TYPE_CHECKING
 
 import typer
 
+from kvdoctor.bench.consistency import BenchReport, measure
 from kvdoctor.cli.command import ErrorCase
 from kvdoctor.cli.consistency import ConsistencyRun
-from kvdoctor.cli.consistency_options import (
-    DEFAULT_OUTPUT_DIR,
-    DEFAULT_TIMEOUT_S,
-    WORKLOAD,
-    ConcurrencyOption,
-    MaxNewTokensOption,
-    ModelArgument,
-    OutputDirOption,
-    PromptTokensOption,
-    RequestsOption,
-    SeedOption,
-    ServerDeviceOption,
-    ShrinkOption,
-    TimeoutOption,
-    TopologyOption,
-)
+from kvdoctor.cli.typed_command import command, shown_option
+from kvdoctor.consistency.prepared import ConsistencyOptions
+from kvdoctor.consistency.report import Report
+from kvdoctor.report import reportable, serialize
+from kvdoctor.text import shown
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -40,30 +30,36 @@ if TYPE_CHECKING:
     from kvdoctor.consistency.result import ConsistencyResult
 
 
-def bench_consistency(
-    ctx: typer.Context,
-    model: ModelArgument,
-    shrink: ShrinkOption = False,
-    topology: TopologyOption = "single",
-    device: ServerDeviceOption = "cpu",
-    requests: RequestsOption = WORKLOAD.requests,
-    prompt_tokens: PromptTokensOption = WORKLOAD.prompt_tokens,
-    max_new_tokens: MaxNewTokensOption = WORKLOAD.max_new_tokens,
-    concurrency: ConcurrencyOption = WORKLOAD.concurrency,
-    seed: SeedOption = WORKLOAD.seed,
-    output_dir: OutputDirOption = DEFAULT_OUTPUT_DIR,
-    timeout: TimeoutOption = DEFAULT_TIMEOUT_S,
-    json_out: bool = typer.Option(False, "--json", help="Print the measurements as JSON."),
-) -> None:
-    """One real consistency run, timed by itself: start-up per server, each burst's tok/s, total time.
+def _bench(ctx: typer.Context, options: ConsistencyOptions, *, json_out: bool) -> None:
+    BenchConsistencyRun(ctx, options, dry_run=False, json_out=json_out)()
+
+
+bench_consistency = command(
+    ConsistencyOptions,
+    _bench,
+    name="bench_consistency",
+    doc="""One real consistency run, timed by itself: start-up per server, each burst's tok/s, total time.
 
     Ratios from that one run side by side: pressured vs reference tok/s, start-up's share of the total,
     the total against issue 18's 6-minute target. No number from a run that failed to deploy or never
-    retracted. SGLang flags after `--` go to every server."""
-    given = dict(locals())  # consistency's options, as kvdoctor.api.consistency names them
-    del given["ctx"], given["json_out"]
-    given.update(server="sglang", inject=None, fault_file=None, bundle=None, scenario="preempt", junit_path=None)
-    BenchConsistencyRun(ctx, model, given, dry_run=False, json_out=json_out, junit_path=None)()
+    retracted. SGLang flags after `--` go to every server.""",
+    # consistency's options but the server, the faults, the scenario and the reports: the bench times SGLang's
+    # default run, and leaves no JUnit file (its JSON is the bench's)
+    only=(
+        "model",
+        "shrink",
+        "topology",
+        "device",
+        "requests",
+        "prompt_tokens",
+        "max_new_tokens",
+        "concurrency",
+        "seed",
+        "output_dir",
+        "timeout",
+    ),
+    shown=(shown_option("json_out", "--json", help="Print the measurements as JSON."),),
+)
 
 
 class BenchConsistencyRun(ConsistencyRun):
@@ -73,10 +69,6 @@ class BenchConsistencyRun(ConsistencyRun):
         return None  # a bench leaves no JUnit error case or step summary
 
     def deliver(self, result: ConsistencyResult) -> BenchReport:  # type: ignore[override]
-        from kvdoctor.bench.consistency import BenchReport, measure
-        from kvdoctor.consistency.report import Report
-        from kvdoctor.report import reportable, serialize
-
         if result.run_dir:  # the measured run's own record, beside its logs, whatever the bench makes of it
             serialize.write(Path(result.run_dir) / "result.json", reportable.json_document(Report(result)))
         bench = measure(result)  # no subject: one line and the documented code, never a number
@@ -92,8 +84,6 @@ class BenchConsistencyRun(ConsistencyRun):
 def render(bench: ConsistencyBench, console: Console) -> None:
     """Three tables (servers, phases, bursts) and the ratios, narrow enough for 80 columns."""
     from rich.table import Table
-
-    from kvdoctor.text import shown
 
     p = console.print
     w = bench.workload

@@ -9,6 +9,9 @@ import typer
 
 from kvdoctor._exceptions import InputError, Interrupted
 from kvdoctor.cli.errors import exit_on_error, say, signal_exit
+from kvdoctor.cli.verdict import print_verdict
+from kvdoctor.report import serialize
+from kvdoctor.report.envelope import Verdict
 
 
 def bench_pd_eval(
@@ -30,10 +33,7 @@ def bench_pd_eval(
         from rich.table import Table
 
         from kvdoctor.bench.pd_eval import bench
-        from kvdoctor.cli.verdict import print_verdict
         from kvdoctor.pd import gsm8k
-        from kvdoctor.report import serialize
-        from kvdoctor.report.envelope import Verdict
 
         if parallel < 1 or repeats < 1:
             raise InputError("--parallel and --repeats must be >= 1")

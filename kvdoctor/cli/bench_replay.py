@@ -5,14 +5,19 @@
 from __future__ import annotations
 
 import os
-from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING
 
 import typer
 
 from kvdoctor._exceptions import InputError
+from kvdoctor.api._job import names
+from kvdoctor.api._replay import ReplayArgs
+from kvdoctor.bench.replay import BenchReport, measure
 from kvdoctor.cli.command import CommandRun, check_reports
-from kvdoctor.cli.replay_cmd import DEFAULT_OUTPUT_DIR
+from kvdoctor.cli.typed_command import command, shown_option
+from kvdoctor.replay import run as replay_run
+from kvdoctor.replay.plan import select
+from kvdoctor.report import serialize
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -21,28 +26,28 @@ if TYPE_CHECKING:
     from kvdoctor.replay.run import Matrix
 
 
-def bench_replay(
-    bug: Annotated[list[str] | None, typer.Option("--bug", help="A bug id to replay; repeatable.")] = None,
-    every: Annotated[bool, typer.Option("--all", help="Every bug that has a case.")] = False,
-    output_dir: Annotated[
-        Path, typer.Option("--output-dir", help="Run directories and the checkpoint cache go here.")
-    ] = DEFAULT_OUTPUT_DIR,
-    timeout: Annotated[float, typer.Option("--timeout", help="Seconds for each deployment's whole run.")] = 1800.0,
-    json_out: Annotated[bool, typer.Option("--json", help="Print the measurements as JSON.")] = False,
-) -> None:
-    """Replay the bugs as the matrix does (cases sharing a deployment on one launch), then each case on a launch
-    of its own, and put the two wall times side by side (the ratio, and the matrix against the 20-minute target)."""
-    BenchReplayRun(tuple(bug or ()), every, output_dir, timeout, json_out)()
+def _bench(ctx: typer.Context, args: ReplayArgs, *, json_out: bool) -> None:
+    BenchReplayRun(args, json_out)()
+
+
+bench_replay = command(
+    ReplayArgs,
+    _bench,
+    name="bench_replay",
+    doc="""Replay the bugs as the matrix does (cases sharing a deployment on one launch), then each case on a launch
+    of its own, and put the two wall times side by side (the ratio, and the matrix against the 20-minute target).""",
+    only=("bug", "every", "output_dir", "timeout"),  # replay's options but its report (the bench's JSON is its own)
+    shown=(shown_option("json_out", "--json", help="Print the measurements as JSON."),),
+)
 
 
 class BenchReplayRun(CommandRun["tuple[Matrix, Matrix]", "BenchReport"]):
-    def __init__(self, bugs: tuple[str, ...], every: bool, output_dir: Path, timeout: float, json_out: bool) -> None:
-        self.bugs, self.every, self.output_dir, self.timeout, self.json_out = bugs, every, output_dir, timeout, json_out
+    def __init__(self, args: ReplayArgs, json_out: bool) -> None:
+        self.bugs, self.every, self.json_out = names(args.bug), args.every, json_out
+        self.output_dir, self.timeout = args.output_dir, args.timeout_s
 
     def check(self) -> None:
         from rich.console import Console
-
-        from kvdoctor.replay.plan import select
 
         if not self.timeout > 0:
             raise InputError(f"--timeout must be > 0 seconds, got {self.timeout}")
@@ -51,28 +56,21 @@ class BenchReplayRun(CommandRun["tuple[Matrix, Matrix]", "BenchReport"]):
         self.status = None if self.json_out else self.console
 
     def preflight(self) -> None:
-        from kvdoctor.replay.run import RealRunner
-
-        self.runner = RealRunner()
+        self.runner = replay_run.RealRunner()
         self.runner.check_environment(self.chosen, "kvdoctor bench replay")
         check_reports(None, self.output_dir)
 
     def work(self) -> tuple[Matrix, Matrix]:
-        from kvdoctor.replay.run import Settings, prepare, run
-
-        runner, settings = self.runner, Settings(self.output_dir, self.timeout)
-        grouped = prepare(self.chosen, settings, runner)  # both layouts checked before either starts
-        alone = prepare(self.chosen, settings, runner, separate=True)
+        runner, settings = self.runner, replay_run.Settings(self.output_dir, self.timeout)
+        grouped = replay_run.prepare(self.chosen, settings, runner)  # both layouts checked before either starts
+        alone = replay_run.prepare(self.chosen, settings, runner, separate=True)
         say = self._event
-        return run(grouped, runner, notify=say), run(alone, runner, notify=say)
+        return replay_run.run(grouped, runner, notify=say), replay_run.run(alone, runner, notify=say)
 
     def _event(self, phase: str, message: str) -> None:
         self.console.print(f"[{phase}] {message}", markup=False, soft_wrap=True)
 
     def deliver(self, result: tuple[Matrix, Matrix]) -> BenchReport:
-        from kvdoctor.bench.replay import BenchReport, measure
-        from kvdoctor.report import serialize
-
         cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 0
         bench = measure(*result, cpus)
         if self.json_out:

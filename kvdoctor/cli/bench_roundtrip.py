@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any
+from dataclasses import dataclass, replace
+from typing import Any
 
 import typer
 
@@ -11,12 +12,14 @@ from kvdoctor._exceptions import EXIT_GATE
 from kvdoctor.choices import Device
 from kvdoctor.cli.errors import exit_on_error
 from kvdoctor.cli.launch import launch_line
-from kvdoctor.cli.options import DeviceOption, GpuArchOption
 from kvdoctor.cli.progress import Update, with_progress
+from kvdoctor.cli.typed_command import command, shown_option
 from kvdoctor.cli.verdict import print_verdict
-from kvdoctor.engines import Capability, Engine, GpuArch, require
+from kvdoctor.core.declared import argument, group, option
+from kvdoctor.engines import GPU_ARCH_HELP, Capability, Engine, GpuArch, require
 from kvdoctor.report.envelope import Verdict
 from kvdoctor.report.units import NONE, noun_for
+from kvdoctor.roundtrip.options import BenchOptions
 from kvdoctor.text import safe
 
 
@@ -63,49 +66,35 @@ def render(report: dict[str, Any]) -> None:
     print_verdict(console, verdict, detail)
 
 
-def bench_roundtrip(
-    ctx: typer.Context,
-    model: str = typer.Argument("inkling-small", help="config.json path, model directory, fixture or Hub id."),
-    device: DeviceOption = Device.AUTO,
-    requests: int = typer.Option(64, "--requests", min=1, help="Requests offloaded and restored per round."),
-    tokens: int = typer.Option(2048, "--tokens", min=2, help="Tokens per request."),
-    repeats: int = typer.Option(5, "--repeats", min=1, help="Timed rounds per path (after one warm-up)."),
-    layers: int | None = typer.Option(None, "--layers", min=1, help="Reduce: at most N layers per sub-pool."),
-    heads: int | None = typer.Option(None, "--heads", min=1, help="Reduce: at most N KV / recurrent heads."),
-    json_output: bool = typer.Option(False, "--json", help="Print one JSON object instead of a table."),
-    engine: Annotated[
-        Engine,
-        typer.Option(
-            "--engine",
-            help="sglang: also time SGLang's own backup_kv_cache/restore_kv_cache in the same rounds.",
-        ),
-    ] = Engine.KVDOCTOR,
-    gpu_arch: GpuArchOption = GpuArch.SM100,
-) -> None:
-    """Offload and restore bandwidth of kvdoctor's copy engine vs SGLang's per-layer copy, one run.
+@dataclass(frozen=True)
+class BenchRoundtripArgs:
+    """``bench roundtrip``'s options, each declared once: what it times (``roundtrip.options.BenchOptions``, a group)
+    on which model, beside whose copy path."""
 
-    SGLang server flags may follow MODEL; with none, the Inkling MXFP8 decode setup is used.
-    """
+    model: str = argument(help="config.json path, model directory, fixture or Hub id.", default="inkling-small")
+    bench: BenchOptions = group(BenchOptions)
+    engine: Engine = option(
+        Engine.KVDOCTOR,
+        "--engine",
+        help="sglang: also time SGLang's own backup_kv_cache/restore_kv_cache in the same rounds.",
+    )
+    gpu_arch: GpuArch = option(GpuArch.SM100, "--gpu-arch", help=GPU_ARCH_HELP)
+
+
+def _bench(ctx: typer.Context, args: BenchRoundtripArgs, *, json_output: bool) -> None:
     with exit_on_error():
-        from kvdoctor.core.sglang.analysis import analyze
+        from kvdoctor.core.sglang.analysis import analyze  # SGLang's rule model: not loaded by --help
 
-        adapter = require(engine, Capability.BENCH_ROUNDTRIP)
-        line = launch_line(ctx, model, default_model="inkling-small")
+        adapter = require(args.engine, Capability.BENCH_ROUNDTRIP)
+        line = launch_line(ctx, args.model, default_model="inkling-small")
         flags = list(line.server_argv) or ["--kv-cache-dtype", "mxfp8", "--disaggregation-mode", "decode"]
-        analysis = analyze(line.model, flags, platform=gpu_arch.platform())  # pure: refused before torch loads
+        analysis = analyze(line.model, flags, platform=args.gpu_arch.platform())  # pure: refused before torch loads
+        options = replace(args.bench, device=Device(args.bench.device).value)
 
         def work(update: Update | None) -> Any:
-            from kvdoctor.bench.roundtrip import bench_roundtrip as run
-            from kvdoctor.roundtrip.options import BenchOptions, Reductions
+            from kvdoctor.bench.roundtrip import bench_roundtrip as run  # torch: loaded under the progress bar
 
-            options = BenchOptions(
-                device=device.value,
-                requests=requests,
-                tokens=tokens,
-                repeats=repeats,
-                reductions=Reductions(layers=layers, heads=heads),
-            )
-            extra, used = adapter.bench_paths(line.model, flags, options, gpu_arch, update)
+            extra, used = adapter.bench_paths(line.model, flags, options, args.gpu_arch, update)
             result = run(analysis, options, extra, update)
             result.used.update(used)
             return result
@@ -118,3 +107,17 @@ def bench_roundtrip(
         render(report)
     if not result.bytes_match:
         raise typer.Exit(EXIT_GATE)
+
+
+bench_roundtrip = command(
+    BenchRoundtripArgs,
+    _bench,
+    name="bench_roundtrip",
+    doc="""Offload and restore bandwidth of kvdoctor's copy engine vs SGLang's per-layer copy, one run.
+
+    SGLang server flags may follow MODEL; with none, the Inkling MXFP8 decode setup is used.
+    """,
+    shown=(shown_option("json_output", "--json", help="Print one JSON object instead of a table."),),
+    before="engine",
+    parse_as={"device": Device},
+)

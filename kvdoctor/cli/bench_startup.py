@@ -7,7 +7,12 @@ from typing import TYPE_CHECKING
 import typer
 
 from kvdoctor._exceptions import EXIT_PASS
+from kvdoctor.bench.startup import FLOOR, run_startup_bench
 from kvdoctor.cli.errors import exit_on_error
+from kvdoctor.cli.progress import with_progress
+from kvdoctor.cli.verdict import print_verdict
+from kvdoctor.report import serialize
+from kvdoctor.report.envelope import Verdict
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -28,13 +33,8 @@ def bench_startup(
     with exit_on_error():
         from rich.console import Console
 
-        from kvdoctor.bench.startup import run_startup_bench
-        from kvdoctor.cli.progress import with_progress
-
         result = with_progress(lambda update: run_startup_bench(rounds, progress=update), "bench startup")
         if json_out:
-            from kvdoctor.report import serialize
-
             print(serialize.dumps(result.to_dict()), end="")
             return
         render(result, Console())
@@ -43,10 +43,6 @@ def bench_startup(
 def render(result: StartupResult, console: Console) -> None:
     """One row per case, what each process loaded under it, and the verdict line."""
     from rich.table import Table
-
-    from kvdoctor.bench.startup import FLOOR
-    from kvdoctor.cli.verdict import print_verdict
-    from kvdoctor.report.envelope import Verdict
 
     table = Table(title=f"start-up CPU time (user+sys) per process, median of {result.rounds:,} interleaved rounds")
     for column in ("case", "CPU s", "fastest s", "wall s", "x floor", "modules", "vLLM modules"):

@@ -34,8 +34,10 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING, Generic, TypeVar
 
+from kvdoctor._exceptions import EXIT_GATE, EXIT_PASS, MAX_LINE, Interrupted
 from kvdoctor.api._job import ErrorCase, check_reports, recorded
-from kvdoctor.cli.errors import exit_on_error
+from kvdoctor.cli.errors import exit_on_error, say, signal_exit
+from kvdoctor.text import printable
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -101,10 +103,6 @@ def say_unfinished(published: Reportable) -> None:
     """The one stderr line of a result that is no verdict (README.md's exit codes): ``kvdoctor: terminated`` for
     a run that caught a signal to tear down (128 + N), ``kvdoctor: error: <detail>`` for 2, 3 or 4; a verdict
     (0, 1) says nothing here. With ``--json`` this line is the only place stderr names what went wrong."""
-    from kvdoctor._exceptions import EXIT_GATE, EXIT_PASS, MAX_LINE, Interrupted
-    from kvdoctor.cli.errors import say, signal_exit
-    from kvdoctor.text import printable
-
     code = published.exit_code
     signum = Interrupted.signal_of(code)
     if signum is not None:
@@ -117,7 +115,8 @@ def say_unfinished(published: Reportable) -> None:
 
 def print_status(console: Console, published: Reportable) -> None:
     """The one status line for PUBLISHED: its verdict's word, then its detail."""
-    from kvdoctor.cli.verdict import print_verdict
+
+    from kvdoctor.cli.verdict import print_verdict  # rich: not loaded by a --json run, which prints no status line
 
     print_verdict(console, published.verdict, published.detail())
 

@@ -10,38 +10,22 @@ fault file kvdoctor cannot use);
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from dataclasses import replace
+from typing import TYPE_CHECKING
 
 import typer
 
 from kvdoctor._exceptions import EXIT_GATE, EXIT_PASS, InputError
 from kvdoctor.cli.command import CommandRun, ErrorCase
-from kvdoctor.cli.consistency_options import (
-    DEFAULT_OUTPUT_DIR,
-    DEFAULT_SERVER,
-    DEFAULT_TIMEOUT_S,
-    WORKLOAD,
-    BundleOption,
-    ConcurrencyOption,
-    FaultFileOption,
-    MaxNewTokensOption,
-    ModelArgument,
-    OutputDirOption,
-    PromptTokensOption,
-    RequestsOption,
-    SeedOption,
-    ServerDeviceOption,
-    ShrinkOption,
-    TimeoutOption,
-    TopologyOption,
-)
+from kvdoctor.cli.typed_command import command, shown_option
 from kvdoctor.consistency import fault_file, scenarios
+from kvdoctor.consistency.prepared import ConsistencyOptions
 from kvdoctor.core import faults
 from kvdoctor.core.consistency_facts import consistency_facts
-from kvdoctor.core.paths import DEFAULT_SCENARIO, StatePath
-from kvdoctor.core.servers import facts
+from kvdoctor.core.paths import StatePath
+from kvdoctor.core.servers import DEFAULT_SERVER, facts
 from kvdoctor.deploy.plan import LaunchPlan, render
+from kvdoctor.report import reportable, serialize
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -54,55 +38,23 @@ if TYPE_CHECKING:
 MAX_SHOWN = 12  # diverging requests listed on the terminal (all are in the JSON)
 
 
-def consistency(
-    ctx: typer.Context,
-    model: ModelArgument,
-    shrink: ShrinkOption = False,
-    topology: TopologyOption = "single",
-    device: ServerDeviceOption = "cpu",
-    server: str = typer.Option(
-        DEFAULT_SERVER,
-        "--server",
-        help="sglang, or vllm (single only; vLLM flags after --; run from the vLLM server env).",
-    ),
-    inject: str | None = typer.Option(
-        None,
-        "--inject",
-        help="A fault armed inside the servers for the pressured burst, in the role its record names (kvdoctor "
-        "faults): a retraction fault in the PD decode, a transfer fault in the prefill or decode, a radix-hit or "
-        "window fault in the pressured server; vllm: the pressured server.",
-    ),
-    fault_file: FaultFileOption = None,
-    bundle: BundleOption = None,
-    scenario: str = typer.Option(
-        DEFAULT_SCENARIO,
-        "--scenario",
-        help="preempt: forced preemption; prefix-cache (vllm; sglang --topology single): the same prefixes hit in the "
-        "prefix cache, evicted, sent again, against a server without prefix caching; transfer (sglang --topology pd): "
-        "every request's state sent by the prefill and committed by the decode, both decodes roomy; offload (vllm, GPU "
-        "only: vLLM refuses it on CPU): preemption with vLLM's OffloadingConnector on the pressured server, resumed "
-        "requests loaded from its CPU tier.",
-    ),
-    requests: RequestsOption = WORKLOAD.requests,
-    prompt_tokens: PromptTokensOption = WORKLOAD.prompt_tokens,
-    max_new_tokens: MaxNewTokensOption = WORKLOAD.max_new_tokens,
-    concurrency: ConcurrencyOption = WORKLOAD.concurrency,
-    seed: SeedOption = WORKLOAD.seed,
-    output_dir: OutputDirOption = DEFAULT_OUTPUT_DIR,
-    timeout: TimeoutOption = DEFAULT_TIMEOUT_S,
-    dry_run: bool = typer.Option(False, "--dry-run", help="Print the launch plan and stop."),
-    json_out: bool = typer.Option(
-        False, "--json", help="Print the result as JSON (schema: kvdoctor schema consistency)."
-    ),
-    junit_path: Annotated[Path | None, typer.Option("--junit", help="Write JUnit XML, one case per gate.")] = None,
-) -> None:
-    """Launch the server (SGLang, or vLLM with --server vllm) twice on the same model and prompts, a roomy reference
+def _consistency(ctx: typer.Context, options: ConsistencyOptions, *, dry_run: bool, json_out: bool) -> None:
+    ConsistencyRun(ctx, options, dry_run=dry_run, json_out=json_out)()
+
+
+DRY_RUN = shown_option("dry_run", "--dry-run", help="Print the launch plan and stop.")
+JSON_OUT = shown_option("json_out", "--json", help="Print the result as JSON (schema: kvdoctor schema consistency).")
+
+consistency = command(
+    ConsistencyOptions,
+    _consistency,
+    name="consistency",
+    doc="""Launch the server (SGLang, or vLLM with --server vllm) twice on the same model and prompts, a roomy reference
     and a pressured deployment that must retract (preempt), and compare every greedy token. The server's own flags
-    after `--` go to every server."""
-    given = dict(locals())  # the options, named as kvdoctor.api.consistency names its keyword arguments
-    for cli_only in ("ctx", "dry_run", "json_out"):
-        del given[cli_only]
-    ConsistencyRun(ctx, model, given, dry_run=dry_run, json_out=json_out, junit_path=junit_path)()
+    after `--` go to every server.""",
+    shown=(DRY_RUN, JSON_OUT),
+    before="junit_path",
+)
 
 
 class ConsistencyRun(CommandRun["ConsistencyResult", "Report"]):
@@ -110,30 +62,21 @@ class ConsistencyRun(CommandRun["ConsistencyResult", "Report"]):
     :class:`kvdoctor.api.ConsistencyJob` (the job :func:`kvdoctor.api.consistency` executes), printing its head,
     progress and findings."""
 
-    def __init__(
-        self,
-        ctx: typer.Context,
-        model: str,
-        given: dict[str, Any],
-        *,
-        dry_run: bool,
-        json_out: bool,
-        junit_path: Path | None,
-    ) -> None:
-        self.ctx, self.model, self.given = ctx, model, given
-        self.dry_run, self.json_out, self.junit_path = dry_run, json_out, junit_path
+    def __init__(self, ctx: typer.Context, options: ConsistencyOptions, *, dry_run: bool, json_out: bool) -> None:
+        self.ctx, self.asked = ctx, options
+        self.dry_run, self.json_out = dry_run, json_out
 
     def check(self) -> None:
         from rich.console import Console
 
-        from kvdoctor.api._consistency import ConsistencyJob, consistency_options  # the run's floors (httpx)
+        from kvdoctor.api._consistency import ConsistencyJob  # the run's floors (httpx)
 
         extra = tuple(self.ctx.args)
         if extra and not extra[0].startswith("-"):
             raise InputError(f"unexpected argument {extra[0]!r} (server flags go after --)")
         self.console = Console(stderr=self.json_out)  # with --json, stdout is the JSON alone: progress on stderr
         self.status = None if self.json_out else self.console  # the JSON's verdict is the status line then
-        options = consistency_options(self.model, {**self.given, "server_args": extra})
+        options = replace(self.asked, extra_args=extra)
         self.job = ConsistencyJob(
             options,
             on_event=lambda phase, msg: _event(self.console, phase, msg),
@@ -152,19 +95,15 @@ class ConsistencyRun(CommandRun["ConsistencyResult", "Report"]):
     def work(self) -> ConsistencyResult | None:
         if not self.dry_run:
             return self.job.work()
-        from kvdoctor.report import serialize  # the JSON writer: loaded when --json asks for it
-
         _, preview = self.job.prepare()
         if self.json_out:
             print(serialize.dumps({"deployment": preview.to_dict(), "enablers": preview.enablers}), end="")
         else:
-            steps = LaunchPlan(self.model, "consistency", preview.steps, None, external=False)
+            steps = LaunchPlan(self.options.model, "consistency", preview.steps, None, external=False)
             self.console.print(render(steps), markup=False, highlight=False, soft_wrap=True)
         return None
 
     def deliver(self, result: ConsistencyResult) -> Report:
-        from kvdoctor.report import reportable, serialize
-
         print_result(self.console, result)
         published = self.job.report(result)  # writes the run's own record (result.json)
         if self.json_out:
@@ -183,7 +122,7 @@ def _print_head(console: Console, prepared: Prepared, preview: Deployment) -> No
     w = o.workload
     p = console.print
     shrunk = ", shrunk" if o.shrink else ""
-    on = f" · {o.server}" if o.server != DEFAULT_SERVER else ""
+    on = f" · {o.server}" if o.server != DEFAULT_SERVER.value else ""
     p(f"kvdoctor consistency: {o.model} ({kind.family}{shrunk}) · {o.topology} · {o.device}{on}", markup=False)
     p(
         f"workload: {w.requests} prompts × {w.prompt_tokens} token ids (seed {w.seed}), greedy, {w.max_new_tokens} new "

@@ -18,17 +18,19 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import typer
 
-from kvdoctor.api._drift import Architectures, DriftJob
+from kvdoctor.api._drift import DriftArgs, DriftJob
 from kvdoctor.cli.command import CommandRun
-from kvdoctor.cli.options import GpuArchOption
 from kvdoctor.cli.progress import with_progress
-from kvdoctor.core.servers import DEFAULT_SERVER, facts
-from kvdoctor.engines import GpuArch, Server
+from kvdoctor.cli.typed_command import command, shown_option
+from kvdoctor.core.drift_result import server_answer
+from kvdoctor.core.servers import facts
+from kvdoctor.report import reportable
+from kvdoctor.report.drift_report import architectures_of, cells_named, refusal_lines
+from kvdoctor.report.units import human
 from kvdoctor.text import safe
 
 if TYPE_CHECKING:
@@ -40,63 +42,29 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 
-def drift(
-    ctx: typer.Context,
-    fixture: Annotated[
-        list[str] | None, typer.Option("--fixture", help="Only this bundled fixture (repeatable).")
-    ] = None,
-    case: Annotated[list[str] | None, typer.Option("--case", help="Only this launch case (repeatable).")] = None,
-    gpu_arch: GpuArchOption = GpuArch.SM100,
-    json_output: bool = typer.Option(
-        False, "--json", help="Print one JSON object instead of tables (schema: kvdoctor schema drift)."
-    ),
-    junit_path: Annotated[
-        Path | None, typer.Option("--junit", help="Write JUnit XML: one case per matrix cell.")
-    ] = None,
-    server: Annotated[
-        Server,
-        typer.Option(
-            "--server",
-            help="Whose rules and code: sglang (default) or vllm (kvdoctor's vLLM rules against the installed vLLM).",
-        ),
-    ] = DEFAULT_SERVER,
-    all_architectures: bool = typer.Option(
-        False,
-        "--all-architectures",
-        help="Instead of the fixtures: a config for every model type SGLang's registry serves, from its config "
-        "class's defaults, under a 4-case matrix (docs/drift.md). Drift there is reported (exit 0) unless --strict.",
-    ),
-    model_type: Annotated[
-        list[str] | None,
-        typer.Option("--model-type", help="With --all-architectures: only this model type (repeatable)."),
-    ] = None,
-    output_dir: Annotated[
-        Path | None,
-        typer.Option("--output-dir", help="With --all-architectures: keep the generated configs here (new or empty)."),
-    ] = None,
-    strict: bool = typer.Option(
-        False, "--strict", help="With --all-architectures: a drifting generated cell exits 1, as a fixture's does."
-    ),
-) -> None:
-    """Compare kvdoctor's frozen rules with the installed server on every fixture x launch case.
+def _drift(ctx: typer.Context, args: DriftArgs, *, json_output: bool) -> None:
+    source = ctx.get_parameter_source("gpu_arch")  # click's ParameterSource (Typer may vendor click: by name)
+    DriftRun(args, explicit_arch=source is not None and source.name != "DEFAULT", json_output=json_output)()
+
+
+drift = command(
+    DriftArgs,
+    _drift,
+    name="drift",
+    doc="""Compare kvdoctor's frozen rules with the installed server on every fixture x launch case.
 
     Needs the server importable: SGLang (make sglang-env; run .venv-sglang/bin/kvdoctor drift) or, with
     --server vllm, vLLM (make vllm-env; run .venv-vllm/bin/kvdoctor drift --server vllm). Exit 0 when every
     field agrees, 1 on any drift, 2 on bad input, 3 when the server's own code failed in a case (no answer: never
     counted as drift).
-    """
-    source = ctx.get_parameter_source("gpu_arch")  # click's ParameterSource (Typer may vendor click: by name)
-    explicit_arch = source is not None and source.name != "DEFAULT"
-    DriftRun(
-        tuple(fixture or ()),
-        tuple(case or ()),
-        gpu_arch,
-        json_output=json_output,
-        junit_path=junit_path,
-        server=server,
-        explicit_arch=explicit_arch,
-        architectures=Architectures(all_architectures, tuple(model_type or ()), output_dir, strict),
-    )()
+    """,
+    shown=(
+        shown_option(
+            "json_output", "--json", help="Print one JSON object instead of tables (schema: kvdoctor schema drift)."
+        ),
+    ),
+    before="junit_path",
+)
 
 
 class DriftRun(DriftJob, CommandRun["DriftReport", "Report"]):
@@ -111,8 +79,6 @@ class DriftRun(DriftJob, CommandRun["DriftReport", "Report"]):
         return work(None) if self.json_output else with_progress(work, first_step)
 
     def deliver(self, result: DriftReport) -> Report:
-        from kvdoctor.report import reportable
-
         published = self.report(result)
         self.publish(published)
         if self.json_output:
@@ -132,10 +98,6 @@ def render(console: Console, result: DriftReport) -> None:
     Every column folds (never "…"): a value that does not fit at 80 columns goes on to the next line.
     """
     from rich.table import Table
-
-    from kvdoctor.core.drift_result import server_answer
-    from kvdoctor.report.drift_report import refusal_lines
-    from kvdoctor.report.units import human
 
     engine, title, server = result.engine, facts(result.server).title, result.server
     platform = f", GPU {result.gpu_arch}" if result.gpu_arch else ""
@@ -161,7 +123,6 @@ def render(console: Console, result: DriftReport) -> None:
 def render_errors(console: Console, result: DriftReport) -> None:
     """The cells where the server's own code failed, one line per distinct failure (never a drift table):
     ``error inside vLLM in 429 of 429 cases (deepseek-v3 · base, … and 424 more): RuntimeError: … at vllm/…:243``."""
-    from kvdoctor.report.drift_report import cells_named
 
     for error, _count in result.errors():
         cells = [r for r in result.errored if str(getattr(r, "error", "")) == error]
@@ -173,8 +134,6 @@ def render_errors(console: Console, result: DriftReport) -> None:
 def render_architectures(console: Console, result: DriftReport) -> None:
     """``--all-architectures``: one row per generated model type, then what was skipped and why."""
     from rich.table import Table
-
-    from kvdoctor.report.drift_report import architectures_of
 
     totals = architectures_of(result)
     if totals is None:

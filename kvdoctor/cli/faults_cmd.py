@@ -12,8 +12,12 @@ from typing import Annotated, Any
 
 import typer
 
+from kvdoctor.cli.layout import fits_whole, kv_table
 from kvdoctor.core.faults import Fault, StatePath, select
 from kvdoctor.core.servers import Server, facts
+from kvdoctor.report.envelope import document, header
+from kvdoctor.report.serialize import dumps
+from kvdoctor.text import safe
 
 
 def faults(
@@ -24,9 +28,6 @@ def faults(
     """List every fault --inject takes: where it runs, the state path it breaks, the server code it hooks."""
     chosen = select(server=server, path=path)
     if json_out:
-        from kvdoctor.report.envelope import document, header
-        from kvdoctor.report.serialize import dumps
-
         head = header("faults", exit_code=0, argv_fallback=["faults"])
         typer.echo(dumps(document(head, {"count": len(chosen), "faults": [_jsonable(f) for f in chosen]})), nl=False)
         return
@@ -66,9 +67,6 @@ def _groups(chosen: tuple[Fault, ...]) -> dict[tuple[str, str], list[Fault]]:
 def _render(chosen: tuple[Fault, ...]) -> None:
     from rich.console import Console
     from rich.table import Table
-
-    from kvdoctor.cli.layout import fits_whole, kv_table
-    from kvdoctor.text import safe
 
     console = Console(highlight=False, emoji=False)
     for (server, command), rows in _groups(chosen).items():

@@ -8,14 +8,16 @@ API room's (``kvdoctor.api._servers``); the terminal's tables are the server's s
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import typer
 
+from kvdoctor.api._inspect import inspect_job
+from kvdoctor.api._inspect_args import InspectArgs
 from kvdoctor.cli.command import CommandRun
 from kvdoctor.cli.launch import own_options
-from kvdoctor.engines import Adapter, GpuArch, Inspected
+from kvdoctor.engines import Adapter, Inspected
+from kvdoctor.report import reportable
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -28,36 +30,10 @@ class InspectRun(CommandRun[Inspected, "Report"]):
     """One ``kvdoctor inspect`` (the steps of ``kvdoctor.cli.command``) around its server's job: the output, the
     verdict line, then JUnit and the step summary. A server's subclass draws its tables (:meth:`render`)."""
 
-    def __init__(
-        self,
-        ctx: typer.Context,
-        model: str | None,
-        adapter: Adapter,
-        *,
-        gpu_arch: GpuArch,
-        request_tokens: int,
-        concurrent: int,
-        json_output: bool,
-        strict: bool,
-        junit_path: Path | None,
-        server: Any,
-        engine: Any,
-    ) -> None:
-        from kvdoctor.api._inspect import inspect_job
-
-        self.ctx, self.model, self.json_output = ctx, model, json_output
-        given = dict(
-            gpu_arch=gpu_arch,
-            request_tokens=request_tokens,
-            concurrent=concurrent,
-            strict=strict,
-            junit_path=junit_path,
-            server=server,
-            engine=engine,
-            server_args=tuple(ctx.args),
-        )
+    def __init__(self, ctx: typer.Context, args: InspectArgs, adapter: Adapter, *, json_output: bool) -> None:
+        self.ctx, self.model, self.json_output = ctx, args.model, json_output
         argv = tuple(ctx.command_path.split()[1:])
-        self.job = inspect_job(model, given, own_options=own_options(ctx), argv=argv)
+        self.job = inspect_job(args, own_options=own_options(ctx), argv=argv)
         self.job.adapter = adapter
 
     def preflight(self) -> None:
@@ -74,8 +50,6 @@ class InspectRun(CommandRun[Inspected, "Report"]):
         raise NotImplementedError
 
     def deliver(self, result: Inspected) -> Report:
-        from kvdoctor.report import reportable
-
         for note in result.notes:  # e.g. why vLLM did not answer (the rule model still did)
             print(f"kvdoctor: note: {note}", file=sys.stderr)
         published = self.job.report(result)

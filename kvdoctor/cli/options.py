@@ -6,31 +6,21 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from kvdoctor.engines import GpuArch
+from kvdoctor.choices import DEVICE_HELP, Device
+from kvdoctor.engines import GPU_ARCH_HELP, GpuArch
 
 if TYPE_CHECKING:
     from kvdoctor.choices import Device
 
 GpuArchOption = Annotated[
     GpuArch,
-    typer.Option(
-        "--gpu-arch",
-        help="The GPU the server runs on: SGLang's defaults (attention backend, page size, MXFP8) depend on it; "
-        "with --engine sglang, the platform SGLang is told (a stub).",
-    ),
+    typer.Option("--gpu-arch", help=GPU_ARCH_HELP),
 ]
 
 
 def _device_option() -> Any:
     # An enum, so Typer lists the choices in --help and refuses a typo before the command imports torch.
-    from kvdoctor.choices import Device
-
-    return Annotated[
-        Device,
-        typer.Option(
-            "--device", help="Where the work runs: auto (CUDA when torch sees one, else the CPU), cpu or cuda."
-        ),
-    ]
+    return Annotated[Device, typer.Option("--device", help=DEVICE_HELP)]
 
 
 def __getattr__(name: str) -> Any:

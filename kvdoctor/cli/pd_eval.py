@@ -18,34 +18,24 @@ roomy reference (``kvdoctor.pd.tokens``); an option only the other oracle reads 
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 from typer.core import TyperCommand
 
 from kvdoctor.api._job import ErrorCase
-from kvdoctor.api._pd_eval import DEFAULT_OUTPUT_DIR, PdEvalJob
+from kvdoctor.api._pd_eval import PdEvalJob
 from kvdoctor.cli.command import CommandRun
 from kvdoctor.cli.launch import own_options
-from kvdoctor.deploy.plan import DEFAULT_LAUNCHER, DEFAULT_ROUTER_LAUNCHER
-from kvdoctor.deploy.presets import Api, EvalDefaults, PresetName  # pure data, no heavy import
+from kvdoctor.cli.typed_command import command, shown_option
 from kvdoctor.pd import argv
-from kvdoctor.pd.oracle import Oracle
+from kvdoctor.pd.options import PdEvalOptions  # pure data, no heavy import
 
 if TYPE_CHECKING:
     from kvdoctor.pd.report import Report
     from kvdoctor.pd.result import PdEvalResult
-
-_EVAL = EvalDefaults()  # the generic defaults; a --preset brings its own, which is what "or the preset's" means
-
-
-_FREE = "a free port"
-
-
-def _or_preset(value: object) -> str:
-    return f"{value}, or the preset's"
-
 
 SERVER_WORDS = "kvdoctor.pd-eval.server-words"  # ctx.meta key: the words after ``--``, as given
 
@@ -81,105 +71,24 @@ def _server_words(ctx: typer.Context, model: str) -> tuple[str, ...]:
     return words
 
 
-def pd_eval(
-    ctx: typer.Context,
-    model: str = typer.Argument(..., help="Model path or HF id, passed as --model-path."),
-    preset: Annotated[
-        PresetName | None,
-        typer.Option("--preset", help="Reproduce a reference test exactly: its flags and its eval defaults."),
-    ] = None,
-    tp: int | None = typer.Option(None, "--tp", help="TP size per role.", show_default=_or_preset(1)),
-    transfer_backend: str = typer.Option(
-        "mooncake", "--transfer-backend", help="--disaggregation-transfer-backend for both roles."
-    ),
-    ib_device: str | None = typer.Option(None, "--ib-device", help="--disaggregation-ib-device for both roles."),
-    num_shots: int | None = typer.Option(
-        None, "--num-shots", help="Few-shot examples.", show_default=_or_preset(_EVAL.num_shots)
-    ),
-    num_questions: int | None = typer.Option(
-        None, "--num-questions", help="Scored questions after the shots.", show_default=_or_preset(_EVAL.num_questions)
-    ),
-    threshold: float | None = typer.Option(
-        None, "--threshold", help="Accuracy floor.", show_default=_or_preset(f"{_EVAL.threshold:.2f}")
-    ),
-    max_new_tokens: int | None = typer.Option(
-        None, "--max-new-tokens", help="Per answer.", show_default=_or_preset(_EVAL.max_new_tokens)
-    ),
-    parallel: int | None = typer.Option(
-        None, "--parallel", help="Requests in flight.", show_default=_or_preset(_EVAL.parallel)
-    ),
-    api: Annotated[
-        Api | None,
-        typer.Option(
-            "--api",
-            help="completions: /v1/completions, as SGLang's gate; generate: /generate.",
-            show_default=_or_preset(_EVAL.api),
+def _pd_eval(ctx: typer.Context, options: PdEvalOptions, *, dry_run: bool, json_out: bool) -> None:
+    PdEvalRun(ctx, options, dry_run=dry_run, json_out=json_out)()
+
+
+pd_eval = command(
+    PdEvalOptions,
+    _pd_eval,
+    name="pd_eval",
+    doc="""Launch SGLang prefill + decode + router, run GSM8K few-shot, and gate on both accuracy and
+    decode-side retraction having happened. Extra server flags after `--` go to both roles.""",
+    shown=(
+        shown_option("dry_run", "--dry-run", help="Print the launch plan and stop."),
+        shown_option(
+            "json_out", "--json", help="Print the result as JSON on stdout (schema: kvdoctor schema pd-eval)."
         ),
-    ] = None,
-    data_path: Annotated[
-        Path | None,
-        typer.Option("--data-path", help="GSM8K test.jsonl (default: sha256-checked cache, bundled copy, download)."),
-    ] = None,
-    launcher: str = typer.Option(DEFAULT_LAUNCHER, "--launcher", help="Server command."),
-    router_launcher: str = typer.Option(DEFAULT_ROUTER_LAUNCHER, "--router-launcher", help="Router command."),
-    mini_lb: bool | None = typer.Option(
-        None,
-        "--mini-lb/--no-mini-lb",
-        help="Python mini load balancer instead of the Rust one.",
-        show_default="the Rust router, or the preset's",
     ),
-    prefill_url: str | None = typer.Option(None, "--prefill-url", help="Use a running prefill."),
-    decode_url: str | None = typer.Option(None, "--decode-url", help="Use a running decode."),
-    router_url: str | None = typer.Option(None, "--router-url", help="Use a running router."),
-    host: str = typer.Option("127.0.0.1", "--host", help="Host the servers bind to."),
-    prefill_port: int | None = typer.Option(None, "--prefill-port", help="Prefill's port.", show_default=_FREE),
-    decode_port: int | None = typer.Option(None, "--decode-port", help="Decode's port.", show_default=_FREE),
-    router_port: int | None = typer.Option(None, "--router-port", help="The router's port.", show_default=_FREE),
-    bootstrap_port: int | None = typer.Option(
-        None, "--bootstrap-port", help="Shared by prefill and decode.", show_default=_FREE
-    ),
-    output_dir: Annotated[
-        Path,
-        typer.Option(
-            "--output-dir",
-            help="Each run writes its logs, result.json and per-question rows into a new "
-            "run-<time>-<id>/ directory here.",
-        ),
-    ] = DEFAULT_OUTPUT_DIR,
-    timeout: float = typer.Option(3600.0, "--timeout", help="Seconds for the whole run."),
-    request_timeout: float = typer.Option(600.0, "--request-timeout", help="Seconds per request."),
-    allow_no_retraction: bool = typer.Option(
-        False, "--allow-no-retraction", help="Do not fail when decode never retracted."
-    ),
-    dry_run: bool = typer.Option(False, "--dry-run", help="Print the launch plan and stop."),
-    json_out: bool = typer.Option(
-        False, "--json", help="Print the result as JSON on stdout (schema: kvdoctor schema pd-eval)."
-    ),
-    junit_path: Annotated[Path | None, typer.Option("--junit", help="Write JUnit XML, one test case per gate.")] = None,
-    oracle: Annotated[
-        Oracle,
-        typer.Option(
-            "--oracle",
-            help="gsm8k: GSM8K accuracy (trained weights); tokens: every greedy token against a roomy reference "
-            "of the same plan (kvdoctor consistency's oracle; with --shrink no weights needed).",
-        ),
-    ] = Oracle.GSM8K,
-    shrink: bool = typer.Option(False, "--shrink", help="tokens: a tiny seeded random checkpoint of MODEL's config."),
-    device: str | None = typer.Option(None, "--device", help="tokens: cpu or cuda.", show_default="cuda"),
-    inject: str | None = typer.Option(None, "--inject", help="tokens: a fault applied inside the pressured decode."),
-    prompt_tokens: int | None = typer.Option(
-        None, "--prompt-tokens", help="tokens: seeded token ids per prompt.", show_default="32"
-    ),
-    seed: int | None = typer.Option(
-        None, "--seed", help="tokens: seeds the prompts and the checkpoint.", show_default="0"
-    ),
-) -> None:
-    """Launch SGLang prefill + decode + router, run GSM8K few-shot, and gate on both accuracy and
-    decode-side retraction having happened. Extra server flags after `--` go to both roles."""
-    given = dict(locals())  # the options, named as kvdoctor.api.pd_eval names its keyword arguments
-    for cli_only in ("ctx", "model", "dry_run", "json_out"):
-        del given[cli_only]
-    PdEvalRun(ctx, model, given, dry_run=dry_run, json_out=json_out)()
+    before="junit_path",
+)
 
 
 class PdEvalRun(PdEvalJob, CommandRun["PdEvalResult", "Report"]):
@@ -192,14 +101,14 @@ class PdEvalRun(PdEvalJob, CommandRun["PdEvalResult", "Report"]):
     unfinished-run record's error case, never an earlier run's pass.
     """
 
-    def __init__(self, ctx: typer.Context, model: str, given: dict[str, Any], *, dry_run: bool, json_out: bool) -> None:
-        super().__init__(model, given)
+    def __init__(self, ctx: typer.Context, options: PdEvalOptions, *, dry_run: bool, json_out: bool) -> None:
+        super().__init__(options)
         self.ctx, self.dry_run, self.json_out = ctx, dry_run, json_out
 
     def check(self) -> None:
         from rich.console import Console
 
-        self.server_args = _server_words(self.ctx, self.model)
+        self.asked = replace(self.asked, extra_args=_server_words(self.ctx, self.asked.model))
         super().check()
         self.console = Console(stderr=self.json_out)  # with --json, stdout is the JSON alone: progress on stderr
         self.status = None if self.json_out else self.console  # the JSON's verdict is the status line then

@@ -13,14 +13,24 @@ deployment failed unexpectedly; 130/143 after Ctrl-C/SIGTERM (everything started
 from __future__ import annotations
 
 from collections.abc import Sequence
-from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING
 
 import typer
 
 from kvdoctor._exceptions import InputError
-from kvdoctor.api._replay import DEFAULT_OUTPUT_DIR, ReplayJob
+from kvdoctor.api._job import names
+from kvdoctor.api._replay import ReplayArgs, ReplayJob
 from kvdoctor.cli.command import CommandRun
+from kvdoctor.cli.layout import fits_whole
+from kvdoctor.cli.typed_command import command, shown_option
+from kvdoctor.core import replays
+from kvdoctor.replay.plan import select
+from kvdoctor.replay.report import replay_dict
+from kvdoctor.report import reportable, serialize
+from kvdoctor.report.envelope import document, header
+from kvdoctor.report.serialize import dumps
+from kvdoctor.report.units import noun_for
+from kvdoctor.text import printable, safe
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -34,44 +44,38 @@ if TYPE_CHECKING:
 _RUN_ONLY = {"timeout": "--timeout", "junit_path": "--junit", "output_dir": "--output-dir"}
 
 
-def replay(
-    ctx: typer.Context,
-    bug: Annotated[
-        list[str] | None,
-        typer.Option("--bug", help="A bug id to replay (sglang#23773); repeatable. With --list: list only these."),
-    ] = None,
-    every: Annotated[bool, typer.Option("--all", help="Replay every bug that has a case.")] = False,
-    list_only: Annotated[
-        bool,
-        typer.Option(
-            "--list",
-            help="List the cases (and the pending ones); run nothing. Takes --bug, --all and --json; "
-            "--timeout, --junit and --output-dir are a run's, so with --list they are bad input (exit 2).",
-        ),
-    ] = False,
-    output_dir: Annotated[
-        Path, typer.Option("--output-dir", help="Run directories and the checkpoint cache go here.")
-    ] = DEFAULT_OUTPUT_DIR,
-    timeout: Annotated[
-        float, typer.Option("--timeout", help="Seconds for each deployment's whole run (> 0).")
-    ] = 1800.0,
-    json_out: Annotated[bool, typer.Option("--json", help="Print one JSON document (kvdoctor schema replay).")] = False,
-    junit_path: Annotated[Path | None, typer.Option("--junit", help="Write JUnit XML, one case per bug.")] = None,
-) -> None:
-    """Replay public bugs inside real servers, each beside its control (docs/bugs.md).
-
-    A bug's row passes only when the control is green and the subject red (or loud), each for the right reason.
-    --list runs nothing: it lists the cases (only the --bug ones when given)."""
-
-    if not timeout > 0:  # in every mode: a value that can never be a run's is refused wherever it is given
-        raise InputError(f"--timeout must be > 0 seconds, got {timeout}")
+def _replay(ctx: typer.Context, args: ReplayArgs, *, list_only: bool, json_out: bool) -> None:
+    if not args.timeout_s > 0:  # in every mode: a value that can never be a run's is refused wherever it is given
+        raise InputError(f"--timeout must be > 0 seconds, got {args.timeout_s}")
     if list_only:
         given = [flag for name, flag in _RUN_ONLY.items() if _given(ctx, name)]
         if given:
             raise InputError(f"--list runs nothing, so {given[0]} has no use there (--list takes --bug, --all, --json)")
-        _list(tuple(bug or ()), every, json_out)
+        _list(names(args.bug), args.every, json_out)
         return
-    ReplayRun(tuple(bug or ()), every, output_dir, timeout, json_out=json_out, junit_path=junit_path)()
+    ReplayRun(args, json_out=json_out)()
+
+
+replay = command(
+    ReplayArgs,
+    _replay,
+    name="replay",
+    doc="""Replay public bugs inside real servers, each beside its control (docs/bugs.md).
+
+    A bug's row passes only when the control is green and the subject red (or loud), each for the right reason.
+    --list runs nothing: it lists the cases (only the --bug ones when given).""",
+    shown=(
+        shown_option(
+            "list_only",
+            "--list",
+            help="List the cases (and the pending ones; with --bug, only those); run nothing. Takes --bug, --all and "
+            "--json; "
+            "--timeout, --junit and --output-dir are a run's, so with --list they are bad input (exit 2).",
+        ),
+        shown_option("json_out", "--json", help="Print one JSON document (kvdoctor schema replay)."),
+    ),
+    before={"list_only": "output_dir", "json_out": "junit_path"},
+)
 
 
 def _given(ctx: typer.Context, name: str) -> bool:
@@ -83,9 +87,6 @@ def _given(ctx: typer.Context, name: str) -> bool:
 def _listed(bug_ids: tuple[str, ...], every: bool) -> tuple[tuple[Replay, ...], tuple[Replay, ...]]:
     """(the cases, the pending ones) that --list shows: all, or those of BUG_IDS in the order given (a pending id
     is listed as pending); an unknown id, or --bug beside --all, is bad input, as it is for a run."""
-    from kvdoctor.core import replays
-    from kvdoctor.replay.plan import select
-
     cases, waiting = replays.replays(), replays.pending()
     if not bug_ids:
         return cases, waiting
@@ -94,13 +95,8 @@ def _listed(bug_ids: tuple[str, ...], every: bool) -> tuple[tuple[Replay, ...], 
 
 
 def _list(bug_ids: tuple[str, ...], every: bool, json_out: bool) -> None:
-    from kvdoctor.replay.report import replay_dict
-
     cases, waiting = _listed(bug_ids, every)
     if json_out:
-        from kvdoctor.report.envelope import document, header
-        from kvdoctor.report.serialize import dumps
-
         head = header("replay", exit_code=0, argv_fallback=["replay", "--list"])
         pending = [{"bug": r.bug, "fault": r.fault} for r in waiting]
         doc = {"count": len(cases), "cases": [replay_dict(r) for r in cases], "pending": pending}
@@ -117,7 +113,6 @@ def _list(bug_ids: tuple[str, ...], every: bool, json_out: bool) -> None:
         rows.append((r.bug, fault, r.scenario, r.model, r.topology, expect))
     columns = ("bug", "fault", "scenario", "model", "topology", "expect")
     print_rows(console, "kvdoctor replay: the cases", columns, rows)
-    from kvdoctor.report.units import noun_for
 
     counted = f"{len(cases)} {noun_for(len(cases), 'case')}, {len(waiting)} pending"
     console.print(f"{counted} (every field: kvdoctor replay --list --json)", markup=False)
@@ -130,9 +125,6 @@ def print_rows(console: Console, title: str, columns: Sequence[str], rows: Seque
     split ``sglang#23773`` into ``sglang#237`` / ``73``: an id a CI log cannot give back)."""
     from rich.table import Table
     from rich.text import Text
-
-    from kvdoctor.cli.layout import fits_whole
-    from kvdoctor.text import printable, safe
 
     table = Table(title=title, title_justify="left")
     for column in columns:
@@ -156,17 +148,8 @@ class ReplayRun(ReplayJob, CommandRun["Matrix", "Report"]):
     """One ``kvdoctor replay``: :class:`kvdoctor.api.ReplayJob`'s steps (``kvdoctor.cli.command``), its progress on
     the console (stderr with ``--json``), then the table or the JSON, JUnit and the step summary."""
 
-    def __init__(
-        self,
-        bugs: tuple[str, ...],
-        every: bool,
-        output_dir: Path,
-        timeout: float,
-        *,
-        json_out: bool,
-        junit_path: Path | None,
-    ) -> None:
-        super().__init__(bugs, every, output_dir, timeout, junit_path=junit_path, on_event=self._event)
+    def __init__(self, args: ReplayArgs, *, json_out: bool) -> None:
+        super().__init__(args, on_event=self._event)
         self.json_out = json_out
 
     def check(self) -> None:
@@ -180,8 +163,6 @@ class ReplayRun(ReplayJob, CommandRun["Matrix", "Report"]):
         self.console.print(f"[{phase}] {message}", markup=False, soft_wrap=True)
 
     def deliver(self, result: Matrix) -> Report:
-        from kvdoctor.report import reportable, serialize
-
         published = self.report(result)
         if self.json_out:
             print(serialize.dumps(reportable.json_document(published)), end="")

@@ -16,22 +16,21 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from dataclasses import replace
+from typing import TYPE_CHECKING
 
 import typer
 
-from kvdoctor.choices import Device
+from kvdoctor.api._roundtrip import RoundtripArgs, RoundtripJob
 from kvdoctor.cli.command import CommandRun, ErrorCase
 from kvdoctor.cli.launch import own_options
-from kvdoctor.cli.options import DeviceOption, GpuArchOption
 from kvdoctor.cli.progress import with_progress
 from kvdoctor.cli.render import Renderer, renderer
-from kvdoctor.core.faults import roundtrip_names
-from kvdoctor.core.servers import DEFAULT_SERVER
-from kvdoctor.engines import Engine, GpuArch, Server
+from kvdoctor.cli.typed_command import command, shown_option
+from kvdoctor.report import reportable
 from kvdoctor.report.units import NONE, format_bytes, human
 from kvdoctor.roundtrip.faults import InjectName
+from kvdoctor.text import plain
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -60,8 +59,6 @@ def _kv_block(console: Console, title: str, pairs: Sequence[tuple[str, object]])
 
 
 def _plain(value: object) -> str:
-    from kvdoctor.text import plain
-
     return plain(human(value))
 
 
@@ -153,61 +150,26 @@ def render(console: Console, result: RoundtripResult, head: RunHeader, drawn: Re
 # ---- the command -----------------------------------------------------------------------------
 
 
-def roundtrip(
-    ctx: typer.Context,
-    model: str = typer.Argument(..., help="config.json path, model directory, bundled fixture or cached Hub id."),
-    device: DeviceOption = Device.AUTO,
-    requests: int = typer.Option(8, "--requests", min=2, help="Requests admitted; half are retracted."),
-    tokens: int = typer.Option(256, "--tokens", min=2, help="Longest request (seqlen); lengths vary down to half."),
-    seed: int = typer.Option(0, "--seed", help="Seed for lengths, retracted set and data."),
-    inject: Annotated[
-        InjectName | None,
-        typer.Option(
-            "--inject",
-            help="Reproduce a known failure; the components it must turn red are checked (inject_matched). "
-            f"--engine vllm: {', '.join(roundtrip_names(Server.VLLM))}; the others: SGLang's.",
-        ),
-    ] = None,
-    layers: int | None = typer.Option(
-        None, "--layers", min=1, help="Reduce: at most N layers per sub-pool (--engine vllm: per KV-cache group)."
-    ),
-    heads: int | None = typer.Option(None, "--heads", min=1, help="Reduce: at most N KV / recurrent heads."),
-    json_output: bool = typer.Option(False, "--json", help="Print one JSON object instead of tables."),
-    junit_path: Annotated[Path | None, typer.Option("--junit", help="Write JUnit XML: one case per component.")] = None,
-    engine: Annotated[
-        Engine,
-        typer.Option(
-            "--engine",
-            help="Whose pools and retraction code run: kvdoctor's model of SGLang, the installed SGLang itself, "
-            "or (with --server vllm) vLLM's own offloading worker.",
-        ),
-    ] = Engine.KVDOCTOR,
-    server: Annotated[
-        Server,
-        typer.Option(
-            "--server",
-            help="Which server the flags are for: sglang (default) or vllm (vLLM 0.33 flags; needs --engine vllm).",
-        ),
-    ] = DEFAULT_SERVER,
-    gpu_arch: GpuArchOption = GpuArch.SM100,
-    emulate_d2h: bool = typer.Option(
-        False,
-        "--emulate-d2h",
-        help="--engine sglang: copy backup tensors that alias a live pool, as a device-to-host copy would "
-        "(the aliasing row then reports without failing). Never the default.",
-    ),
-) -> None:
-    """Retract requests, let others reuse their slots, restore, and diff every state component bitwise.
+def _roundtrip(ctx: typer.Context, args: RoundtripArgs, *, json_output: bool) -> None:
+    RoundtripRun(ctx, replace(args, server_args=tuple(ctx.args)), json_output=json_output)()
+
+
+roundtrip = command(
+    RoundtripArgs,
+    _roundtrip,
+    name="roundtrip",
+    doc="""Retract requests, let others reuse their slots, restore, and diff every state component bitwise.
 
     Any SGLang server flag (e.g. --kv-cache-dtype mxfp8 --disaggregation-mode decode) may follow MODEL.
     With --engine sglang the installed SGLang builds the pools and runs backup_kv_cache/restore_kv_cache.
     With --server vllm --engine vllm, vLLM's CPUOffloadingWorker stores every KV-cache group's blocks and
     loads them into fresh ones (vLLM flags follow MODEL). Exit 0 when everything matches, 1 when anything
     differs, 2 on bad input.
-    """
-    given = dict(locals())  # the options, named as kvdoctor.api.roundtrip names its keyword arguments
-    del given["ctx"], given["json_output"]
-    RoundtripRun(ctx, model, {**given, "server_args": tuple(ctx.args)}, json_output=json_output)()
+    """,
+    shown=(shown_option("json_output", "--json", help="Print one JSON object instead of tables."),),
+    before="junit_path",
+    parse_as={"inject": InjectName | None},  # the registry's round-trip faults, listed in --help
+)
 
 
 class RoundtripRun(CommandRun["RoundtripResult", "Report"]):
@@ -215,11 +177,9 @@ class RoundtripRun(CommandRun["RoundtripResult", "Report"]):
     (the job :func:`kvdoctor.api.roundtrip` executes): the work under a progress bar, the output, the verdict line,
     then JUnit and the step summary."""
 
-    def __init__(self, ctx: typer.Context, model: str, given: dict[str, Any], *, json_output: bool) -> None:
-        from kvdoctor.api._roundtrip import RoundtripJob
-
+    def __init__(self, ctx: typer.Context, args: RoundtripArgs, *, json_output: bool) -> None:
         self.ctx, self.json_output = ctx, json_output
-        self.job = RoundtripJob(model, given, explicit=_explicit(ctx), own_options=own_options(ctx))
+        self.job = RoundtripJob(args, explicit=_explicit(ctx), own_options=own_options(ctx))
 
     def check(self) -> None:
         self.job.check()
@@ -237,8 +197,6 @@ class RoundtripRun(CommandRun["RoundtripResult", "Report"]):
         return work(None) if self.json_output else with_progress(work, first_step)
 
     def deliver(self, result: RoundtripResult) -> Report:
-        from kvdoctor.report import reportable
-
         published = self.job.report(result)
         head = reportable.header(published)
         if self.json_output:

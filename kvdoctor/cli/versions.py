@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kvdoctor import __version__
 from kvdoctor.core import servers
 from kvdoctor.core.servers import ServerFacts
 from kvdoctor.engines import Engine, load
@@ -61,7 +62,5 @@ def server_line(server: ServerLine, version: str | None) -> str:
 
 def version_lines() -> list[str]:
     """What ``--version`` prints: kvdoctor's version first (the line scripts read), then one line per server."""
-    from kvdoctor import __version__
-
     own = installed_version("kvdoctor") or __version__
     return [f"kvdoctor {own}", *(server_line(s, installed_version(s.package)) for s in _servers())]

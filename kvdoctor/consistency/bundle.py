@@ -39,9 +39,11 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+import kvdoctor
 from kvdoctor._exceptions import EXIT_GATE, InputError
 from kvdoctor.consistency import attribution, client
 from kvdoctor.consistency.compare import Generation
+from kvdoctor.consistency.report import json_document
 from kvdoctor.consistency.result import ConsistencyResult
 from kvdoctor.deploy import plan
 from kvdoctor.deploy.metrics import COUNTER
@@ -163,8 +165,6 @@ class Scrub:
     install) ``{kvdoctor}``, a virtual environment ``{venv}``, the working directory ``{cwd}``, the home ``~``."""
 
     def __init__(self, run_dir: Path, checkpoint: str | None, copy_to: Path | None) -> None:
-        import kvdoctor
-
         named: list[tuple[Path | str | None, str]] = [
             (copy_to, "{bundle}"),
             (run_dir, "{run_dir}"),
@@ -387,8 +387,6 @@ def write(
 
 
 def _plain(result: ConsistencyResult) -> dict[str, Any]:
-    from kvdoctor.consistency.report import json_document
-
     return json_document(result)
 
 

@@ -37,13 +37,15 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kvdoctor._exceptions import InputError
+from kvdoctor.core.config import ModelConfig, unwrap_text_config
 from kvdoctor.core.servers import lookup
-
-if TYPE_CHECKING:
-    from kvdoctor.core.config import ModelConfig
+from kvdoctor.core.sglang.analysis import derived_context_length
+from kvdoctor.core.sglang.flags import parse_flags
+from kvdoctor.core.vllm.flags import parse_vllm_flags
+from kvdoctor.core.vllm.model_len import max_model_len
 
 AUTO = -1  # --max-model-len auto / -1: vLLM derives it
 SGLANG_OVERRIDE_ENV = "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN"
@@ -67,8 +69,6 @@ class Limit:
 def _model_config(config: Mapping[str, Any], source: str) -> ModelConfig:
     """CONFIG (already loaded and validated, then perhaps shrunk) as the core reads it. Not validated again: only
     its length fields are read here, and a shrink's own inconsistencies are the checkpoint build's to report."""
-    from kvdoctor.core.config import ModelConfig, unwrap_text_config
-
     return ModelConfig(source, config, unwrap_text_config(config))
 
 
@@ -78,9 +78,6 @@ def _truthy(value: str | None) -> bool:
 
 def sglang(config: Mapping[str, Any], source: str, extra_args: Sequence[str]) -> Limit:
     """SGLang's context length for CONFIG under the flags after ``--`` (its start-up refusal is exit 2 here)."""
-    from kvdoctor.core.sglang.analysis import derived_context_length
-    from kvdoctor.core.sglang.flags import parse_flags
-
     derived = derived_context_length(_model_config(config, source))
     asked = parse_flags(extra_args).context_length
     if asked is not None and asked > derived and not _truthy(os.environ.get(SGLANG_OVERRIDE_ENV)):
@@ -101,9 +98,6 @@ def sglang(config: Mapping[str, Any], source: str, extra_args: Sequence[str]) ->
 def vllm(config: Mapping[str, Any], source: str, extra_args: Sequence[str]) -> Limit:
     """vLLM's ``max_model_len`` for CONFIG: the config's derived length, or the ``--max-model-len`` after ``--``
     (one above the derived length is vLLM's start-up refusal: exit 2 here)."""
-    from kvdoctor.core.vllm.flags import parse_vllm_flags
-    from kvdoctor.core.vllm.model_len import max_model_len
-
     user = parse_vllm_flags(extra_args).max_model_len
     length = max_model_len(_model_config(config, source), user)
     if length.refusal is not None:
@@ -128,8 +122,6 @@ def limit(server: str, config: Mapping[str, Any], source: str, extra_args: Seque
 def check_own_vllm(limit: Limit, own: int, request_tokens: int, extra_args: Sequence[str]) -> None:
     """kvdoctor's own ``--max-model-len`` (OWN: REQUEST_TOKENS rounded up to vLLM's CPU block) must not pass the
     model's length, where no ``--max-model-len`` after ``--`` replaces it: vLLM would refuse to start."""
-    from kvdoctor.core.vllm.flags import parse_vllm_flags
-
     if parse_vllm_flags(extra_args).max_model_len is None and own > limit.tokens:
         raise InputError(
             f"kvdoctor's --max-model-len {own:,} (a request of {request_tokens:,} tokens rounded up to a multiple of "

@@ -39,6 +39,7 @@ from kvdoctor.core import faults as registry
 from kvdoctor.core.sglang.flags import owned_word
 from kvdoctor.deploy import plan, prediction
 from kvdoctor.deploy.presets import Preset
+from kvdoctor.engines import fault_list
 
 TOPOLOGIES = ("single", "pd")
 DEVICES = ("cpu", "cuda")
@@ -333,8 +334,7 @@ def _composed(o: DeployOptions, base: Preset, prefill_pool: int, decode_pool: in
 def _faults(o: DeployOptions, role: str) -> str | None:
     """The injected faults ROLE (``prefill`` or ``decode``) runs: the prefill those its records put there
     (``prefill_faults``: a transfer fault on its send, armed for the pressured burst only), the decode the rest."""
-    names = [f for f in (o.inject or "").split(",") if f]
-    return ",".join(f for f in names if (f in o.prefill_faults) == (role == "prefill")) or None
+    return fault_list.encode(f for f in fault_list.decode(o.inject) if (f in o.prefill_faults) == (role == "prefill"))
 
 
 def _env(
@@ -434,7 +434,7 @@ def _on_one_server(inject: str) -> bool:
     (the rest need PD)."""
     paths = (registry.StatePath.PREFIX_HIT, registry.StatePath.SLIDING_WINDOW)
     hits = {n for p in paths for n in registry.names(server="sglang", target=registry.Target.SERVER, path=p)}
-    return all(name in hits for name in inject.split(","))
+    return all(name in hits for name in fault_list.decode(inject))
 
 
 def _pd(o: DeployOptions, ports: list[int], roomy: int, tight: int) -> Deployment:

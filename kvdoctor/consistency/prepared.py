@@ -11,7 +11,9 @@ from kvdoctor._exceptions import InputError
 from kvdoctor.consistency import checkpoint, footprint, runnable
 from kvdoctor.consistency.deploy import PlanChoices
 from kvdoctor.consistency.workload import Workload, prompts
+from kvdoctor.core.declared import argument, group, option
 from kvdoctor.core.paths import DEFAULT_SCENARIO
+from kvdoctor.core.servers import DEFAULT_SERVER
 
 if TYPE_CHECKING:
     from kvdoctor.consistency import deploy
@@ -24,24 +26,59 @@ WARM_UP_TOKENS = 4  # new tokens of the warm-up request (at most the workload's 
 
 @dataclass(frozen=True)
 class ConsistencyOptions:
-    model: str
-    shrink: bool = False
-    topology: str = "single"
-    device: str = "cpu"
-    inject: str | None = None
-    workload: Workload = field(default_factory=Workload)
-    output_dir: Path = Path("kvdoctor-out/consistency")
+    """A consistency run's options, each declared once here: ``kvdoctor consistency``'s options (and ``bench
+    consistency``'s share of them) and :func:`kvdoctor.api.consistency`'s keyword arguments are made from these
+    fields (``kvdoctor.core.declared``); the fields after ``junit_path`` are set by the commands built on the run."""
+
+    model: str = argument(help="Model directory, bundled fixture name (e.g. llama-3.1-8b) or HF id.")
+    shrink: bool = option(False, "--shrink", help="Make the config tiny (2-4 layers, every layer kind kept).")
+    topology: str = option("single", "--topology", help="single: one server each; pd (SGLang): prefill+decode+router.")
+    device: str = option("cpu", "--device", help="cpu or cuda.")
+    server: str = option(  # whose servers run: sglang, or vllm (single only)
+        DEFAULT_SERVER.value,
+        "--server",
+        help="sglang, or vllm (single only; vLLM flags after --; run from the vLLM server env).",
+    )
+    inject: str | None = option(
+        None,
+        "--inject",
+        help="A fault armed inside the servers for the pressured burst, in the role its record names (kvdoctor "
+        "faults): a retraction fault in the PD decode, a transfer fault in the prefill or decode, a radix-hit or "
+        "window fault in the pressured server; vllm: the pressured server.",
+    )
+    fault_file: Path | None = option(  # the user's own fault (kvdoctor.consistency.fault_file)
+        None,
+        "--fault-file",
+        help="Your own fault: a Python file wrapping server functions in a role (prefill, decode, single, any), "
+        "installed inside those servers and armed for the pressured burst (docs/fault-file.md). Not with --inject.",
+    )
+    bundle: Path | None = option(  # a red run's reproduction bundle is copied here (consistency.bundle)
+        None,
+        "--bundle",
+        help="A red run's reproduction bundle is also copied here (a new or empty folder): the servers' launch "
+        "lines, the checkpoint, the prompts, a stand-alone client that needs no kvdoctor, the expected and observed "
+        "tokens and an issue text. Every red run writes one in its run directory.",
+    )
+    scenario: str = option(  # a name of kvdoctor.consistency.scenarios.SCENARIOS
+        DEFAULT_SCENARIO,
+        "--scenario",
+        help="preempt: forced preemption; prefix-cache (vllm; sglang --topology single): the same prefixes hit in the "
+        "prefix cache, evicted, sent again, against a server without prefix caching; transfer (sglang --topology pd): "
+        "every request's state sent by the prefill and committed by the decode, both decodes roomy; offload (vllm, GPU "
+        "only: vLLM refuses it on CPU): preemption with vLLM's OffloadingConnector on the pressured server, resumed "
+        "requests loaded from its CPU tier.",
+    )
+    workload: Workload = group(Workload)
+    output_dir: Path = option(
+        Path("kvdoctor-out/consistency"), "--output-dir", help="Run directories and the checkpoint cache go here."
+    )
+    timeout_s: float = option(1800.0, "--timeout", help="Seconds for the whole run.", keyword="timeout")
+    junit_path: Path | None = option(None, "--junit", help="Write JUnit XML, one case per gate.")
     host: str = "127.0.0.1"
-    timeout_s: float = 1800.0
     request_timeout_s: float = 600.0
     grace_s: float = 10.0
-    extra_args: tuple[str, ...] = ()
-    junit_path: Path | None = None
+    extra_args: tuple[str, ...] = ()  # every server's flags (what follows -- on the command line)
     plan: PlanChoices | None = None  # pd-eval --oracle tokens: its deployment (pd only); None: consistency's
-    server: str = "sglang"  # whose servers run: sglang, or vllm (single only)
-    scenario: str = DEFAULT_SCENARIO  # a name of kvdoctor.consistency.scenarios.SCENARIOS
-    fault_file: Path | None = None  # --fault-file: the user's own fault (kvdoctor.consistency.fault_file)
-    bundle: Path | None = None  # --bundle: a red run's reproduction bundle is copied here (consistency.bundle)
     subject_args: tuple[str, ...] = ()  # server flags for the subject alone (PD: its decode): a sweep's configuration
     server_path: tuple[str, ...] = ()  # folders first on every server's PYTHONPATH (a release overlay, SGLang)
 

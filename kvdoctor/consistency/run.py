@@ -45,7 +45,7 @@ from kvdoctor.deploy import rundir
 from kvdoctor.deploy.deadline import Deadline
 from kvdoctor.deploy.signals import SignalLatch, signals_raise
 from kvdoctor.deploy.supervisor import Supervisor
-from kvdoctor.engines import arming
+from kvdoctor.engines import arming, fault_list
 
 __all__ = [
     "Case",
@@ -173,7 +173,7 @@ def check_cases(prepared: Prepared, cases: Sequence[Case]) -> None:
             raise InputError(f"fault {case.fault} cannot be switched at run time: it needs a launch of its own")
     if len(cases) > 1 and o.fault_file is not None:
         raise InputError("--fault-file is armed for the whole pressured burst: one case per launch")
-    faults = ",".join(dict.fromkeys(c.fault for c in cases if c.fault)) or None
+    faults = fault_list.encode(c.fault for c in cases)
     planned = replace(prepared, options=replace(o, inject=faults))
     if len(cases) > 1 and server.plan(planned, "<model>", None).arm_file is None:
         raise InputError(f"--server {o.server} cannot arm faults at run time: one case per launch")
@@ -188,7 +188,7 @@ def run_cases(
     case, each with the in-server events of its own burst. :func:`run` is the one-case run (burst ``pressured``)."""
     say = notify or (lambda _phase, _msg: None)
     check_cases(prepared, cases)
-    faults = ",".join(dict.fromkeys(c.fault for c in cases if c.fault)) or None
+    faults = fault_list.encode(c.fault for c in cases)
     prepared = replace(prepared, options=replace(prepared.options, inject=faults))
     server = servers.deployment(prepared.options.server)
     result = _Draft([_new_result(prepared) for _ in cases])

@@ -40,6 +40,10 @@ from typing import Any
 from kvdoctor._exceptions import InputError
 from kvdoctor.core.consistency_facts import TABLE as SERVER_FACTS
 from kvdoctor.core.consistency_facts import consistency_facts
+from kvdoctor.core.sglang._generated.transformers_causal_lm import (
+    TRANSFORMERS_CAUSAL_LM_MODEL_TYPES,
+    TRANSFORMERS_VERSION,
+)
 
 HIDDEN = 128
 HEADS = 4
@@ -220,11 +224,6 @@ def unbuildable(config: Mapping[str, Any]) -> str | None:
     """Why a random checkpoint of CONFIG cannot be written (None: it can): its ``model_type`` has no causal-LM
     class in transformers (the table generated from the pinned transformers' ``MODEL_FOR_CAUSAL_LM_MAPPING_NAMES``,
     ``kvdoctor/core/sglang/_generated/transformers_causal_lm.py``)."""
-    from kvdoctor.core.sglang._generated.transformers_causal_lm import (
-        TRANSFORMERS_CAUSAL_LM_MODEL_TYPES,
-        TRANSFORMERS_VERSION,
-    )
-
     model_type = config.get("model_type")
     if not isinstance(model_type, str) or model_type in TRANSFORMERS_CAUSAL_LM_MODEL_TYPES:
         return None

@@ -11,6 +11,7 @@ import random
 from dataclasses import asdict, dataclass
 
 from kvdoctor._exceptions import InputError
+from kvdoctor.core.declared import option
 
 FIRST_ID = 4
 SEED_MAX = 2**63 - 1  # torch.manual_seed takes up to 2**64 - 1 (then "Overflow when unpacking long long"); int64 is
@@ -19,11 +20,11 @@ SEED_MAX = 2**63 - 1  # torch.manual_seed takes up to 2**64 - 1 (then "Overflow 
 
 @dataclass(frozen=True)
 class Workload:
-    requests: int = 32
-    prompt_tokens: int = 32
-    max_new_tokens: int = 64
-    concurrency: int = 32
-    seed: int = 0
+    requests: int = option(32, "--requests", help="Prompts (seeded random token ids).")
+    prompt_tokens: int = option(32, "--prompt-tokens", help="Tokens per prompt.")
+    max_new_tokens: int = option(64, "--max-new-tokens", help="Greedy tokens per request.")
+    concurrency: int = option(32, "--concurrency", help="Requests in flight (the same for every run).")
+    seed: int = option(0, "--seed", help="Seeds the prompts and the random checkpoint.")
     top_logprobs: int = 2  # the reference's top-2 margin at a divergence needs two
 
     def check(self) -> None:

@@ -13,6 +13,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from kvdoctor.core.config_aliases import CONFIG_ALIASES
+
 # LongcatFlashConfig takes its layer count from num_layers when num_hidden_layers is absent
 # (srt/configs/longcat_flash.py:81-83, rules.LONGCAT_LAYERS_SOURCE).
 LONGCAT_MODEL_TYPES = frozenset({"longcat_flash"})
@@ -46,7 +48,6 @@ def derived_fields(text: Mapping[str, Any], model_type: str) -> dict[str, Any]:
         blocks = text.get("layers_block_type")
         if model_type in NEMOTRON_H_MODEL_TYPES and isinstance(blocks, list):
             derived["num_hidden_layers"] = len(blocks)
-    from kvdoctor.core.config_aliases import CONFIG_ALIASES
 
     aliases = CONFIG_ALIASES.get(model_type, {})
     for name in ALIASED_FIELDS:

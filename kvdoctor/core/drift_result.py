@@ -24,6 +24,7 @@ from collections import Counter
 from dataclasses import field
 from typing import Any, ClassVar, Protocol
 
+from kvdoctor.core import servers
 from kvdoctor.core.engine_ref import EngineRef
 from kvdoctor.core.record import record
 
@@ -163,8 +164,6 @@ class DriftReport:
     @property
     def server_title(self) -> str:
         """How a sentence names the server's side (a table's column, a JUnit message): its facts' title."""
-        from kvdoctor.core import servers
-
         try:
             return servers.facts(self.server).title
         except KeyError:  # a server kvdoctor has no facts for is named as its package

@@ -20,7 +20,7 @@ import shlex
 from enum import Enum
 from functools import cache
 
-from kvdoctor.core import paths
+from kvdoctor.core import bugs, paths
 from kvdoctor.core.faults import Target
 from kvdoctor.core.record import record
 
@@ -129,7 +129,6 @@ def get(bug_id: str) -> Replay:
     for r in replays():
         if r.bug == want:
             return r
-    from kvdoctor.core import bugs
 
     if want not in bugs.ids():
         raise KeyError(f"{bug_id}: no such bug (kvdoctor replay --list lists the cases; docs/bugs.md every bug)")

@@ -12,6 +12,8 @@ import ssl
 
 import httpx
 
+from kvdoctor._exceptions import DeploymentError
+
 
 @functools.cache
 def _default_context() -> ssl.SSLContext:
@@ -36,8 +38,6 @@ def post(url: str, *, timeout_s: float) -> httpx.Response:
 
 def reset(url: str, timeout_s: float) -> None:
     """POST to the admin endpoint URL; ``DeploymentError`` (exit 3) when the server is unreachable or refuses."""
-    from kvdoctor._exceptions import DeploymentError
-
     try:
         reply = post(url, timeout_s=timeout_s)
     except httpx.HTTPError as exc:

@@ -69,6 +69,12 @@ Engine.__doc__ = """Who answers (the ``--engine`` option's values): kvdoctor's r
 own code."""
 
 
+GPU_ARCH_HELP = (  # --gpu-arch's help, in every command that takes it
+    "The GPU the server runs on: SGLang's defaults (attention backend, page size, MXFP8) depend on it; "
+    "with --engine sglang, the platform SGLang is told (a stub)."
+)
+
+
 class GpuArch(str, Enum):
     """The GPU generation the server runs on (``--gpu-arch``); SGLang is told it (a platform stub, see
     ``engines/sglang/_runtime.py``): there may be no GPU here."""

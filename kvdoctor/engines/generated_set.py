@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from kvdoctor._exceptions import InputError
+from kvdoctor.core.model_types import suggestion
 
 
 @dataclass(frozen=True)
@@ -77,8 +78,6 @@ def chosen(listed: Sequence[Candidate], only: Sequence[str], registry: str) -> l
     known = {c.model_type for c in listed}
     unknown = [name for name in only if name not in known]
     if unknown:
-        from kvdoctor.core.model_types import suggestion
-
         raise InputError(
             f"--model-type {unknown[0]!r} is not a model type {registry}{suggestion(unknown[0], known)} "
             "(repeat --model-type for several)"

@@ -16,6 +16,7 @@ import functools
 import torch
 
 from kvdoctor.mxfp8.format import BLOCK, E4M3_NAN, E8M0_NAN
+from kvdoctor.mxfp8.layout import scale_offsets
 
 INV_448_BITS = 0x3B124925  # fl(1/448)
 SGLANG_AMAX_FLOOR_BITS = 0x0DA24260  # fl(1e-30)
@@ -239,8 +240,6 @@ def quantize_scatter(
     skip_padding_slot: bool,
 ) -> None:
     """Quantize (n, H, D) rows and write them to pool slots ``loc`` (interleaved scale layout)."""
-    from kvdoctor.mxfp8.layout import scale_offsets
-
     if skip_padding_slot:
         keep = loc != 0
         x, loc = x[keep], loc[keep]

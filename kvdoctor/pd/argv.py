@@ -18,7 +18,8 @@ from __future__ import annotations
 import difflib
 from collections.abc import Collection, Sequence
 
-from kvdoctor._exceptions import InputError
+from kvdoctor._exceptions import FlagError, InputError
+from kvdoctor.deploy.plan import PLAN_FLAGS, check_extra_args
 from kvdoctor.text import shown
 
 SEPARATOR = "--"
@@ -93,7 +94,6 @@ def check_server_words(words: Sequence[str], own_options: Collection[str]) -> No
     then never reaches consistency's check with them). Every other word is held to SGLang's flags and their
     values (``plan.server_flag_names``)."""
     from kvdoctor.core.sglang._generated.server_flags import SGLANG_SERVER_FLAGS
-    from kvdoctor.deploy.plan import check_extra_args
 
     plan_words = {o for o in own_options if _read_as_plan_flag(o)}
     for word in words:
@@ -109,9 +109,7 @@ def check_server_words(words: Sequence[str], own_options: Collection[str]) -> No
 
 def _read_as_plan_flag(option: str) -> bool:
     """Whether SGLang's parser reads OPTION (one of pd-eval's own) as a flag the plan sets (``--tp``, ``--host``)."""
-    from kvdoctor._exceptions import FlagError
     from kvdoctor.core.sglang.flags import owned_word
-    from kvdoctor.deploy.plan import PLAN_FLAGS
 
     try:
         return owned_word([option], PLAN_FLAGS) is not None

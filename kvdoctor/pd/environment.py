@@ -19,7 +19,7 @@ from kvdoctor.core import environments
 from kvdoctor.deploy.plan import split_command
 
 if TYPE_CHECKING:
-    from kvdoctor.pd.run import PdEvalOptions
+    from kvdoctor.pd.options import PdEvalOptions
 
 COMMAND = "kvdoctor pd-eval"
 

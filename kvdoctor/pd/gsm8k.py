@@ -20,6 +20,8 @@ from importlib import resources
 from pathlib import Path
 
 from kvdoctor._exceptions import DownloadError, InputError
+from kvdoctor.deploy.urls import masked, redact
+from kvdoctor.report.atomic import atomic_open
 
 OFFICIAL_URL = "https://raw.githubusercontent.com/openai/grade-school-math/master/grade_school_math/data/test.jsonl"
 OFFICIAL_SHA256 = "3730d312f6e3440559ace48831e51066acaca737f6eabec99bccb9e4b3c39d14"
@@ -117,8 +119,6 @@ def _download(url: str, dest: Path) -> None:
     import httpx
 
     from kvdoctor.deploy import http
-    from kvdoctor.deploy.urls import masked, redact
-    from kvdoctor.report.atomic import atomic_open
 
     shown_url = masked(url)  # $KVDOCTOR_GSM8K_URL may carry credentials: never echo the secret
     try:

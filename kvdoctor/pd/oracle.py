@@ -10,21 +10,9 @@ An option that means nothing to the chosen oracle is refused (exit 2, one line) 
 from __future__ import annotations
 
 from collections.abc import Callable
-from enum import Enum
-from typing import TYPE_CHECKING
 
 from kvdoctor._exceptions import InputError
-
-if TYPE_CHECKING:
-    from kvdoctor.pd.run import PdEvalOptions
-
-
-class Oracle(str, Enum):
-    """The ``--oracle`` choices."""
-
-    GSM8K = "gsm8k"
-    TOKENS = "tokens"
-
+from kvdoctor.pd.options import Oracle, PdEvalOptions
 
 Given = Callable[["PdEvalOptions"], bool]
 

@@ -18,6 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from kvdoctor._exceptions import EXIT_DEPLOYMENT, EXIT_GATE, EXIT_PASS, InputError
+from kvdoctor.consistency.report import cases as consistency_cases
+from kvdoctor.consistency.report import engine_ref as installed
 from kvdoctor.core.engine_ref import EngineRef
 from kvdoctor.core.sglang.rules import RULES_REVISION
 from kvdoctor.pd.gate import FAILED, PASSED, SKIPPED
@@ -45,8 +47,6 @@ def engine_ref(result: PdEvalResult) -> EngineRef:
     they report; null when none answered (a deployment that never came up). With ``--oracle tokens``:
     the SGLang installed beside kvdoctor, as consistency names it (its servers ran in this environment)."""
     if result.tokens is not None:
-        from kvdoctor.consistency.report import engine_ref as installed
-
         return installed()
     return EngineRef("sglang", result.engine_version, None)
 
@@ -116,8 +116,6 @@ def junit_cases(result: PdEvalResult) -> list[junit.Case]:
         )
     ]
     if result.tokens is not None:
-        from kvdoctor.consistency.report import cases as consistency_cases
-
         not_run = f"not run ({result.exit_reason})"
         return cases + (consistency_cases(result.tokens) if deployed else [junit.Case("tokens", junit.ERROR, not_run)])
     if result.score is None:

@@ -25,54 +25,12 @@ from kvdoctor.deploy.metrics import RetractionProbe
 from kvdoctor.deploy.signals import SignalLatch, signals_raise
 from kvdoctor.deploy.supervisor import Supervisor
 from kvdoctor.pd import argv, gate, gsm8k
+from kvdoctor.pd.options import PdEvalOptions
 from kvdoctor.pd.result import PdEvalResult, record, score
 from kvdoctor.report.preflight import check_outputs
 
 SMOKE_PROMPT = "Question: What is 1 + 1?\nAnswer:"
 PROBE_TIMEOUT_S = 10.0  # one /server_info or /metrics request, capped by the run's deadline
-
-
-@dataclass(frozen=True)
-class PdEvalOptions:
-    """The command's options; None means "the preset's (or the generic) default"."""
-
-    model: str
-    preset: str | presets.PresetName | None = None
-    tp: int | None = None
-    transfer_backend: str = "mooncake"
-    ib_device: str | None = None
-    num_shots: int | None = None
-    num_questions: int | None = None
-    threshold: float | None = None
-    max_new_tokens: int | None = None
-    parallel: int | None = None
-    api: str | client.Api | None = None
-    data_path: Path | None = None
-    launcher: str = plan.DEFAULT_LAUNCHER
-    router_launcher: str = plan.DEFAULT_ROUTER_LAUNCHER
-    mini_lb: bool | None = None
-    prefill_url: str | None = None
-    decode_url: str | None = None
-    router_url: str | None = None
-    host: str = "127.0.0.1"
-    prefill_port: int | None = None
-    decode_port: int | None = None
-    router_port: int | None = None
-    bootstrap_port: int | None = None
-    output_dir: Path = Path("kvdoctor-out/pd-eval")
-    timeout_s: float = 3600.0
-    request_timeout_s: float = 600.0
-    grace_s: float = 10.0
-    allow_no_retraction: bool = False
-    extra_args: tuple[str, ...] = ()
-    junit_path: Path | None = None
-    # --oracle tokens (kvdoctor.pd.tokens) and its own options; each is refused with the other oracle
-    oracle: str = "gsm8k"
-    shrink: bool = False
-    device: str | None = None
-    inject: str | None = None
-    prompt_tokens: int | None = None
-    seed: int | None = None
 
 
 @dataclass(frozen=True)

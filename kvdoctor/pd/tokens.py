@@ -22,13 +22,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from kvdoctor.consistency import run as consistency_run
+from kvdoctor.consistency.deploy import PlanChoices
+from kvdoctor.consistency.prepared import ConsistencyOptions
+from kvdoctor.consistency.workload import Workload
 from kvdoctor.deploy import plan
 from kvdoctor.pd.gate import FAILED, PASSED, GateResult
 from kvdoctor.pd.result import PdEvalResult
 from kvdoctor.pd.run import PdEvalOptions, base_preset
 
 if TYPE_CHECKING:
-    from kvdoctor.consistency import run as consistency_run
     from kvdoctor.consistency.deploy import Deployment
     from kvdoctor.consistency.result import ConsistencyResult
 
@@ -49,12 +52,8 @@ class Prepared:
         return self.preview.launch_plan(self.options.model)
 
 
-def consistency_options(o: PdEvalOptions) -> consistency_run.ConsistencyOptions:
+def consistency_options(o: PdEvalOptions) -> ConsistencyOptions:
     """pd-eval's options as consistency's: its deployment as the plan's choices, its knobs as the workload."""
-    from kvdoctor.consistency.deploy import PlanChoices
-    from kvdoctor.consistency.run import ConsistencyOptions
-    from kvdoctor.consistency.workload import Workload
-
     base = base_preset(o)
     w = Workload()
     workload = Workload(
@@ -92,12 +91,9 @@ def consistency_options(o: PdEvalOptions) -> consistency_run.ConsistencyOptions:
 
 def prepare(o: PdEvalOptions) -> Prepared:
     """consistency's ``prepare`` on pd-eval's options (``InputError`` for what the user must fix), and the plan."""
-    from kvdoctor.consistency.run import plan_for
-    from kvdoctor.consistency.run import prepare as consistency_prepare
-
-    prepared = consistency_prepare(consistency_options(o))
+    prepared = consistency_run.prepare(consistency_options(o))
     model_dir = CHECKPOINT if prepared.real_weights is None else o.model
-    return Prepared(o, prepared, plan_for(prepared, model_dir, None))
+    return Prepared(o, prepared, consistency_run.plan_for(prepared, model_dir, None))
 
 
 Notify = Callable[[str, str], None]
@@ -105,9 +101,8 @@ Notify = Callable[[str, str], None]
 
 def run(prepared: Prepared, *, notify: Notify | None = None) -> PdEvalResult:
     """consistency's run (deploy, send, compare, tear down; never raises for deployment trouble), as pd-eval's."""
-    from kvdoctor.consistency.run import run as consistency_run
-
-    return to_result(prepared.options, prepared.preview.preset, consistency_run(prepared.consistency, notify=notify))
+    result = consistency_run.run(prepared.consistency, notify=notify)
+    return to_result(prepared.options, prepared.preview.preset, result)
 
 
 def to_result(o: PdEvalOptions, preset: str, c: ConsistencyResult) -> PdEvalResult:

@@ -22,13 +22,22 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import ModuleType
 from typing import Any, Protocol
 
 from kvdoctor._exceptions import EXIT_GATE, EXIT_PASS, DeploymentError, InputError, Interrupted
+from kvdoctor.consistency.prepared import ConsistencyOptions
+from kvdoctor.consistency.report import Report
+from kvdoctor.consistency.result import ConsistencyResult
+from kvdoctor.consistency.workload import Workload
+from kvdoctor.core import environments
 from kvdoctor.core.faults import Target
 from kvdoctor.core.replays import Replay
+from kvdoctor.engines import Capability, Engine, GpuArch, require
 from kvdoctor.replay.plan import NO_FAULT, Case, Group, GroupKey, groups, side
 from kvdoctor.replay.verdict import BugVerdict, RoundtripRows, Run, judge
+from kvdoctor.report import reportable, serialize
+from kvdoctor.roundtrip.options import Reductions, RoundtripOptions
 
 __all__ = ["NEEDS_VLLM", "Matrix", "Prepared", "RealRunner", "Runner", "Settings", "prepare", "run"]
 
@@ -76,8 +85,6 @@ class RealRunner:
         case is) run in this interpreter (the SGLang server environment), its in-process round trips (vLLM's: every
         in-process case is, :meth:`roundtrip`) in the vLLM engine environment's (this one, ``$KVDOCTOR_VLLM_PYTHON``
         or ``.venv-vllm``; none: those cases are reported not run, never reproduced)."""
-        from kvdoctor.core import environments
-
         served = [r for r in chosen if r.target is Target.SERVER]
         if served:
             pd = environments.PD_MODULES if any(r.topology == "pd" for r in served) else ()
@@ -86,29 +93,21 @@ class RealRunner:
             vllm_python()  # the interpreter roundtrip() would use: a KVDOCTOR_VLLM_PYTHON naming none is bad input
 
     def prepare(self, options: Any) -> Any:
-        from kvdoctor.consistency.run import prepare
-
-        return prepare(options)
+        return _consistency_run().prepare(options)
 
     def run(self, prepared: Any, notify: Notify | None = None) -> Any:
-        from kvdoctor.consistency.run import run
-
-        result = run(prepared, notify=notify)
+        result = _consistency_run().run(prepared, notify=notify)
         _keep(result, prepared.options.inject or NO_FAULT)
         return result
 
     def run_cases(self, prepared: Any, cases: tuple[Case, ...], notify: Notify | None = None) -> tuple[Any, ...]:
-        from kvdoctor.consistency.run import run_cases
-
-        results = run_cases(prepared, cases, notify=notify)
+        results = _consistency_run().run_cases(prepared, cases, notify=notify)
         for case, result in zip(cases, results, strict=True):
             _keep(result, case.name)
         return results
 
     def check_cases(self, prepared: Any, cases: tuple[Case, ...]) -> None:
-        from kvdoctor.consistency.run import check_cases
-
-        check_cases(prepared, cases)
+        _consistency_run().check_cases(prepared, cases)
 
     def roundtrip(self, key: GroupKey, fault: str | None) -> Callable[[], Any] | None:
         """In this interpreter when vLLM is installed here; else in the vLLM engine env's own interpreter
@@ -116,9 +115,6 @@ class RealRunner:
         if importlib.util.find_spec("vllm") is None:
             python = vllm_python()
             return None if python is None else _roundtrip_in(python, key, fault)
-        from kvdoctor.engines import Capability, Engine, GpuArch, require
-        from kvdoctor.roundtrip.options import Reductions, RoundtripOptions
-
         adapter = require(Engine(key.server), Capability.ROUNDTRIP)
         size = dict(key.size)
         sized = {"tokens": size["tokens"]} if "tokens" in size else {}
@@ -128,14 +124,19 @@ class RealRunner:
         return lambda: RoundtripRows.of(work(None))
 
 
+def _consistency_run() -> ModuleType:
+    """``kvdoctor.consistency.run``, the real servers' door: imported when a served case first runs (it loads httpx
+    and psutil, which the vLLM engine environment, where in-process cases run, does not install)."""
+    from kvdoctor.consistency import run
+
+    return run
+
+
 def _keep(result: Any, case: str) -> None:
     """A case's consistency result beside its run's logs, as ``kvdoctor consistency`` keeps ``result.json``: one file
     per case (``result-<case>.json``), since the cases of one launch share its run directory."""
     if not result.run_dir:
         return
-    from kvdoctor.consistency.report import Report
-    from kvdoctor.report import reportable, serialize
-
     serialize.write(Path(result.run_dir) / f"result-{case}.json", reportable.json_document(Report(result)))
 
 
@@ -220,9 +221,6 @@ class Matrix:
 def _options(key: GroupKey, settings: Settings, fault: str | None = None) -> Any:
     """KEY's consistency options; every group writes under one output directory (each run gets a fresh run
     directory there, and the seeded checkpoints are cached there once for all of them)."""
-    from kvdoctor.consistency.prepared import ConsistencyOptions
-    from kvdoctor.consistency.workload import Workload
-
     return ConsistencyOptions(
         model=key.model,
         shrink=True,
@@ -299,8 +297,6 @@ def _run_group(p: PreparedGroup, runner: Runner, say: Notify) -> GroupRun:
 
 def _failed(prepared: Any, message: str) -> Any:
     """A result for a case whose deployment failed before it produced one (exit 3, the error's line)."""
-    from kvdoctor.consistency.result import ConsistencyResult
-
     o = prepared.options
     return ConsistencyResult(
         o.model, "", o.topology, o.device, o.shrink, {}, exit_reason="deployment_failed", message=message

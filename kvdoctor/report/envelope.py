@@ -21,9 +21,11 @@ from datetime import datetime, timezone
 from enum import Enum
 from typing import Any
 
+from kvdoctor import __version__
 from kvdoctor._exceptions import EXIT_GATE, EXIT_PASS
 from kvdoctor.core.engine_ref import EngineRef
 from kvdoctor.core.record import record
+from kvdoctor.text import printable
 
 SCHEMA_VERSION = "1.0"
 
@@ -53,8 +55,6 @@ class Verdict(str, Enum):
 
 def verdict_line(verdict: Verdict, detail: str) -> str:
     """The plain text of the line every command's human output ends with: ``verdict: <word> — <detail>``."""
-    from kvdoctor.text import printable
-
     return f"verdict: {verdict.word}" + (f" — {printable(detail)}" if detail else "")
 
 
@@ -83,8 +83,6 @@ def command_line(fallback: Sequence[str] = ()) -> list[str]:
 
 def _kvdoctor_version() -> str:
     from importlib.metadata import PackageNotFoundError, version
-
-    from kvdoctor import __version__
 
     try:
         return version("kvdoctor")

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from kvdoctor._exceptions import EXIT_GATE, EXIT_PASS
 from kvdoctor.core.engine_ref import EngineRef
 from kvdoctor.core.record import record
+from kvdoctor.core.registry import ungated
 from kvdoctor.report.reportable import Reportable
 
 if TYPE_CHECKING:
@@ -169,8 +170,6 @@ class Report(Reportable):
 
     @property
     def warnings(self) -> Sequence[str]:
-        from kvdoctor.core.registry import ungated
-
         return ungated(self.report.hazards, strict=self.strict)
 
     @property

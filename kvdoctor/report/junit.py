@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from kvdoctor.core.record import record
+from kvdoctor.report.atomic import write_text
 
 PASSED, FAILED, SKIPPED, ERROR = "passed", "failed", "skipped", "error"
 
@@ -59,6 +60,4 @@ def render(suite: str, cases: Sequence[Case], *, classname: str = "kvdoctor") ->
 
 
 def write(path: Path, suite: str, cases: Sequence[Case], *, classname: str = "kvdoctor") -> None:
-    from kvdoctor.report.atomic import write_text
-
     write_text(path, render(suite, cases, classname=classname))

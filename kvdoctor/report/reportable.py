@@ -17,10 +17,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from kvdoctor.core.engine_ref import EngineRef
-from kvdoctor.report import envelope
+from kvdoctor.report import envelope, github, verdicts
 
 if TYPE_CHECKING:
-    from kvdoctor.report import github, junit
+    from kvdoctor.report import junit
 
 
 class Reportable(Protocol):
@@ -125,8 +125,6 @@ def json_document(result: Reportable, head: envelope.RunHeader | None = None) ->
 
 def step_summary(result: Reportable) -> str:
     """RESULT's GitHub step summary: title, headline, the rows, then the details."""
-    from kvdoctor.report import github
-
     return github.summary_markdown(result.title, result.summary_head(), result.summary_rows(), result.summary_details())
 
 
@@ -135,8 +133,6 @@ def publish(result: Reportable, *, junit_path: Path | None, env: Mapping[str, st
     set), through ``kvdoctor.report.verdicts.publish``; returns the summary file written, if any. Each
     report is made only when it is written: a run with neither asks RESULT for no cases and no rows (and
     imports no JUnit writer)."""
-    from kvdoctor.report import github, verdicts
-
     return verdicts.publish(
         result.suite,
         result.junit_cases() if junit_path is not None else (),

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from kvdoctor._exceptions import EXIT_GATE, EXIT_PASS, InputError, InternalError, Interrupted, KvdoctorError
 from kvdoctor.core.record import record
+from kvdoctor.report.envelope import Verdict
 from kvdoctor.text import printable
 
 if TYPE_CHECKING:
@@ -100,7 +101,6 @@ def _stopped_by(signum: int) -> str:
 
 def _publish_error(run: _Run, exit_code: int, message: str) -> None:
     from kvdoctor.report import github, junit
-    from kvdoctor.report.envelope import Verdict
 
     verdict = Verdict.of(exit_code)
     status = junit.FAILED if exit_code == EXIT_GATE else junit.ERROR  # a finding (exit 1) fails; the rest errs

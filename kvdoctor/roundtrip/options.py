@@ -6,6 +6,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from kvdoctor._exceptions import InputError
+from kvdoctor.choices import DEVICE_HELP
+from kvdoctor.core.declared import group, option
 from kvdoctor.core.sglang import rules
 
 __all__ = [
@@ -24,10 +26,15 @@ MAX_TOKENS = 2**31 - 1  # far past any context length; the memory budget refuses
 
 @dataclass(frozen=True)
 class Reductions:
-    """Explicit shrinkage of the model's state, so a test or a laptop can run it; None keeps it."""
+    """Explicit shrinkage of the model's state, so a test or a laptop can run it; None keeps it. ``bench roundtrip``
+    takes its fields as options (``kvdoctor.core.declared``)."""
 
-    layers: int | None = None  # at most this many layers per sub-pool (full, swa, recurrent)
-    heads: int | None = None  # at most this many KV heads, and recurrent-state heads
+    layers: int | None = option(  # at most this many layers per sub-pool (full, swa, recurrent)
+        None, "--layers", min=1, help="Reduce: at most N layers per sub-pool."
+    )
+    heads: int | None = option(  # at most this many KV heads, and recurrent-state heads
+        None, "--heads", min=1, help="Reduce: at most N KV / recurrent heads."
+    )
 
     def describe(self) -> str:
         parts = [f"layers<={self.layers}" if self.layers else "", f"heads<={self.heads}" if self.heads else ""]
@@ -62,16 +69,17 @@ def check_options(opts: RoundtripOptions) -> None:
 
 
 # What `bench roundtrip` is asked to time, beside what a round trip is asked to do: the engine adapters
-# (kvdoctor/engines/) take and return these, so they sit on the contract's floor, below the engines.
+# (kvdoctor/engines/) take and return these, so they sit on the contract's floor, below the engines. The command's
+# options are declared here (its record, ``cli/bench_roundtrip.py``, holds this one as a group).
 @dataclass(frozen=True)
 class BenchOptions:
-    device: str = "auto"
-    requests: int = 64
-    tokens: int = 2048
-    repeats: int = 5
+    device: str = option("auto", "--device", help=DEVICE_HELP)
+    requests: int = option(64, "--requests", min=1, help="Requests offloaded and restored per round.")
+    tokens: int = option(2048, "--tokens", min=2, help="Tokens per request.")
+    repeats: int = option(5, "--repeats", min=1, help="Timed rounds per path (after one warm-up).")
     warmup: int = 1
     seed: int = 0
-    reductions: Reductions = field(default_factory=Reductions)
+    reductions: Reductions = group(Reductions)
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 import pandas as pd
 import torch
 
+from kvdoctor.state.fill import background
 from kvdoctor.state.host_copy import CopyLedger
 from kvdoctor.state.pools import PADDING_SLOT, Plane, Pools, Request, token_slots
 
@@ -80,8 +81,6 @@ def capture_free(
 ) -> dict[str, tuple[Capture, Capture]]:
     """Every slot no request ever held (slot 0 aside: ``padding_slot`` judges it), per component:
     what ``fill_background`` wrote there, redrawn from STATES, and what it holds now."""
-    from kvdoctor.state.fill import background
-
     touched: dict[str, set[int]] = {}
     for caps in held:
         for comp, cap in caps.items():

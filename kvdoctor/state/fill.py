@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import torch
 
+from kvdoctor import mxfp8
 from kvdoctor.core.sglang.spec import KVDtype
 from kvdoctor.state.pools import KVSubPool, Plane, Pools, Request, token_slots
 
@@ -65,8 +66,6 @@ def _fill_plain(sub: KVSubPool, kv: KVDtype, loc: torch.Tensor, gen: torch.Gener
 
 def _fill_mxfp8(sub: KVSubPool, loc: torch.Tensor, gen: torch.Generator) -> None:
     """Quantize through the codec and store the way the pool's layout wants (flat or interleaved)."""
-    from kvdoctor import mxfp8
-
     planes = {p.name: p for p in sub.planes}
     n = loc.numel()
     for name, (heads, dim) in zip(("k", "v"), sub.geometry.shapes, strict=True):

@@ -29,6 +29,7 @@ from kvdoctor.core.sglang import rules
 from kvdoctor.core.sglang.analysis import Analysis
 from kvdoctor.core.sglang.geometry import AttentionGeometry, RecurrentGeometry
 from kvdoctor.core.sglang.policy import PoolLayout
+from kvdoctor.mxfp8 import scale_offsets
 from kvdoctor.roundtrip.options import Reductions
 
 PADDING_SLOT = 0
@@ -121,8 +122,6 @@ class ScaleLayout:
         A slot's SF scales for one head are contiguous in the FA4 layout (offset ... + j), so the
         plane is addressed in SF-byte units: unit = offset of scale 0 // SF.
         """
-        from kvdoctor.mxfp8 import scale_offsets
-
         offsets = scale_offsets(slots, self.heads, self.sf * self.block, self.page_size)
         return (offsets[..., 0] // self.sf).reshape(-1)
 

@@ -29,65 +29,17 @@ from kvdoctor.consistency import run as consistency
 from kvdoctor.consistency import servers
 from kvdoctor.consistency.prepared import ConsistencyOptions
 from kvdoctor.consistency.result import ConsistencyResult
-from kvdoctor.consistency.workload import Workload
 from kvdoctor.core.record import record
-from kvdoctor.core.servers import DEFAULT_SERVER, facts, rule_model
+from kvdoctor.core.servers import facts, rule_model
 from kvdoctor.sweep import covering, minimize, spaces
 from kvdoctor.sweep.cell import FAULT_GATES, Outcome, Verdict, classify
+from kvdoctor.sweep.options import SWEEP_WORKLOAD, SweepOptions
 from kvdoctor.sweep.result import Cell, Minimized, Refusal, SweepResult
 from kvdoctor.sweep.space import Configuration, Factor, Space
 
 __all__ = ["SWEEP_WORKLOAD", "SweepOptions", "Sweeper", "overlays"]
 
 Notify = Callable[[str, str], None]
-# Small enough that a cell of a shrunk hybrid is about two minutes on 2 CPU cores, big enough that the pressured
-# pool (a quarter of the peak demand) still retracts.
-SWEEP_WORKLOAD = Workload(requests=12, prompt_tokens=32, max_new_tokens=32, concurrency=12)
-DEFAULT_OUTPUT_DIR = Path("kvdoctor-out/sweep")
-OVERLAY_ROOT = Path(".overlay")
-
-
-@record(frozen=True)
-class SweepOptions:
-    """One sweep: what it runs on (models, server, topology, scenarios), its space and plan, what it does with a red
-    cell, and the consistency options every cell shares."""
-
-    models: tuple[str, ...]
-    server: str = DEFAULT_SERVER.value
-    topology: str = "single"
-    scenarios: tuple[str, ...] = ()  # (): every scenario the server runs on the topology
-    space: Path | None = None  # a TOML space (None: the server's built-in one)
-    strength: int = 2
-    budget_s: float | None = None
-    shard: str | None = None
-    minimize: bool = True
-    repeats: int = 1  # extra runs of a red cell (deterministic or flaky)
-    releases: tuple[str, ...] | None = None  # older releases to bisect over (None: every overlay present)
-    overlay_root: Path = OVERLAY_ROOT
-    shrink: bool = False
-    device: str = "cpu"
-    inject: str | None = None
-    fault_file: Path | None = None
-    workload: Workload = SWEEP_WORKLOAD
-    output_dir: Path = DEFAULT_OUTPUT_DIR
-    timeout_s: float = 1800.0  # per run
-    extra_args: tuple[str, ...] = ()  # every server's (reference and subject)
-
-    def base(self, model: str, scenario: str) -> ConsistencyOptions:
-        return ConsistencyOptions(
-            model=model,
-            shrink=self.shrink,
-            topology=self.topology,
-            device=self.device,
-            inject=self.inject,
-            workload=self.workload,
-            output_dir=self.output_dir,
-            timeout_s=self.timeout_s,
-            extra_args=self.extra_args,
-            server=self.server,
-            scenario=scenario,
-            fault_file=self.fault_file,
-        )
 
 
 @record(frozen=True)

@@ -12,7 +12,8 @@ import pytest
 
 import kvdoctor
 import kvdoctor.api as api
-from kvdoctor.api._consistency import consistency_options
+from kvdoctor.api._consistency import with_server_args
+from kvdoctor.consistency.prepared import ConsistencyOptions
 
 BAD_CHOICES: dict[str, Callable[[], Any]] = {
     "inspect gpu_arch": lambda: api.inspect("inkling-small", gpu_arch="sm999"),
@@ -44,13 +45,11 @@ def test_one_bug_as_a_string_is_that_bug() -> None:
 
 
 def test_server_args_as_one_string_are_split_as_a_shell_does() -> None:
-    given = {"requests": 2, "prompt_tokens": 4, "max_new_tokens": 4, "concurrency": 2, "seed": 0, "shrink": True}
-    given |= {"topology": "pd", "device": "cpu", "server_args": "--disable-overlap-schedule --chunked-prefill-size 64"}
-    given |= {"output_dir": "out", "timeout": 60.0, "server": "sglang", "scenario": "preempt"}
-    options = consistency_options("lfm2-1.2b", given)
+    base = ConsistencyOptions("lfm2-1.2b", shrink=True, topology="pd")
+    options = with_server_args(base, "--disable-overlap-schedule --chunked-prefill-size 64")
     assert options.extra_args == ("--disable-overlap-schedule", "--chunked-prefill-size", "64")
     with pytest.raises(kvdoctor.InputError, match="server_args="):
-        consistency_options("lfm2-1.2b", {**given, "server_args": "--foo 'unclosed"})
+        with_server_args(base, "--foo 'unclosed")
 
 
 def test_inspect_reads_a_string_of_flags_as_the_same_launch_line() -> None:

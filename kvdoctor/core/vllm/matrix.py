@@ -22,6 +22,7 @@ from kvdoctor.core.flag_values import CONVERTERS
 from kvdoctor.core.record import record
 from kvdoctor.core.vllm import rules
 from kvdoctor.core.vllm._generated.server_flags import VLLM_FLAG_VALUES, VLLM_SERVER_FLAGS, VLLM_SWITCHES
+from kvdoctor.core.vllm.analysis import analyze_vllm
 from kvdoctor.core.vllm.flags import BOOLEAN_SPELLINGS
 from kvdoctor.core.vllm.specs import classify
 
@@ -180,8 +181,6 @@ def has_mamba(model: str) -> bool:
 def vllm_fixtures() -> list[str]:
     """The bundled fixtures ``inspect --server vllm`` answers for (the vLLM rule model analyses them under
     vLLM's defaults without refusing the input), sorted."""
-    from kvdoctor.core.vllm.analysis import analyze_vllm  # the whole rule model: only drift needs it
-
     found = []
     for name in sorted(bundled_fixtures()):
         try:
@@ -203,8 +202,6 @@ def select(names: Sequence[str], known: Sequence[str], what: str) -> list[str]:
 def select_fixtures(names: Sequence[str]) -> list[str]:
     """The vLLM fixtures NAMES (all when empty); exit 2 on a name that is not one, saying why for a
     bundled fixture the vLLM rule model does not answer for (``inspect --server vllm``'s own refusal)."""
-    from kvdoctor.core.vllm.analysis import analyze_vllm
-
     known = vllm_fixtures()
     bundled = bundled_fixtures()
     for name in names:

@@ -30,7 +30,7 @@ from kvdoctor.core.drift_result import (
 )
 from kvdoctor.core.sglang.analysis import analyze
 from kvdoctor.engines import GpuArch
-from kvdoctor.engines.sglang import _runtime
+from kvdoctor.engines.sglang import _runtime, architectures
 from kvdoctor.engines.sglang.inspect import Beside, _asked, beside, failure
 
 SIZED = ("--max-total-tokens", "65536")  # a pool size both sides can use for the hicache ratio
@@ -171,8 +171,6 @@ def run_all_architectures(
     """Every model type SGLang's registry serves, as a config from its class's defaults, under the
     :data:`ARCHITECTURE_CASES` (or CASES). The configs go to a temporary directory kvdoctor removes, or
     to OUTPUT_DIR (kept). Zero generated configs is a refusal (exit 2), never a pass."""
-    from kvdoctor.engines.sglang import architectures
-
     started = time.perf_counter()
     by_name = {c.name: c for c in MATRIX}
     chosen = (

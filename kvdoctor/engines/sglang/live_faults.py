@@ -26,6 +26,7 @@ from kvdoctor.core import faults as registry
 from kvdoctor.core.faults import Needs, Target
 from kvdoctor.core.servers import Server
 from kvdoctor.engines import arming
+from kvdoctor.engines.sglang.server_hooks import SCHEDULE_BATCH_MODULE, log
 
 _LIVE = {"server": Server.SGLANG, "target": Target.SERVER}  # the registry's records of a live SGLang server's faults
 # What a refused model lacks, in the server's terms. Not ``Needs.models`` ("sliding-window models"): a model can be
@@ -99,8 +100,6 @@ def _raising_copy(name: str, kv: Any) -> Callable[..., Any]:
     """``retract-raise`` (sglang#33385): the pool's ``get_cpu_copy`` raises ``NotImplementedError`` while armed, as
     DeepSeek-V4's pool does (``srt/mem_cache/deepseek_v4_memory_pool.py:521-522``); the allocator's call
     (``srt/mem_cache/allocator/token.py:81-86``) then kills the decode scheduler at its first retraction backup."""
-    from kvdoctor.engines.sglang.server_hooks import log
-
     original = kv.get_cpu_copy
     pool = type(kv).__name__
 
@@ -117,7 +116,6 @@ def hooks(name: str) -> dict[str, Callable[[ModuleType], None]]:
     """Retraction fault NAME's hook (the ``impl`` of every retraction record): wrap ``Req.offload_kv_cache`` so the
     first retraction backup installs it on the server's pools (:func:`install`), and ``Req.load_kv_cache`` to count
     restores (and run a deferred one)."""
-    from kvdoctor.engines.sglang.server_hooks import SCHEDULE_BATCH_MODULE, log
 
     def hook(module: ModuleType) -> None:
         req_class = module.Req

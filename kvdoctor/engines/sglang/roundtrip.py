@@ -26,6 +26,7 @@ from typing import Any
 
 import torch
 
+from kvdoctor import mxfp8
 from kvdoctor._exceptions import EngineFinding, InputError, NotRunnableHere
 from kvdoctor.engines import GpuArch
 from kvdoctor.engines.sglang import _pools, _runtime
@@ -237,7 +238,6 @@ def _fill_mxfp8(run: _Run, role: str, pool: Any, slots: torch.Tensor) -> str:
                 layer_id_override=pool.start_layer + i,
             )
             continue
-        from kvdoctor import mxfp8
 
         for name, x in (("k", k), ("v", v)):
             q = mxfp8.quantize(x)

@@ -44,7 +44,7 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
-from kvdoctor.engines import fault_file, hook_log
+from kvdoctor.engines import fault_file, fault_list, hook_log
 
 PATCHES_ENV = "KVDOCTOR_PATCHES"
 INJECT_ENV = "KVDOCTOR_INJECT"
@@ -157,7 +157,7 @@ def install() -> None:
         on_schedule_batch, on_scheduler = _digests(digest_log)
         hooks.setdefault(SCHEDULE_BATCH_MODULE, []).append(on_schedule_batch)  # first: a fault wraps the digests
         hooks.setdefault(SCHEDULER_MODULE, []).append(on_scheduler)
-    for name in (n for n in os.environ.get(INJECT_ENV, "").split(",") if n):
+    for name in fault_list.decode(os.environ.get(INJECT_ENV)):
         try:
             found = fault_hooks(name)
         except Exception as exc:  # an unknown fault or a missing module: seen in the log, never silent

@@ -27,14 +27,13 @@ from types import ModuleType
 from typing import Any
 
 from kvdoctor.engines import arming
+from kvdoctor.engines.sglang.server_hooks import log
 
 SCHEDULE_BATCH_MODULE = "sglang.srt.managers.schedule_batch"
 EARLY = "swa-early-evict"
 
 
 def _log(event: str, detail: str) -> None:
-    from kvdoctor.engines.sglang.server_hooks import log
-
     log(event, detail)
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, ClassVar
 
+from kvdoctor._exceptions import InputError
 from kvdoctor.core.engine_ref import EngineRef
 from kvdoctor.engines import Adapter, Engine, GpuArch, Inspected, InspectQuestion, RoundtripRun, Server
 
@@ -63,7 +64,6 @@ class VllmAdapter(Adapter):
         (ARCH and EMULATE_D2H are SGLang's: the CLI refuses them with --engine vllm). The launch line is
         checked now by kvdoctor's vLLM rule model (no torch, no vLLM), so bad input is one line before any
         import; the returned call imports vLLM and runs."""
-        from kvdoctor._exceptions import InputError
         from kvdoctor.core.vllm.analysis import analyze_vllm
         from kvdoctor.roundtrip.faults import check_fault
         from kvdoctor.roundtrip.options import check_options

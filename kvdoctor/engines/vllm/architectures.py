@@ -24,6 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from kvdoctor._exceptions import InputError, UnknownModelError
+from kvdoctor.core.config import load_config
+from kvdoctor.core.vllm.specs import classify
 from kvdoctor.engines import generated_set
 from kvdoctor.engines.generated_set import Candidate, Generated, GeneratedSet, quiet
 from kvdoctor.engines.generated_set import first_name as _first
@@ -87,8 +89,6 @@ def defaults_failure(directory: Path) -> str | None:
         text = " ".join(str(exc).split()).split(". ")[0]
         line = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
         return f"{DEFAULTS_FAIL}: {shown(line, 160)}"
-    from kvdoctor.core.config import load_config
-    from kvdoctor.core.vllm.specs import classify
 
     try:
         classify(load_config(str(directory / "config.json")))

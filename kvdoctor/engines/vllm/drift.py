@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from kvdoctor._exceptions import EngineUnavailable, InputError
-from kvdoctor.core.config import bundled_fixtures
+from kvdoctor.core.config import bundled_fixtures, load_config
 from kvdoctor.core.drift_result import (
     CELL_DRIFT,
     CELL_ERROR,
@@ -36,7 +36,9 @@ from kvdoctor.core.drift_result import (
 from kvdoctor.core.vllm import matrix
 from kvdoctor.core.vllm.analysis import VllmAnalysis, analyze_vllm
 from kvdoctor.core.vllm.connectors import Status
+from kvdoctor.core.vllm.specs import classify
 from kvdoctor.engines.vllm import _runtime as rt
+from kvdoctor.engines.vllm import architectures
 from kvdoctor.engines.vllm import inspect as asked
 
 NOT_ASKED = "not asked (kvdoctor refused first)"
@@ -143,9 +145,6 @@ def run_all_architectures(
     """Every model type vLLM's registry serves and kvdoctor's vLLM rules model, as a config from its class's
     defaults, under :data:`ARCHITECTURE_CASES` (or CASES, from the whole matrix). The configs go to a temporary
     directory kvdoctor removes, or to OUTPUT_DIR (kept). Zero generated configs is a refusal (exit 2)."""
-    from kvdoctor.core.config import load_config
-    from kvdoctor.engines.vllm import architectures
-
     started = time.perf_counter()
     names = matrix.select(cases, matrix.case_names(), "vLLM launch case") if cases else list(ARCHITECTURE_CASES)
     info = rt.engine_info("drift --server vllm --all-architectures")
@@ -208,8 +207,6 @@ def run_all_architectures(
 
 def _mamba(path: str, load: Callable[[str], Any]) -> bool:
     """Whether the rule model gives PATH's config Mamba layers (the mamba cache-mode cases apply)."""
-    from kvdoctor.core.vllm.specs import classify
-
     try:
         return classify(load(path)) in matrix.MAMBA_FAMILIES
     except InputError:

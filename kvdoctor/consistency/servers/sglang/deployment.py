@@ -35,7 +35,7 @@ from kvdoctor.core.faults import Target
 from kvdoctor.deploy import http
 from kvdoctor.deploy import ports as pd_ports
 from kvdoctor.deploy.metrics import RetractionProbe
-from kvdoctor.engines import hook_log
+from kvdoctor.engines import fault_list, hook_log
 from kvdoctor.engines.sglang import live_faults
 from kvdoctor.engines.sglang.cpu_shims import SHIM_DIR
 
@@ -125,7 +125,7 @@ class SglangDeployment:
     def check_fault(self, o: ConsistencyOptions, kind: runnable.ModelKind) -> None:
         assert o.inject is not None
         live_faults.check(o.inject, has_recurrent=kind.has_recurrent, has_swa=kind.has_swa)
-        for name in o.inject.split(","):  # each in the scenario its path names (kvdoctor.core.paths)
+        for name in fault_list.decode(o.inject):  # each in the scenario its path names (kvdoctor.core.paths)
             path = registry.get(name, server="sglang", target=Target.SERVER).path
             scenarios.check_fault(o.scenario, name, path, SCENARIOS, part)
         if o.topology != "pd":

@@ -32,7 +32,7 @@ from kvdoctor.consistency.servers import Notify
 from kvdoctor.consistency.servers.sglang.part import SglangPart
 from kvdoctor.core import faults as registry
 from kvdoctor.core.faults import Role, Target
-from kvdoctor.engines import hook_log
+from kvdoctor.engines import fault_list, hook_log
 
 __all__ = ["PART", "Transfer", "counted", "prefill_faults"]
 
@@ -43,7 +43,7 @@ _RC = re.compile(r"\brc=(-?\d+)")
 
 
 def _faults(inject: str | None) -> list[registry.Fault]:
-    return [registry.get(n, server="sglang", target=Target.SERVER) for n in (inject or "").split(",") if n]
+    return [registry.get(n, server="sglang", target=Target.SERVER) for n in fault_list.decode(inject)]
 
 
 def prefill_faults(inject: str | None) -> tuple[str, ...]:
