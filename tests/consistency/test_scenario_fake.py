@@ -12,6 +12,7 @@ refuses it in the scenario's own words, and every other command (``--version``, 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -126,3 +127,27 @@ def test_a_server_without_a_line_for_it_refuses_it_in_the_scenarios_words(soak: 
 def test_the_other_commands_run_as_they_did(soak: str, argv: tuple[str, ...]) -> None:
     with_it = _kvdoctor(*argv)
     assert with_it.exit_code == 0, with_it.output
+
+
+def test_drift_answers_as_it_did(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``drift`` reads no scenario: with the fake registered it answers exactly as without (here, where SGLang is not
+    installed, the same refusal; in the SGLang environment, the same verdict)."""
+    argv = ("drift", "--fixture", "lfm2-1.2b", "--case", "colocated")
+    without = _kvdoctor(*argv)
+    with_it = _registered(monkeypatch, lambda: _kvdoctor(*argv))
+    untimed = re.compile(r"\d+(\.\d+)? s\b")  # the run's wall time differs, nothing else may
+    assert (with_it.exit_code, untimed.sub("T s", with_it.output)) == (
+        without.exit_code,
+        untimed.sub("T s", without.output),
+    )
+
+
+def _registered(monkeypatch: pytest.MonkeyPatch, call: Any) -> Any:
+    _clear()
+    with monkeypatch.context() as m:
+        m.setitem(scenarios.SCENARIOS, SOAK, f"{__name__}:SCENARIO")
+        m.setitem(sglang_room.SCENARIOS, SOAK, f"{__name__}:PART")
+        try:
+            return call()
+        finally:
+            _clear()
