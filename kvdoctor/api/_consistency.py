@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import replace
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from kvdoctor.api._job import ErrorCase, Job, Progress, check_reports, execute, flags
-from kvdoctor.api._keywords import SERVER_ARGS, keyword_function, own
+from kvdoctor.api._job import ErrorCase, Job, Progress, check_reports, execute
+from kvdoctor.api._keywords import keyword_function, own
 from kvdoctor.consistency import report
 from kvdoctor.consistency import run as consistency_run
 from kvdoctor.consistency.bundle import check_destination
@@ -60,20 +59,9 @@ class ConsistencyJob(Job["ConsistencyResult", "Report"]):
         return published
 
 
-def _consistency(
-    options: ConsistencyOptions, *, server_args: str | Sequence[str] = (), on_event: Progress | None = None
-) -> Report:
-    return execute(ConsistencyJob(with_server_args(options, server_args), on_event))
-
-
-def with_server_args(options: ConsistencyOptions, server_args: str | Sequence[str]) -> ConsistencyOptions:
-    """OPTIONS with SERVER_ARGS as every server's flags (a string is split as a shell splits it)."""
-    return replace(options, extra_args=flags(server_args))
-
-
 consistency = keyword_function(
     ConsistencyOptions,
-    _consistency,
+    lambda options, on_event=None: execute(ConsistencyJob(options, on_event)),
     name="consistency",
     module=__name__,
     doc="""``kvdoctor consistency MODEL [options] -- SERVER_ARGS``: launch the server twice on the same model and
@@ -84,5 +72,6 @@ consistency = keyword_function(
     The keyword arguments are :class:`~kvdoctor.consistency.prepared.ConsistencyOptions`' options (the command's,
     by the same names), then ``server_args`` (what follows ``--``) and ``on_event`` (progress).
     """,
-    extra=(SERVER_ARGS, own("on_event", "Progress | None", None)),
+    flags_into="extra_args",
+    extra=(own("on_event", "Progress | None", None),),
 )

@@ -8,13 +8,12 @@ about; what every server's ``inspect`` shares is :class:`InspectJob`.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from kvdoctor._exceptions import InputError
 from kvdoctor.api._inspect_args import InspectArgs
-from kvdoctor.api._job import Job, chosen, execute, flags
-from kvdoctor.api._keywords import SERVER_ARGS, keyword_function
+from kvdoctor.api._job import Job, chosen, execute
+from kvdoctor.api._keywords import keyword_function
 from kvdoctor.api._servers import room, server_of
 from kvdoctor.engines import Engine, GpuArch, Inspected, answers_for
 from kvdoctor.report.inspect_report import Report
@@ -69,13 +68,9 @@ def inspect_job(args: InspectArgs, *, own_options: Sequence[str] = (), argv: Seq
     return job
 
 
-def _inspect(args: InspectArgs, *, server_args: str | Sequence[str] = ()) -> Report:
-    return execute(inspect_job(replace(args, server_args=flags(server_args)), argv=("inspect",)))
-
-
 inspect = keyword_function(
     InspectArgs,
-    _inspect,
+    lambda args: execute(inspect_job(args, argv=("inspect",))),
     name="inspect",
     module=__name__,
     doc="""``kvdoctor inspect MODEL [options] SERVER_ARGS``: which state MODEL carries under that launch line, where it
@@ -83,5 +78,5 @@ inspect = keyword_function(
     or also from the installed server's own code (``engine="sglang"`` or ``"vllm"``), with the drift between them.
     Returns the report (``passed``, ``verdict``, ``explain()``, ``to_json()``; its ``report`` is the typed answer).
     Exit code 1 (``passed`` False) only with ``strict`` and an error-severity hazard.""",
-    extra=(SERVER_ARGS,),
+    flags_into="server_args",
 )

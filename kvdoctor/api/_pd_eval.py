@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kvdoctor.api._job import ErrorCase, Job, check_reports, chosen, execute, flags
-from kvdoctor.api._keywords import SERVER_ARGS, keyword_function
+from kvdoctor.api._job import ErrorCase, Job, check_reports, chosen, execute
+from kvdoctor.api._keywords import keyword_function
 from kvdoctor.pd import oracle
 from kvdoctor.pd.options import Oracle, PdEvalOptions  # pure data, no heavy import
 from kvdoctor.report import reportable
@@ -85,13 +85,9 @@ class PdEvalJob(Job["PdEvalResult", "Report"]):
         pd_report.write_all(published.result, Path(published.result.run_dir), junit_path=self.junit_path, doc=doc)
 
 
-def _pd_eval(options: PdEvalOptions, *, server_args: str | Sequence[str] = ()) -> Report:
-    return execute(PdEvalJob(replace(options, extra_args=flags(server_args))))
-
-
 pd_eval = keyword_function(
     PdEvalOptions,
-    _pd_eval,
+    lambda options: execute(PdEvalJob(options)),
     name="pd_eval",
     module=__name__,
     doc="""``kvdoctor pd-eval MODEL [options] -- SERVER_ARGS``: launch SGLang prefill + decode + router (or attach to
@@ -99,5 +95,5 @@ pd_eval = keyword_function(
     the same plan (``oracle="tokens"``), and gate on the oracle *and* on decode-side retraction having happened.
     Returns the run's report (``passed``, ``verdict``, ``explain()``, ``to_json()``; its ``result`` is the typed
     :class:`~kvdoctor.pd.result.PdEvalResult`).""",
-    extra=(SERVER_ARGS,),
+    flags_into="extra_args",
 )

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kvdoctor.api._job import ErrorCase, Job, chosen, execute, flags
-from kvdoctor.api._keywords import SERVER_ARGS, keyword_function
+from kvdoctor.api._job import ErrorCase, Job, chosen, execute
+from kvdoctor.api._keywords import keyword_function
 from kvdoctor.api._servers import room, server_of
 from kvdoctor.choices import DEVICE_HELP, Device
 from kvdoctor.core.declared import argument, declared, option
@@ -128,13 +128,9 @@ class RoundtripJob(Job["RoundtripResult", "Report"]):
         return Report(result, self.line.model)
 
 
-def _roundtrip(args: RoundtripArgs, *, server_args: str | Sequence[str] = ()) -> Report:
-    return execute(RoundtripJob(replace(args, server_args=flags(server_args))))
-
-
 roundtrip = keyword_function(
     RoundtripArgs,
-    _roundtrip,
+    lambda args: execute(RoundtripJob(args)),
     name="roundtrip",
     module=__name__,
     doc="""``kvdoctor roundtrip MODEL [options] SERVER_ARGS``: retract requests on real pools (kvdoctor's model of
@@ -142,5 +138,5 @@ roundtrip = keyword_function(
     every state component bitwise. Returns the run's report (``passed``, ``verdict``, ``explain()``, ``to_json()``;
     its ``result`` is the typed :class:`~kvdoctor.roundtrip.result.RoundtripResult`). Bad input raises
     :class:`kvdoctor.InputError` (or another ``kvdoctor._exceptions`` class) before any work.""",
-    extra=(SERVER_ARGS,),
+    flags_into="server_args",
 )

@@ -12,8 +12,7 @@ import pytest
 
 import kvdoctor
 import kvdoctor.api as api
-from kvdoctor.api._consistency import with_server_args
-from kvdoctor.consistency.prepared import ConsistencyOptions
+from kvdoctor.api import _consistency
 
 BAD_CHOICES: dict[str, Callable[[], Any]] = {
     "inspect gpu_arch": lambda: api.inspect("inkling-small", gpu_arch="sm999"),
@@ -44,12 +43,16 @@ def test_one_bug_as_a_string_is_that_bug() -> None:
     assert "sglang#0000" in str(raised.value)  # not "s", the string's first character
 
 
-def test_server_args_as_one_string_are_split_as_a_shell_does() -> None:
-    base = ConsistencyOptions("lfm2-1.2b", shrink=True, topology="pd")
-    options = with_server_args(base, "--disable-overlap-schedule --chunked-prefill-size 64")
+def test_server_args_as_one_string_are_split_as_a_shell_does(monkeypatch: pytest.MonkeyPatch) -> None:
+    jobs: list[Any] = []
+    monkeypatch.setattr(_consistency, "execute", jobs.append)  # the job as the API built it, nothing run
+    api.consistency(
+        "lfm2-1.2b", shrink=True, topology="pd", server_args="--disable-overlap-schedule --chunked-prefill-size 64"
+    )
+    options = jobs[0].options
     assert options.extra_args == ("--disable-overlap-schedule", "--chunked-prefill-size", "64")
     with pytest.raises(kvdoctor.InputError, match="server_args="):
-        with_server_args(base, "--foo 'unclosed")
+        api.consistency("lfm2-1.2b", shrink=True, topology="pd", server_args="--foo 'unclosed")
 
 
 def test_inspect_reads_a_string_of_flags_as_the_same_launch_line() -> None:
